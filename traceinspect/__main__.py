@@ -1,0 +1,4 @@
+"""python -m traceinspect"""
+from .cli import main
+
+main()

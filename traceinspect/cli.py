@@ -1,0 +1,199 @@
+"""The command line: adapts arguments to the library, writes output, maps errors to exit codes.
+
+Exit codes: 0 ok; 1 a finding at or above --fail-on (or a diff regression); 2 usage; 3 the trace cannot
+be read; 4 a detector failed under --strict; 5 internal error (a bug: please report it).
+Holds no analysis logic. Nothing imports this module.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import click
+
+from . import __version__
+from .errors import TraceError, TraceinspectError, UsageError
+
+EXIT_FINDING = 1
+EXIT_INTERNAL = 5
+
+
+def _renderers():
+    from .render import RENDERERS
+    return RENDERERS
+
+
+class _Group(click.Group):
+    """Turns every exception into one line on stderr and an exit code; no traceback reaches users."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except TraceError as e:
+            _fail(f"error: {e}", e.hint, e.exit_code)
+        except TraceinspectError as e:
+            _fail(f"error: {e}", e.hint, e.exit_code)
+        except MemoryError:
+            _fail("error: out of memory while reading the trace",
+                  "analyse one rank at a time (--rank N) or a shorter capture (fewer active steps)", 3)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
+            raise
+        except KeyboardInterrupt:
+            _fail("interrupted", "", 130)
+        except Exception as e:  # a bug: say so in one line, keep the traceback behind a variable
+            if os.environ.get("TRACEINSPECT_DEBUG"):
+                raise
+            _fail(f"internal error: {type(e).__name__}: {e}",
+                  "this is a traceinspect bug; rerun with TRACEINSPECT_DEBUG=1 and attach the output to an issue",
+                  EXIT_INTERNAL)
+
+
+def _fail(msg: str, hint: str, code: int):
+    click.echo(msg, err=True)
+    if hint:
+        click.echo(f"hint: {hint}", err=True)
+    sys.exit(code)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="traceinspect")
+def cli():
+    """Why is this training run slow? Ranked root causes, with numbers, from a torch.profiler trace."""
+
+
+def _write(text: str, output: str | None) -> None:
+    if output and output != "-":
+        try:
+            Path(output).write_text(text, encoding="utf-8")
+        except OSError as e:
+            raise UsageError(f"cannot write {output}: {e.strerror or e}") from None
+    else:
+        click.echo(text, nl=False)
+
+
+def _choose_format(fmt: str | None, output: str | None) -> str:
+    from .render import format_for_path
+    if fmt:
+        return fmt
+    if output and output != "-":
+        guess = format_for_path(output)
+        if guess:
+            return guess
+    return "text"
+
+
+def _trace_paths(path: str) -> list[str]:
+    from .trace.load import find_trace_files
+    p = Path(path)
+    if not p.exists():
+        raise TraceError(path, "no such file or directory", hint="check the path")
+    if p.is_dir():
+        files = find_trace_files(p)
+        if not files:
+            raise TraceError(path, "is a directory with no *.pt.trace.json[.gz] or *.json[.gz] files",
+                             hint="pass the directory that tensorboard_trace_handler wrote, or one trace file")
+        return [str(f) for f in files]
+    return [str(p)]
+
+
+def build_report(path: str, *, rank: str | None = None, steps: str | None = None, strict: bool = False,
+                 jobs: int | None = None, scheduler: str | None = None):
+    """PATH (file or directory of rank files) -> Report."""
+    from .analyze import analyze, analyze_many, reduce_ranks
+    from .report import Report
+    from .trace.model import load_trace
+    paths = _trace_paths(path)
+    if len(paths) == 1:
+        trace = load_trace(paths[0])
+        trace.select_steps(steps)
+        report = analyze(trace, strict=strict)
+        if rank not in (None, "all") and int(rank) != report.trace["rank"]:
+            raise UsageError(f"--rank {rank}: {paths[0]} is rank {report.trace['rank']}")
+        return report
+    mapper = None
+    if scheduler:
+        from .distributed import dask_mapper
+        mapper = dask_mapper(scheduler)
+    report = analyze_many(paths, steps=steps, strict=strict, jobs=jobs, mapper=mapper,
+                          keep_rank=None if rank in (None, "all") else int(rank))
+    return report
+
+
+_FORMATS = ["text", "md", "json", "html"]
+
+
+@cli.command()
+@click.argument("path", type=click.Path())
+@click.option("-f", "--format", "fmt", type=click.Choice(_FORMATS), default=None,
+              help="Output format (default: from -o's extension, else text).")
+@click.option("-o", "--output", default=None, help="Write the report to this file instead of stdout.")
+@click.option("--rank", default=None, help="For a directory of rank files: N, or 'all' (default).")
+@click.option("--steps", default=None, help="Steps to analyse, a Python slice over steps in time order, e.g. '1:' or '2:5'.")
+@click.option("--fail-on", type=float, default=None,
+              help="Exit 1 if a finding loses at least this fraction of the step time (e.g. 0.1).")
+@click.option("--strict", is_flag=True, help="Exit 4 if a detector fails instead of reporting the failure.")
+@click.option("-j", "--jobs", type=int, default=None, help="Processes for a directory of rank files (default: cores).")
+@click.option("--assets", default=None, type=click.Path(), help="With --format md: also write charts as image files here.")
+@click.option("--tensorboard", "tb_logdir", default=None, type=click.Path(),
+              help="Also write the report and key numbers into a TensorBoard event file in this directory.")
+@click.option("--scheduler", default=None, help="Dask scheduler address for many rank files (optional extra).")
+def analyze(path, fmt, output, rank, steps, fail_on, strict, jobs, assets, tb_logdir, scheduler):
+    """Analyse a trace file (.json or .json.gz) or a directory of per-rank traces."""
+    if rank not in (None, "all"):
+        try:
+            int(rank)
+        except ValueError:
+            raise UsageError(f"--rank {rank!r}: expected a rank number or 'all'") from None
+    if fail_on is not None and not 0 <= fail_on <= 1:
+        raise UsageError("--fail-on takes a fraction between 0 and 1, e.g. 0.1 for 10%")
+    report = build_report(path, rank=rank, steps=steps, strict=strict, jobs=jobs, scheduler=scheduler)
+    fmt = _choose_format(fmt, output)
+    renderers = _renderers()
+    if fmt not in renderers:
+        raise UsageError(f"--format {fmt} is not available in this installation")
+    render, _ = renderers[fmt]
+    width = shutil.get_terminal_size((100, 24)).columns if not output else 100
+    if fmt == "md" and assets:
+        from .render.markdown import render_with_assets
+        text = render_with_assets(report, assets_dir=assets)
+    else:
+        text = render(report, width=width)
+    _write(text, output)
+    if tb_logdir:
+        from .tensorboard import write_report
+        write_report(report, tb_logdir)
+    if fail_on is not None and any(f.time_lost_frac >= fail_on for f in report.findings):
+        worst = report.findings[0]
+        click.echo(f"fail-on: {worst.name} loses {100 * worst.time_lost_frac:.1f}% of the step time "
+                   f"(threshold {100 * fail_on:.1f}%)", err=True)
+        sys.exit(EXIT_FINDING)
+
+
+@cli.command()
+def detectors():
+    """List the detector catalogue."""
+    from .detectors import ALL
+    for d in ALL:
+        click.echo(f"{d.code}  {d.name:<22} {d.summary}")
+
+
+@cli.command()
+@click.argument("what")
+def explain(what):
+    """Print a detector's documentation page (by code or name)."""
+    from .detectors import BY_KEY
+    from .docs import detector_page
+    d = BY_KEY.get(what) or BY_KEY.get(what.upper())
+    if d is None:
+        raise UsageError(f"unknown detector {what!r}; run 'traceinspect detectors' for the list")
+    click.echo(detector_page(d))
+
+
+def main():
+    cli(prog_name="traceinspect")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,150 @@
+"""Detector base class: documented thresholds, the doc page contract, and finding helpers.
+
+A detector reads a Trace and yields Finding | Skipped. It never prints, logs, renders or writes.
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+from dataclasses import dataclass
+from typing import ClassVar, Iterable, Iterator
+
+import numpy as np
+import pandas as pd
+
+from ..findings import EventRef, Evidence, Finding, Skipped
+from ..trace.model import Trace
+
+DOC_SECTIONS = (
+    "What it detects",
+    "Why it costs time",
+    "How time lost is estimated",
+    "How to fix",
+    "False positives",
+    "References",
+)
+
+
+def option(default, doc: str):
+    """A documented, overridable threshold: `min_share: float = option(0.05, "...")`."""
+    return dataclasses.field(default=default, metadata={"doc": doc})
+
+
+@dataclass(frozen=True)
+class Context:
+    """Facts about the run shared by detectors (computed once per trace)."""
+
+    framework: str            # "hf_trainer" | "trl" | "lightning" | "accelerate" | "plain" | "unknown"
+    n_steps: int
+    window_us: float          # sum of analysed step durations
+
+    @staticmethod
+    def of(trace: Trace) -> "Context":
+        return Context(framework=detect_framework(trace), n_steps=len(trace.steps),
+                       window_us=trace.window_us)
+
+
+_FRAMEWORKS = (
+    ("trl", re.compile(r"(^|/)trl/")),
+    ("hf_trainer", re.compile(r"transformers/trainer\.py")),
+    ("lightning", re.compile(r"(^|/)(pytorch_)?lightning/")),
+    ("accelerate", re.compile(r"(^|/)accelerate/")),
+)
+
+
+def detect_framework(trace: Trace) -> str:
+    rc = trace.meta.run_config or {}
+    src = rc.get("source")
+    fw = rc.get("framework") if isinstance(rc.get("framework"), dict) else {}
+    if src == "hf_trainer":
+        return "trl" if "trl" in fw and rc.get("config", {}).get("packing") is not None else "hf_trainer"
+    if src == "loop":
+        return "plain"
+    py = trace.python
+    if len(py):
+        names = [str(c) for c in pd.Categorical(py["name"]).categories]
+        for fwname, rx in _FRAMEWORKS:
+            if any(rx.search(n) for n in names):
+                return fwname
+        return "plain"
+    return "unknown"
+
+
+class Detector:
+    """Base class. Subclasses are frozen dataclasses whose fields are thresholds made with option()."""
+
+    code: ClassVar[str]
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    # builders (names of functions in tests/builders.py) it must fire on / stay silent on
+    fires_on: ClassVar[tuple[str, ...]] = ()
+    silent_on: ClassVar[tuple[str, ...]] = ()
+
+    def detect(self, trace: Trace, ctx: Context) -> Iterator[Finding | Skipped]:  # pragma: no cover
+        raise NotImplementedError
+
+    # --- helpers ------------------------------------------------------------------------------------
+    def skip(self, reason: str) -> Skipped:
+        return Skipped(code=self.code, name=self.name, reason=reason)
+
+    def finding(self, ctx: Context, *, title: str, time_lost_us: float, confidence: str,
+                evidence: Iterable[Evidence], fix: str, events: Iterable[EventRef] = (),
+                upper_bound: bool = False) -> Finding:
+        lost = float(max(0.0, min(time_lost_us, ctx.window_us)))  # never more than the window
+        return Finding(code=self.code, name=self.name, title=title, time_lost_us=lost,
+                       time_lost_frac=lost / ctx.window_us if ctx.window_us > 0 else 0.0,
+                       time_lost_per_step_us=lost / ctx.n_steps if ctx.n_steps else 0.0,
+                       confidence=confidence, evidence=tuple(evidence), fix=fix,
+                       events=tuple(events), upper_bound=upper_bound)
+
+    @classmethod
+    def options(cls) -> list[tuple[str, object, str]]:
+        return [(f.name, f.default, f.metadata.get("doc", "")) for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def doc(cls) -> str:
+        return inspect.cleandoc(cls.__doc__ or "")
+
+
+def window_label(trace: Trace) -> str:
+    st = trace.steps
+    if trace.step_source == "ProfilerStep" and len(st):
+        a, b = int(st["step"].iloc[0]), int(st["step"].iloc[-1])
+        return f"ProfilerStep#{a}..#{b} ({len(st)} steps)" if a != b else f"ProfilerStep#{a}"
+    return f"{len(st)} step(s) from {trace.step_source}"
+
+
+def events_from(df: pd.DataFrame, trace: Trace, kind: str, n: int = 3, by: str = "dur_us") -> tuple[EventRef, ...]:
+    """The n longest rows of a table as exemplar events."""
+    if df is None or len(df) == 0:
+        return ()
+    top = df.nlargest(n, by) if by in df.columns else df.head(n)
+    out = []
+    for row in top.itertuples(index=False):
+        out.append(EventRef(name=str(row.name), ts_us=round(float(row.ts_us), 3),
+                            dur_us=round(float(row.dur_us), 3), track=trace.track(row, kind)))
+    return tuple(out)
+
+
+def in_steps(df: pd.DataFrame, trace: Trace, col: str = "ts_us") -> pd.DataFrame:
+    """Rows whose timestamp falls inside one of the analysed steps."""
+    if len(df) == 0:
+        return df
+    st = trace.steps
+    ts = df[col].to_numpy()
+    i = np.searchsorted(st["start_us"].to_numpy(), ts, side="right") - 1
+    ok = (i >= 0) & (ts < st["end_us"].to_numpy()[np.maximum(i, 0)])
+    return df[ok]
+
+
+def fmt_us(us: float) -> str:
+    if us >= 1e6:
+        return f"{us / 1e6:.2f} s"
+    if us >= 1e3:
+        return f"{us / 1e3:.1f} ms"
+    return f"{us:.0f} us"
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.0f}%"

@@ -1,0 +1,118 @@
+"""dataloader-stall: GPU idle while the training loop waits for the next batch."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..findings import Evidence
+from ..trace import intervals as iv
+from ..trace.timeline import is_dataloader
+from .base import Detector, events_from, fmt_us, in_steps, option, pct, window_label
+
+
+@dataclass(frozen=True)
+class DataloaderStall(Detector):
+    """
+    What it detects
+        GPU idle time during which the host thread was inside the DataLoader's
+        `enumerate(DataLoader)#...__next__` span: the GPU has finished the previous step and waits
+        for the next batch to be loaded, collated and copied.
+
+    Why it costs time
+        With `num_workers=0` (`_SingleProcessDataLoaderIter`) every batch is read, tokenized or
+        decoded and collated on the training thread, serially with the GPU work. With workers that
+        are too few or too slow the queue runs dry. Copies from pageable memory (`pin_memory=False`)
+        add a staging copy and block the host.
+
+    How time lost is estimated
+        The GPU idle time that overlaps DataLoader spans, summed over the analysed steps (the
+        timeline attributes each idle microsecond to one cause, DataLoader first). This is the time
+        a perfectly prefetching loader would give back; it is a point estimate, not an upper bound.
+        Evidence also gives the DataLoader span per step, which bounds it from above.
+
+    How to fix
+        HF Trainer / TRL (`TrainingArguments` / `SFTConfig`):
+
+            # before
+            args = TrainingArguments(..., dataloader_num_workers=0)
+            # after
+            args = TrainingArguments(..., dataloader_num_workers=4, dataloader_pin_memory=True,
+                                     dataloader_persistent_workers=True)
+            # and tokenize once, up front: dataset = dataset.map(tokenize, batched=True)
+
+        Plain PyTorch:
+
+            # before
+            loader = DataLoader(ds, batch_size=32, shuffle=True)
+            # after
+            loader = DataLoader(ds, batch_size=32, shuffle=True, num_workers=4, pin_memory=True,
+                                persistent_workers=True, prefetch_factor=2)
+            batch = batch.to("cuda", non_blocking=True)
+
+    False positives
+        The first step of an epoch (workers starting up) can stall legitimately; analyse steady-state
+        steps (`--steps 1:`). DataLoader time that overlaps GPU work costs nothing and is not
+        counted.
+
+    References
+        PyTorch DataLoader docs (num_workers, pin_memory); the TensorBoard profiler plugin's
+        DataLoader rule (> 5% of the step); SIGNATURES.md section 5.
+    """
+
+    code = "TI104"
+    name = "dataloader-stall"
+    summary = "GPU idle while the host waits for the next batch from the DataLoader"
+    fires_on = ("build_dataloader_stall",)
+    silent_on = ("build_healthy", "build_launch_bound")
+
+    min_frac: float = option(0.03, "minimum share of the step time the GPU idles in the DataLoader")
+
+    def detect(self, trace, ctx):
+        if not trace.has_gpu:
+            yield self.skip("no GPU activity in the trace")
+            return
+        ops = trace.cpu_ops
+        dl = ops[is_dataloader(ops["name"])] if len(ops) else ops
+        if not len(dl):
+            yield self.skip("no DataLoader spans (enumerate(DataLoader)#...__next__) in the trace")
+            return
+        idle = trace.timeline.total("idle_dataloader")
+        frac = idle / ctx.window_us if ctx.window_us else 0.0
+        if frac < self.min_frac:
+            return
+        dl_in = in_steps(dl, trace)
+        st = trace.steps
+        dl_set = iv.union(dl["ts_us"], dl["end_us"])
+        per_step = iv.per_window(dl_set, st["start_us"].to_numpy(), st["end_us"].to_numpy())
+        share = per_step / st["dur_us"].to_numpy()
+        names = {str(n) for n in dl["name"].astype(str).unique()}
+        single = any("SingleProcess" in n for n in names)
+        mc = in_steps(trace.memcpy, trace)
+        htod = mc[(mc["kind"] == "HtoD")]
+        pageable = htod[htod["src_kind"] == "Pageable"]
+        ev = [
+            Evidence(label="GPU idle waiting for the DataLoader", value=round(idle / ctx.n_steps / 1e3, 2),
+                     unit="ms/step", window=window_label(trace)),
+            Evidence(label="share of step time", value=round(100 * frac, 1), unit="%", window=window_label(trace)),
+            Evidence(label="DataLoader __next__ span per step (median)", value=round(float(np.median(per_step)) / 1e3, 2),
+                     unit="ms", window=window_label(trace)),
+            Evidence(label="DataLoader share of each step (min..max)",
+                     value=f"{100 * share.min():.1f}..{100 * share.max():.1f}", unit="%", window=window_label(trace)),
+            Evidence(label="iterator", value="single-process (num_workers=0)" if single else "multi-process (workers)",
+                     unit=""),
+        ]
+        if len(htod):
+            ev.append(Evidence(label="host-to-device copies from pageable memory",
+                               value=f"{len(pageable)} of {len(htod)}", unit="copies", window=window_label(trace)))
+        if single:
+            fix = ("Load batches in background workers: set dataloader_num_workers=4 (DataLoader(num_workers=4, "
+                   "pin_memory=True, persistent_workers=True)) and pre-tokenize the dataset once.")
+        else:
+            fix = ("The workers cannot keep up: raise dataloader_num_workers, enable pin_memory and "
+                   "persistent_workers, and move tokenization/decoding out of __getitem__ (pre-tokenize and cache).")
+        title = (f"GPU idles {fmt_us(idle / ctx.n_steps)} per step ({pct(frac)}) waiting for the DataLoader"
+                 + (" (num_workers=0)" if single else ""))
+        yield self.finding(ctx, title=title, time_lost_us=idle,
+                           confidence="high" if frac >= 0.1 else "medium", evidence=ev, fix=fix,
+                           events=events_from(dl_in, trace, "cpu"))

@@ -1,0 +1,78 @@
+"""Findings and their parts: frozen, keyword-only dataclasses. No logic beyond (de)serialisation."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evidence:
+    """One measured number: what it is, its value and unit, and the window it was measured over."""
+
+    label: str
+    value: float | int | str
+    unit: str = ""
+    window: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class EventRef:
+    """An exemplar event a user can find in Perfetto / chrome://tracing."""
+
+    name: str
+    ts_us: float          # relative to the start of the trace window (see Report.trace.origin_us)
+    dur_us: float
+    track: str            # e.g. "GPU 0 stream 7" or "CPU thread 25738"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finding:
+    code: str
+    name: str
+    title: str
+    time_lost_us: float               # recoverable wall time over the analysed window, >= 0
+    time_lost_frac: float = 0.0       # of the analysed window (sum of step times)
+    time_lost_per_step_us: float = 0.0
+    confidence: str = "medium"        # "high" | "medium" | "low"
+    evidence: tuple[Evidence, ...] = ()
+    fix: str = ""
+    events: tuple[EventRef, ...] = ()
+    upper_bound: bool = False         # the estimate is an upper bound, not a point estimate
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Finding":
+        d = dict(d)
+        d["evidence"] = tuple(Evidence(**e) for e in d.get("evidence", ()))
+        d["events"] = tuple(EventRef(**e) for e in d.get("events", ()))
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Skipped:
+    """A detector that does not apply to this trace (not an error)."""
+
+    code: str
+    name: str
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Failure:
+    """A detector that crashed; shown in every format, never hides the other findings."""
+
+    code: str
+    name: str
+    error: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+CONFIDENCES = ("low", "medium", "high")

@@ -1,0 +1,291 @@
+"""Path -> decoded Kineto document: gzip sniffing, typed msgspec decoding, truncated-file recovery.
+
+Owns reading bytes and decoding JSON; builds no tables (tables.py) and never prints.
+Events are decoded straight into slotted msgspec structs; `args` only keeps the keys the analyses
+use (unknown keys are skipped by the decoder, shapes stay undecoded `Raw` slices).
+"""
+from __future__ import annotations
+
+import os
+import re
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Union
+
+import msgspec
+from msgspec import Raw, Struct
+
+from ..errors import TraceError
+
+GZIP_MAGIC = b"\x1f\x8b"
+_EMPTY_RAW = Raw(b"")
+
+
+class Args(Struct, gc=False):
+    """The subset of `args` that analyses read. Spellings differ by Kineto era (see SIGNATURES.md 1.4)."""
+
+    correlation: Union[int, None] = None
+    external_id: Union[int, None] = msgspec.field(default=None, name="External id")
+    external_id_old: Union[int, None] = msgspec.field(default=None, name="external id")
+    device: Union[int, None] = None
+    stream: Union[int, None] = None
+    cbid: Union[int, None] = None
+    cid: Union[int, None] = None  # ROCm roctracer callback id
+    nbytes: Union[int, float, None] = msgspec.field(default=None, name="bytes")
+    grid: Union[list, None] = None
+    block: Union[list, None] = None
+    input_dims: Raw = msgspec.field(default=_EMPTY_RAW, name="Input Dims")
+    input_dims_old: Raw = msgspec.field(default=_EMPTY_RAW, name="Input dims")
+    input_type: Raw = msgspec.field(default=_EMPTY_RAW, name="Input type")
+    concrete_inputs: Raw = msgspec.field(default=_EMPTY_RAW, name="Concrete Inputs")
+    collective: Union[str, None] = msgspec.field(default=None, name="Collective name")
+    # metadata events (ph == "M"): process_name / thread_name carry {"name": ...}
+    name: Union[str, None] = None
+    labels: Union[str, None] = None
+    # [memory] instants (profile_memory=True)
+    mem_bytes: Union[int, float, None] = msgspec.field(default=None, name="Bytes")
+    total_allocated: Union[int, float, None] = msgspec.field(default=None, name="Total Allocated")
+    total_reserved: Union[int, float, None] = msgspec.field(default=None, name="Total Reserved")
+    device_type: Union[int, None] = msgspec.field(default=None, name="Device Type")
+
+
+class Event(Struct, gc=False):
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: Union[int, str] = 0
+    tid: Union[int, str] = 0
+    ts: float = 0.0
+    dur: Union[float, None] = None
+    args: Union[Args, None] = None
+    id: Union[int, str, None] = None
+
+
+class Document(Struct, gc=False):
+    """Top-level keys of a Kineto trace. Unknown keys are skipped without being parsed."""
+
+    traceEvents: list[Event] = []
+    schemaVersion: Union[int, None] = None
+    deviceProperties: Union[list, None] = None
+    distributedInfo: Union[dict, None] = None
+    baseTimeNanoseconds: Union[int, None] = None
+    displayTimeUnit: Union[str, None] = None
+    traceName: Union[str, None] = None
+    record_shapes: Any = None
+    with_stack: Any = None
+    profile_memory: Any = None
+    with_modules: Any = None
+    with_flops: Any = None
+    cuda_runtime_version: Any = None
+    cuda_driver_version: Any = None
+    cupti_version: Any = None
+    hip_runtime_version: Any = None
+    roctracer_version: Any = None
+    traceinspect: Any = None   # run configuration written by traceinspect.capture
+
+
+_DOC_DECODER = msgspec.json.Decoder(Document)
+_LIST_DECODER = msgspec.json.Decoder(list[Event])
+_RAW_LIST_DECODER = msgspec.json.Decoder(list[Raw])
+_EVENT_DECODER = msgspec.json.Decoder(Event)
+_ANY_DECODER = msgspec.json.Decoder()
+
+
+@dataclass
+class Loaded:
+    """A decoded file: events, top-level metadata, and what went wrong while reading it."""
+
+    path: str
+    events: list[Event]
+    doc: Document
+    file_bytes: int                 # on disk
+    json_bytes: int                 # uncompressed JSON
+    warnings: list[str] = field(default_factory=list)
+    lost_bytes: int = 0             # bytes discarded from a truncated file
+    dropped_events: int = 0         # events that could not be decoded at all
+
+
+def read_bytes(path: Path, warnings: list[str]) -> tuple[bytes, int]:
+    """The file's JSON bytes; gzip detected by its magic number, not by the extension."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise TraceError(str(path), f"cannot read the file ({e.strerror or e})",
+                         hint="check the path and its permissions") from None
+    size = len(data)
+    if not data:
+        raise TraceError(str(path), "the file is empty (0 bytes)",
+                         hint="the profiler probably crashed before writing; capture the trace again")
+    if data[:2] == GZIP_MAGIC:
+        data = _gunzip(path, data, warnings)
+    return data, size
+
+
+def _gunzip(path: Path, data: bytes, warnings: list[str]) -> bytes:
+    out: list[bytes] = []
+    rest = data
+    try:
+        while rest:
+            d = zlib.decompressobj(wbits=31)
+            out.append(d.decompress(rest))
+            if not d.eof:
+                warnings.append(
+                    "the gzip stream is truncated (the file was cut off while being written); "
+                    "the complete events before the cut were kept")
+                break
+            rest = d.unused_data
+            if rest and rest[:2] != GZIP_MAGIC:
+                break  # trailing garbage after the last member: ignore it like gzip(1) does
+    except zlib.error as e:
+        if not out or not any(out):
+            raise TraceError(str(path), f"starts like a gzip file but cannot be decompressed ({e})",
+                             hint="re-download or re-copy the file; it is corrupt") from None
+        warnings.append(f"the gzip stream is corrupt after {sum(map(len, out))} bytes ({e}); "
+                        "the complete events before it were kept")
+    return b"".join(out)
+
+
+_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+
+
+def _recover_truncated(path: str, data: bytes, is_array: bool, loaded_warnings: list[str]):
+    """Keep every complete event of a JSON document cut off mid-write.
+
+    Walks back over event boundaries (`}, {`) from the end and closes the array there; a boundary
+    inside a nested object fails to parse and the next earlier one is tried.
+    """
+    closer = b"]" if is_array else b"]}"
+    if not is_array:
+        pos = data.find(b'"traceEvents"')
+        if pos < 0:
+            return None
+    end = len(data)
+    for _ in range(64):
+        m = None
+        for m in _BOUNDARY.finditer(data, max(0, end - (1 << 20)), end):
+            pass
+        if m is None:
+            if end - (1 << 20) <= 0:
+                return None
+            end = max(0, end - (1 << 20))
+            continue
+        cut = m.start() + 1
+        candidate = data[:cut] + closer
+        try:
+            doc = (_LIST_DECODER if is_array else _DOC_DECODER).decode(candidate)
+        except msgspec.DecodeError:
+            end = m.start()
+            continue
+        return doc, len(data) - cut
+    return None
+
+
+def _decode_lenient(path: str, data: bytes, is_array: bool, warnings: list[str]):
+    """Slow path for documents whose events do not fit the typed schema: decode event by event."""
+    if is_array:
+        raws = _RAW_LIST_DECODER.decode(data)
+        doc = Document()
+    else:
+        top = msgspec.json.decode(data, type=dict[str, Raw])
+        if "traceEvents" not in top:
+            raise TraceError(path, "is JSON but has no 'traceEvents' list: not a Kineto/Chrome trace",
+                             hint="pass a torch.profiler trace (*.pt.trace.json[.gz]), not a memory snapshot or execution trace")
+        raws = _RAW_LIST_DECODER.decode(top.pop("traceEvents"))
+        meta = {k: msgspec.json.decode(v) for k, v in top.items() if k in Document.__struct_fields__}
+        doc = msgspec.convert(meta, Document, strict=False)
+    events: list[Event] = []
+    dropped = 0
+    for raw in raws:
+        try:
+            events.append(_EVENT_DECODER.decode(raw))
+            continue
+        except msgspec.DecodeError:
+            pass
+        try:
+            obj = _ANY_DECODER.decode(raw)
+            if isinstance(obj, dict) and isinstance(obj.get("args"), dict):
+                a = obj["args"]
+                for k in ("Input Dims", "Input dims", "Input type", "Concrete Inputs"):
+                    if k in a:
+                        a[k] = Raw(msgspec.json.encode(a[k]))
+            events.append(msgspec.convert(obj, Event, strict=False))
+        except (msgspec.DecodeError, msgspec.ValidationError, TypeError, ValueError):
+            try:
+                obj = _ANY_DECODER.decode(raw)
+                slim = {k: obj.get(k) for k in ("ph", "cat", "name", "pid", "tid", "ts", "dur")
+                        if isinstance(obj, dict) and obj.get(k) is not None}
+                events.append(msgspec.convert(slim, Event, strict=False))
+            except Exception:
+                dropped += 1
+    if dropped:
+        warnings.append(f"{dropped} events had fields of unexpected types and were dropped")
+    return doc, events, dropped
+
+
+def decode(path: str, data: bytes, file_bytes: int, warnings: list[str]) -> Loaded:
+    head = data[:4096].lstrip()
+    if not head:
+        raise TraceError(path, "contains only whitespace", hint="capture the trace again")
+    first = head[:1]
+    if first not in (b"{", b"["):
+        preview = head[:20].decode("utf-8", "replace").encode("unicode_escape").decode()
+        raise TraceError(path, f"is not JSON (it starts with '{preview}')",
+                         hint="pass a torch.profiler trace (*.pt.trace.json or .json.gz)")
+    is_array = first == b"["
+    lost = 0
+    dropped = 0
+    try:
+        if is_array:
+            events = _LIST_DECODER.decode(data)
+            doc = Document()
+        else:
+            doc = _DOC_DECODER.decode(data)
+            events = doc.traceEvents
+    except msgspec.ValidationError:
+        doc, events, dropped = _decode_lenient(path, data, is_array, warnings)
+    except msgspec.DecodeError as e:
+        if "truncated" not in str(e):
+            raise TraceError(path, f"is not valid JSON ({e})",
+                             hint="the file is corrupt; re-copy it or capture the trace again") from None
+        rec = _recover_truncated(path, data, is_array, warnings)
+        if rec is None:
+            raise TraceError(path, "is truncated and no complete event could be recovered",
+                             hint="the profiler was killed while writing; capture the trace again") from None
+        doc, lost = rec
+        events = doc if is_array else doc.traceEvents
+        if is_array:
+            doc = Document()
+        warnings.append(
+            f"the file is truncated: the last {lost} bytes (an incomplete event and everything after "
+            f"it) were discarded; {len(events)} complete events were recovered")
+    if not is_array and not events:
+        # distinguish "no traceEvents key" from an empty list
+        if b'"traceEvents"' not in data[: min(len(data), 1 << 16)] and b'"traceEvents"' not in data:
+            raise TraceError(path, "is JSON but has no 'traceEvents' list: not a Kineto/Chrome trace",
+                             hint="pass a torch.profiler trace (*.pt.trace.json[.gz]), not a memory snapshot or execution trace")
+    doc.traceEvents = []
+    return Loaded(path=path, events=events, doc=doc, file_bytes=file_bytes, json_bytes=len(data),
+                  warnings=warnings, lost_bytes=lost, dropped_events=dropped)
+
+
+def load_file(path: str | os.PathLike) -> Loaded:
+    p = Path(path)
+    if not p.exists():
+        raise TraceError(str(p), "no such file or directory", hint="check the path")
+    warnings: list[str] = []
+    data, size = read_bytes(p, warnings)
+    return decode(str(p), data, size, warnings)
+
+
+TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz", ".json", ".json.gz")
+
+
+def find_trace_files(directory: str | os.PathLike) -> list[Path]:
+    """Trace files under a directory: *.pt.trace.json[.gz] first; else any *.json[.gz]."""
+    d = Path(directory)
+    files = sorted(p for p in d.rglob("*") if p.is_file() and p.name.endswith((".pt.trace.json", ".pt.trace.json.gz")))
+    if not files:
+        files = sorted(p for p in d.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz")))
+    return files

@@ -1,0 +1,320 @@
+"""Trace: metadata + tables + derived views (steps, timeline), built once per file.
+
+Owns step detection and device/rank identification. Detectors read a Trace and never mutate it.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+from ..errors import TraceError, UsageError
+from . import load as _load
+from .hardware import Peaks, peaks_for
+from .tables import Tables, build_tables
+from .timeline import Timeline, build_timeline
+
+_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    id: int
+    name: str
+    compute_major: int | None
+    compute_minor: int | None
+    num_sms: int | None
+    total_mem_bytes: int | None
+    is_rocm: bool
+    peaks: Peaks | None
+
+    @property
+    def arch(self) -> str:
+        if self.is_rocm:
+            return "ROCm"
+        if self.compute_major is None:
+            return "unknown"
+        return f"sm{self.compute_major}{self.compute_minor or 0}"
+
+
+@dataclass
+class TraceMeta:
+    path: str
+    file_bytes: int
+    json_bytes: int
+    n_events: int
+    rank: int
+    rank_source: str               # "distributedInfo" | "file name" | "default"
+    world_size: int | None
+    devices: list[DeviceInfo]
+    profiler: dict                 # record_shapes, with_stack, profile_memory, ...
+    versions: dict                 # cuda runtime/driver, cupti, hip
+    run_config: dict | None        # traceinspect.capture metadata, when present
+    base_time_ns: int | None
+    origin_us: float
+    lost_bytes: int = 0
+    dropped_events: int = 0
+
+
+class Trace:
+    """One rank's trace, ready for analysis."""
+
+    def __init__(self, meta: TraceMeta, tables: Tables, warnings: list[str]):
+        self.meta = meta
+        self.tables = tables
+        self.warnings = warnings
+        self._step_slice: slice | None = None
+
+    # --- tables (read-only views) ---------------------------------------------------------------
+    kernels = property(lambda self: self.tables.kernels)
+    memcpy = property(lambda self: self.tables.memcpy)
+    runtime = property(lambda self: self.tables.runtime)
+    cpu_ops = property(lambda self: self.tables.cpu_ops)
+    python = property(lambda self: self.tables.python)
+    gpu_annotations = property(lambda self: self.tables.gpu_annotations)
+    sync_events = property(lambda self: self.tables.sync)
+    memory = property(lambda self: self.tables.memory)
+
+    @property
+    def has_gpu(self) -> bool:
+        return len(self.kernels) > 0 or len(self.memcpy) > 0
+
+    @property
+    def has_cpu(self) -> bool:
+        return len(self.cpu_ops) > 0 or len(self.runtime) > 0
+
+    @property
+    def is_rocm(self) -> bool:
+        if self.meta.versions.get("hip_runtime_version") is not None:
+            return True
+        rt = self.runtime
+        if len(rt):
+            cats = pd.Categorical(rt["name"]).categories
+            return any(str(c).startswith("hip") for c in cats)
+        return any(d.is_rocm for d in self.meta.devices)
+
+    @cached_property
+    def device_id(self) -> int | None:
+        """The GPU this rank drives: the device with the most kernel time."""
+        k = self.kernels
+        if len(k):
+            return int(k.groupby("device")["dur_us"].sum().idxmax())
+        if len(self.memcpy):
+            return int(self.memcpy["device"].iloc[0])
+        return None
+
+    @cached_property
+    def device(self) -> DeviceInfo | None:
+        did = self.device_id
+        for d in self.meta.devices:
+            if d.id == did:
+                return d
+        if did is None:
+            return None
+        if self.meta.devices and len(self.meta.devices) == 1:
+            return self.meta.devices[0]
+        return DeviceInfo(id=did, name="unknown GPU", compute_major=None, compute_minor=None,
+                          num_sms=None, total_mem_bytes=None, is_rocm=self.is_rocm, peaks=None)
+
+    # --- steps ------------------------------------------------------------------------------------
+    @cached_property
+    def all_steps(self) -> tuple[pd.DataFrame, str]:
+        return find_steps(self.tables)
+
+    @property
+    def step_source(self) -> str:
+        return self.all_steps[1]
+
+    @cached_property
+    def steps(self) -> pd.DataFrame:
+        st = self.all_steps[0]
+        if self._step_slice is not None:
+            st = st.iloc[self._step_slice].reset_index(drop=True)
+        return st
+
+    def select_steps(self, spec: str | None) -> None:
+        """--steps A:B: a Python slice over the steps in time order (e.g. '1:' skips the first)."""
+        if not spec:
+            return
+        try:
+            parts = [int(p) if p.strip() else None for p in spec.split(":")]
+            if len(parts) == 1:
+                parts = [parts[0], (parts[0] + 1) if parts[0] != -1 else None]
+            sl = slice(*parts[:3])
+        except ValueError:
+            raise UsageError(f"--steps {spec!r}: expected A:B, e.g. 1:4 or 2:") from None
+        n = len(self.all_steps[0])
+        if len(range(n)[sl]) == 0:
+            raise UsageError(f"--steps {spec!r} selects no step: the trace has {n} steps (0..{n - 1})")
+        self._step_slice = sl
+        self.__dict__.pop("steps", None)
+        self.__dict__.pop("timeline", None)
+
+    @cached_property
+    def timeline(self) -> Timeline:
+        return build_timeline(self.tables, self.steps, self.device_id)
+
+    @property
+    def window_us(self) -> float:
+        return float(self.steps["dur_us"].sum())
+
+    # --- helpers for detectors ----------------------------------------------------------------------
+    def shapes(self, raw) -> list | None:
+        """Decode one op's `Input Dims` (kept undecoded in the tables)."""
+        if raw is None:
+            return None
+        try:
+            return msgspec.json.decode(raw)
+        except msgspec.DecodeError:
+            return None
+
+    def track(self, row, kind: str) -> str:
+        if kind in ("kernel", "memcpy"):
+            return f"GPU {int(row.device)} stream {int(row.stream)}"
+        return f"CPU thread {int(row.tid)}"
+
+    @cached_property
+    def main_tid(self) -> int | None:
+        """The host thread that launches most GPU work (the training loop)."""
+        rt = self.runtime
+        if len(rt):
+            return int(rt["tid"].value_counts().idxmax())
+        ops = self.cpu_ops
+        if len(ops):
+            return int(ops.groupby("tid")["dur_us"].sum().idxmax())
+        return None
+
+
+def find_steps(tables: Tables) -> tuple[pd.DataFrame, str]:
+    """Steps from ProfilerStep#N; else between Optimizer.step ends; else the whole window."""
+    ops = tables.cpu_ops
+    cols = ["step", "start_us", "end_us", "dur_us"]
+    if len(ops):
+        names = ops["name"].astype(str)
+        is_step = names.str.startswith("ProfilerStep#")
+        if is_step.any():
+            st = ops[is_step].copy()
+            st["step"] = names[is_step].str.slice(len("ProfilerStep#")).astype(int)
+            st = st.sort_values(["step", "dur_us"]).drop_duplicates("step", keep="last")
+            st = st.sort_values("ts_us")
+            df = pd.DataFrame({"step": st["step"].to_numpy(), "start_us": st["ts_us"].to_numpy(),
+                               "end_us": st["end_us"].to_numpy()})
+            df["dur_us"] = df["end_us"] - df["start_us"]
+            return df[df["dur_us"] > 0].reset_index(drop=True)[cols], "ProfilerStep"
+        is_opt = names.str.startswith("Optimizer.step#")
+        if is_opt.sum() >= 2:
+            ends = np.sort(ops.loc[is_opt, "end_us"].to_numpy())
+            df = pd.DataFrame({"step": np.arange(1, len(ends)), "start_us": ends[:-1], "end_us": ends[1:]})
+            df["dur_us"] = df["end_us"] - df["start_us"]
+            return df[cols], "optimizer steps"
+    lo, hi = _extent(tables)
+    return pd.DataFrame({"step": [0], "start_us": [lo], "end_us": [hi], "dur_us": [hi - lo]})[cols], "whole trace"
+
+
+def _extent(tables: Tables) -> tuple[float, float]:
+    los, his = [], []
+    for df in (tables.kernels, tables.memcpy, tables.cpu_ops, tables.runtime):
+        if len(df):
+            los.append(df["ts_us"].min())
+            his.append(df["end_us"].max())
+    if not los:
+        return 0.0, 0.0
+    return float(min(los)), float(max(his))
+
+
+def _devices(doc, is_rocm_hint: bool) -> list[DeviceInfo]:
+    out = []
+    for p in doc.deviceProperties or []:
+        if not isinstance(p, dict):
+            continue
+        name = str(p.get("name", "unknown GPU"))
+        major = p.get("computeMajor")
+        is_rocm = is_rocm_hint or "AMD" in name or "Instinct" in name or "gfx" in name.lower()
+        out.append(DeviceInfo(
+            id=int(p.get("id", len(out))), name=name,
+            compute_major=int(major) if isinstance(major, int) else None,
+            compute_minor=int(p["computeMinor"]) if isinstance(p.get("computeMinor"), int) else None,
+            num_sms=p.get("numSms") if isinstance(p.get("numSms"), int) else None,
+            total_mem_bytes=p.get("totalGlobalMem") if isinstance(p.get("totalGlobalMem"), int) else None,
+            is_rocm=is_rocm,
+            peaks=peaks_for(name, major if (isinstance(major, int) and not is_rocm) else None)))
+    return out
+
+
+def _rank(doc, path: str, warnings: list[str], warn_default: bool) -> tuple[int, str, int | None]:
+    di = doc.distributedInfo
+    if isinstance(di, dict) and isinstance(di.get("rank"), int):
+        ws = di.get("world_size")
+        return di["rank"], "distributedInfo", ws if isinstance(ws, int) else None
+    m = None
+    for m in _RANK_IN_NAME.finditer(os.path.basename(path)):
+        pass
+    if m:
+        return int(m.group(1)), "file name", None
+    if warn_default:
+        warnings.append(f"{os.path.basename(path)}: no rank in distributedInfo or in the file name; assumed rank 0")
+    return 0, "default", None
+
+
+def from_loaded(loaded: _load.Loaded, *, warn_default_rank: bool = False) -> Trace:
+    tables = build_tables(loaded.events)
+    loaded.events = []  # the structs are no longer needed; let them go before analysis
+    doc = loaded.doc
+    warnings = list(loaded.warnings) + tables.warnings
+    rank, rank_source, world = _rank(doc, loaded.path, warnings, warn_default_rank)
+    versions = {k: getattr(doc, k) for k in ("cuda_runtime_version", "cuda_driver_version", "cupti_version",
+                                             "hip_runtime_version", "roctracer_version")
+                if getattr(doc, k) is not None}
+    hip = versions.get("hip_runtime_version") is not None
+    if not hip and len(tables.runtime):
+        hip = any(str(c).startswith("hip") for c in pd.Categorical(tables.runtime["name"]).categories)
+    profiler = {k: bool(getattr(doc, k)) for k in ("record_shapes", "with_stack", "profile_memory",
+                                                   "with_modules", "with_flops")}
+    run_config = doc.traceinspect if isinstance(doc.traceinspect, dict) else None
+    if doc.traceinspect is not None and run_config is None:
+        warnings.append("the trace's 'traceinspect' metadata is not an object; it was ignored")
+    meta = TraceMeta(path=loaded.path, file_bytes=loaded.file_bytes, json_bytes=loaded.json_bytes,
+                     n_events=tables.n_events, rank=rank, rank_source=rank_source, world_size=world,
+                     devices=_devices(doc, hip), profiler=profiler, versions=versions,
+                     run_config=run_config, base_time_ns=doc.baseTimeNanoseconds,
+                     origin_us=tables.origin_us, lost_bytes=loaded.lost_bytes,
+                     dropped_events=loaded.dropped_events)
+    trace = Trace(meta, tables, warnings)
+    _quality_checks(trace)
+    return trace
+
+
+def _quality_checks(trace: Trace) -> None:
+    """Data-quality warnings that do not stop analysis."""
+    if trace.meta.n_events == 0:
+        trace.warnings.append("the trace has no events")
+    elif not trace.has_gpu and not trace.has_cpu:
+        trace.warnings.append("no CPU ops, runtime calls or GPU activity were found: nothing to analyse")
+    elif not trace.has_gpu:
+        trace.warnings.append("CPU-only trace: no GPU kernels or copies; GPU analyses are skipped")
+    elif not trace.has_cpu:
+        trace.warnings.append("GPU-only trace: no CPU ops or runtime calls; idle time cannot be attributed to host activity")
+    k = trace.kernels
+    if len(k) > 1:
+        overl = 0
+        for (_, _), g in k.groupby(["device", "stream"], sort=False):
+            if len(g) < 2:
+                continue
+            ts = g["ts_us"].to_numpy()
+            end = g["end_us"].to_numpy()
+            overl += int(np.sum(ts[1:] < np.maximum.accumulate(end)[:-1] - 0.01))
+        if overl:
+            trace.warnings.append(f"{overl} kernels overlap an earlier kernel on the same stream "
+                                  "(clock skew or a profiler bug); busy time uses their union")
+
+
+def load_trace(path: str | os.PathLike, *, warn_default_rank: bool = False) -> Trace:
+    return from_loaded(_load.load_file(path), warn_default_rank=warn_default_rank)

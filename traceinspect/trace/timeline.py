@@ -1,0 +1,163 @@
+"""GPU busy/idle per device and per step, and what the host was doing during each idle gap.
+
+Owns the breakdown every report opens with. Each microsecond of a step window lands in exactly one
+category, so the parts sum to the step time. Must not judge causes beyond labelling idle time.
+
+Idle attribution, in priority order, for each idle gap of the device:
+  dataloader  the host thread was inside a DataLoader `__next__` span;
+  sync        the host was blocked in a synchronising call (cudaStreamSynchronize, cudaDeviceSynchronize,
+              cudaEventSynchronize, blocking cudaMemcpy, hip* twins) when the GPU went idle, or during it:
+              the GPU drained its queue and waits for the host to relaunch;
+  launch      the next GPU op was launched only after the GPU went idle (the host was late) and the gap
+              is short (<= LAUNCH_GAP_MAX_US): per-op CPU dispatch + launch overhead;
+  cpu         the host was late and the gap is longer: other CPU work (Python, CPU-side optimizer,
+              logging) between launches;
+  unknown     no host information (GPU-only trace), or the next op had been queued before the GPU
+              went idle (cross-stream dependency).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from . import intervals as iv
+
+LAUNCH_GAP_MAX_US = 100.0     # HTA's launch-delay cutoff; longer host-late gaps are "cpu"
+SYNC_GRACE_US = 20.0          # a gap starting this soon after a sync returned is the sync's drain
+
+BUSY_PARTS = ("compute", "comm", "memcpy")
+IDLE_PARTS = ("idle_dataloader", "idle_sync", "idle_launch", "idle_cpu", "idle_unknown")
+PARTS = BUSY_PARTS + IDLE_PARTS
+
+SYNC_CALLS = {
+    "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
+    "cudaMemcpy2D", "cudaMemset", "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize",
+    "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize", "hipMemcpy",
+    "hipMemcpyWithStream", "hipMemset", "hipCtxSynchronize",
+}
+_COMM = re.compile(r"nccl|rccl|cross_device_reduce|all_reduce|allreduce|all_gather|allgather|"
+                   r"reduce_scatter|alltoall|all_to_all|SendRecv", re.IGNORECASE)
+_DATALOADER = re.compile(r"^enumerate\((DataLoader|DataPipe)\)#")
+
+
+def is_comm_kernel(names: pd.Series) -> np.ndarray:
+    cats = pd.Categorical(names)
+    flags = np.array([bool(_COMM.search(str(c))) for c in cats.categories], dtype=bool)
+    codes = cats.codes
+    return np.where(codes >= 0, flags[np.maximum(codes, 0)] if flags.size else False, False)
+
+
+def is_dataloader(names: pd.Series) -> np.ndarray:
+    cats = pd.Categorical(names)
+    flags = np.array([bool(_DATALOADER.match(str(c))) for c in cats.categories], dtype=bool)
+    codes = cats.codes
+    return np.where(codes >= 0, flags[np.maximum(codes, 0)] if flags.size else False, False)
+
+
+@dataclass
+class Timeline:
+    device: int | None
+    lo_us: float
+    hi_us: float
+    sets: dict = field(default_factory=dict)         # part -> interval set
+    per_step: pd.DataFrame = None                      # one row per step, *_us columns per part
+    gaps: pd.DataFrame = None                          # idle pieces: start_us, end_us, dur_us, cause
+
+    def total(self, part: str) -> float:
+        return iv.total(self.sets[part])
+
+
+def build_timeline(tables, steps: pd.DataFrame, device: int | None) -> Timeline:
+    lo = float(steps["start_us"].min())
+    hi = float(steps["end_us"].max())
+    tl = Timeline(device=device, lo_us=lo, hi_us=hi)
+    k = tables.kernels
+    m = tables.memcpy
+    if device is not None:
+        k = k[k["device"] == device]
+        m = m[m["device"] == device]
+    comm_mask = is_comm_kernel(k["name"]) if len(k) else np.zeros(0, dtype=bool)
+    kc = k[~comm_mask]
+    kn = k[comm_mask]
+    compute = iv.clip(iv.union(kc["ts_us"], kc["end_us"]), lo, hi)
+    comm_all = iv.clip(iv.union(kn["ts_us"], kn["end_us"]), lo, hi)
+    kernels_all = iv.clip(iv.union(k["ts_us"], k["end_us"]), lo, hi)
+    copies = iv.clip(iv.union(m["ts_us"], m["end_us"]), lo, hi)
+    comm = iv.subtract(comm_all, compute)
+    mem = iv.subtract(copies, kernels_all)
+    busy = iv.union(np.concatenate((kernels_all[0], copies[0])), np.concatenate((kernels_all[1], copies[1])))
+    gaps = iv.complement(busy, lo, hi)
+
+    idle = _classify_gaps(tables, gaps, k, m, lo, hi, device is not None)
+    tl.sets = {"compute": compute, "comm": comm, "memcpy": mem, **idle}
+
+    st = steps.reset_index(drop=True)
+    out = {"step": st["step"].to_numpy(), "start_us": st["start_us"].to_numpy(),
+           "end_us": st["end_us"].to_numpy(), "dur_us": st["dur_us"].to_numpy()}
+    for part in PARTS:
+        out[f"{part}_us"] = iv.per_window(tl.sets[part], st["start_us"].to_numpy(), st["end_us"].to_numpy())
+    tl.per_step = pd.DataFrame(out)
+
+    rows = []
+    for part in IDLE_PARTS:
+        s, e = tl.sets[part]
+        rows.append(pd.DataFrame({"start_us": s, "end_us": e, "dur_us": e - s, "cause": part[5:]}))
+    tl.gaps = pd.concat(rows, ignore_index=True).sort_values("start_us", kind="stable").reset_index(drop=True)
+    return tl
+
+
+def _classify_gaps(tables, gaps, k, m, lo, hi, has_gpu) -> dict:
+    out = {p: iv.EMPTY for p in IDLE_PARTS}
+    if gaps[0].size == 0:
+        return out
+    if not has_gpu:
+        out["idle_unknown"] = gaps
+        return out
+    ops = tables.cpu_ops
+    dl = ops[is_dataloader(ops["name"])] if len(ops) else ops
+    dl_set = iv.union(dl["ts_us"], dl["end_us"]) if len(dl) else iv.EMPTY
+    rt = tables.runtime
+    sync_rt = rt[rt["name"].isin(list(SYNC_CALLS))] if len(rt) else rt
+    sync_set = iv.union(sync_rt["ts_us"], sync_rt["end_us"]) if len(sync_rt) else iv.EMPTY
+    sync_grace = iv.union(sync_rt["ts_us"], sync_rt["end_us"] + SYNC_GRACE_US) if len(sync_rt) else iv.EMPTY
+
+    out["idle_dataloader"] = iv.intersect(gaps, dl_set)
+    rest = iv.subtract(gaps, dl_set)
+
+    if sync_set[0].size:
+        whole = iv.contains(sync_grace, rest[0])
+        drained = (rest[0][whole], rest[1][whole])
+        other = (rest[0][~whole], rest[1][~whole])
+        during = iv.intersect(other, sync_set)
+        out["idle_sync"] = iv.union(np.concatenate((drained[0], during[0])), np.concatenate((drained[1], during[1])))
+        rest = iv.subtract(other, sync_set)
+
+    if rest[0].size == 0:
+        return out
+    if len(rt) == 0:
+        out["idle_unknown"] = rest
+        return out
+    # the GPU op that ends each gap, and when the host launched it
+    g_ts = np.concatenate((k["ts_us"].to_numpy(), m["ts_us"].to_numpy()))
+    g_launch = np.concatenate((k["launch_ts_us"].to_numpy(), m["launch_ts_us"].to_numpy()))
+    order = np.argsort(g_ts, kind="stable")
+    g_ts, g_launch = g_ts[order], g_launch[order]
+    gap_idx = np.searchsorted(gaps[0], rest[0], side="right") - 1
+    gap_start = gaps[0][gap_idx]
+    gap_end = gaps[1][gap_idx]
+    nxt = np.searchsorted(g_ts, gap_end - 1e-6, side="left")
+    has_next = nxt < g_ts.size
+    launch = np.full(rest[0].size, np.nan)
+    launch[has_next] = g_launch[nxt[has_next]]
+    late = launch > gap_start
+    dur = rest[1] - rest[0]
+    is_launch = late & (dur <= LAUNCH_GAP_MAX_US)
+    is_cpu = late & ~is_launch
+    unknown = ~late
+    out["idle_launch"] = (rest[0][is_launch], rest[1][is_launch])
+    out["idle_cpu"] = (rest[0][is_cpu], rest[1][is_cpu])
+    out["idle_unknown"] = (rest[0][unknown], rest[1][unknown])
+    return out
