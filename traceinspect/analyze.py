@@ -13,7 +13,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from .detectors import ALL
+from . import detectors as registry
 from .detectors.base import Context, Detector, window_label
 from .errors import DetectorFailed, TraceError, UsageError
 from .findings import Failure, Finding, Skipped
@@ -33,8 +33,9 @@ PART_LABELS = {
 }
 
 
-def run_detectors(trace: Trace, detectors: Sequence[type[Detector]] = ALL, *, strict: bool = False):
+def run_detectors(trace: Trace, detectors: Sequence[type[Detector]] | None = None, *, strict: bool = False):
     ctx = Context.of(trace)
+    detectors = registry.ALL if detectors is None else detectors
     findings: list[Finding] = []
     skipped: list[Skipped] = []
     failures: list[Failure] = []
@@ -53,7 +54,7 @@ def run_detectors(trace: Trace, detectors: Sequence[type[Detector]] = ALL, *, st
     return findings, skipped, failures
 
 
-def analyze(trace: Trace, *, strict: bool = False, detectors: Sequence[type[Detector]] = ALL) -> Report:
+def analyze(trace: Trace, *, strict: bool = False, detectors: Sequence[type[Detector]] | None = None) -> Report:
     findings, skipped, failures = run_detectors(trace, detectors, strict=strict) if trace.has_gpu or trace.has_cpu else ([], [], [])
     return Report(trace=_trace_section(trace), steps=_steps_section(trace),
                   breakdown=_breakdown(trace), findings=findings, skipped=skipped, failures=failures,

@@ -77,7 +77,7 @@ class Detector:
     code: ClassVar[str]
     name: ClassVar[str]
     summary: ClassVar[str]
-    # builders (names of functions in tests/builders.py) it must fire on / stay silent on
+    # builders it must fire on / stay silent on, as "module.function" in tests/ (e.g. "builders.build_healthy")
     fires_on: ClassVar[tuple[str, ...]] = ()
     silent_on: ClassVar[tuple[str, ...]] = ()
 

@@ -63,8 +63,8 @@ class DataloaderStall(Detector):
     code = "TI104"
     name = "dataloader-stall"
     summary = "GPU idle while the host waits for the next batch from the DataLoader"
-    fires_on = ("build_dataloader_stall",)
-    silent_on = ("build_healthy", "build_launch_bound")
+    fires_on = ("builders.build_dataloader_stall",)
+    silent_on = ("builders.build_healthy", "builders.build_launch_bound")
 
     min_frac: float = option(0.03, "minimum share of the step time the GPU idles in the DataLoader")
 

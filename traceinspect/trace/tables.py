@@ -229,9 +229,9 @@ def build_tables(events: list[Event]) -> Tables:
         top = ", ".join(f"{k} ({v})" for k, v in sorted(unknown_cats.items(), key=lambda kv: -kv[1])[:5])
         warnings.append(f"events of unrecognised categories were ignored: {top}")
 
-    for df in (kernels, memcpy, runtime, cpu_ops, gpu_annotations, python, sync):
-        df.sort_values("ts_us", inplace=True, kind="stable")
-        df.reset_index(drop=True, inplace=True)
+    kernels, memcpy, runtime, cpu_ops, gpu_annotations, python, sync = (
+        df.sort_values("ts_us", kind="stable").reset_index(drop=True)
+        for df in (kernels, memcpy, runtime, cpu_ops, gpu_annotations, python, sync))
 
     _link(kernels, runtime, cpu_ops)
     _link(memcpy, runtime, cpu_ops)
