@@ -172,7 +172,7 @@ def _top_kernels(trace: Trace, n: int = 10) -> list[dict]:
 def analyze_file(path: str, steps: str | None = None, strict: bool = False,
                  warn_default_rank: bool = False) -> dict:
     """Pure function: one trace file -> report dict (what a process pool or Dask maps)."""
-    trace = load_trace(path, warn_default_rank=warn_default_rank)
+    trace = load_trace(path, warn_default_rank=warn_default_rank, jobs=1)  # ranks are the parallel unit
     trace.select_steps(steps)
     return analyze(trace, strict=strict).to_dict()
 

@@ -106,7 +106,7 @@ def build_report(path: str, *, rank: str | None = None, steps: str | None = None
     from .trace.model import load_trace
     paths = _trace_paths(path)
     if len(paths) == 1:
-        trace = load_trace(paths[0])
+        trace = load_trace(paths[0], jobs=jobs)
         trace.select_steps(steps)
         report = analyze(trace, strict=strict)
         if rank not in (None, "all") and int(rank) != report.trace["rank"]:
@@ -134,7 +134,7 @@ _FORMATS = ["text", "md", "json", "html"]
 @click.option("--fail-on", type=float, default=None,
               help="Exit 1 if a finding loses at least this fraction of the step time (e.g. 0.1).")
 @click.option("--strict", is_flag=True, help="Exit 4 if a detector fails instead of reporting the failure.")
-@click.option("-j", "--jobs", type=int, default=None, help="Processes for a directory of rank files (default: cores).")
+@click.option("-j", "--jobs", type=int, default=None, help="Worker processes: rank files in parallel, or chunks of one large file (default: cores).")
 @click.option("--assets", default=None, type=click.Path(), help="With --format md: also write charts as image files here.")
 @click.option("--tensorboard", "tb_logdir", default=None, type=click.Path(),
               help="Also write the report and key numbers into a TensorBoard event file in this directory.")
@@ -169,6 +169,42 @@ def analyze(path, fmt, output, rank, steps, fail_on, strict, jobs, assets, tb_lo
         click.echo(f"fail-on: {worst.name} loses {100 * worst.time_lost_frac:.1f}% of the step time "
                    f"(threshold {100 * fail_on:.1f}%)", err=True)
         sys.exit(EXIT_FINDING)
+
+
+def _report_or_trace(path: str, steps: str | None):
+    """One side of `diff`: a saved JSON report as it is, anything else analysed as a trace."""
+    from .diff import load_saved_report
+    if not Path(path).exists():
+        raise TraceError(path, "no such file or directory", hint="check the path")
+    saved = load_saved_report(path)
+    return saved if saved is not None else build_report(path, steps=steps)
+
+
+@cli.command()
+@click.argument("before", type=click.Path())
+@click.argument("after", type=click.Path())
+@click.option("-f", "--format", "fmt", type=click.Choice(_FORMATS), default=None,
+              help="Output format (default: from -o's extension, else text).")
+@click.option("-o", "--output", default=None, help="Write the comparison to this file instead of stdout.")
+@click.option("--steps", default=None, help="Steps to analyse in each trace (not in saved reports), e.g. '1:'.")
+@click.option("--fail-on-regression", "fail_pct", type=float, default=None, metavar="PCT",
+              help="Exit 1 if the median step time got more than PCT percent slower and, with 2+ steps "
+                   "on each side, more than the step-to-step noise (2 standard errors).")
+def diff(before, after, fmt, output, steps, fail_pct):
+    """Compare two runs: each a trace, or a report saved with 'analyze --format json -o x.json'."""
+    from .diff import diff as diff_reports
+    from .render.diff import DIFF_RENDERERS
+    if fail_pct is not None and fail_pct < 0:
+        raise UsageError("--fail-on-regression takes a percentage >= 0, e.g. 5 for 5%")
+    d = diff_reports(_report_or_trace(before, steps), _report_or_trace(after, steps))
+    render, _ = DIFF_RENDERERS[_choose_format(fmt, output)]
+    width = shutil.get_terminal_size((100, 24)).columns if not output else 100
+    _write(render(d, width=width), output)
+    if fail_pct is not None:
+        gate = d.regression(fail_pct)
+        click.echo(gate.message, err=True)
+        if gate.regressed:
+            sys.exit(EXIT_FINDING)
 
 
 @cli.command()

@@ -1,8 +1,8 @@
 """Path -> decoded Kineto document: gzip sniffing, typed msgspec decoding, truncated-file recovery.
 
 Owns reading bytes and decoding JSON; builds no tables (tables.py) and never prints.
-Events are decoded straight into slotted msgspec structs; `args` only keeps the keys the analyses
-use (unknown keys are skipped by the decoder, shapes stay undecoded `Raw` slices).
+Events are decoded straight into slotted msgspec structs; `args` keeps only the keys analyses use
+(every other key is skipped by the decoder; shapes stay undecoded `Raw` slices).
 """
 from __future__ import annotations
 
@@ -23,7 +23,9 @@ _EMPTY_RAW = Raw(b"")
 
 
 class Args(Struct, gc=False):
-    """The subset of `args` that analyses read. Spellings differ by Kineto era (see SIGNATURES.md 1.4)."""
+    """The subset of `args` that analyses read, for every category at once: one typed pass over the
+    file skips every other key (call stacks, strides, ...) without building objects for it.
+    Spellings differ by Kineto era (SIGNATURES.md 1.4). Shapes stay undecoded (`Raw`)."""
 
     correlation: Union[int, None] = None
     external_id: Union[int, None] = msgspec.field(default=None, name="External id")
@@ -35,16 +37,12 @@ class Args(Struct, gc=False):
     nbytes: Union[int, float, None] = msgspec.field(default=None, name="bytes")
     grid: Union[list, None] = None
     block: Union[list, None] = None
+    collective: Union[str, None] = msgspec.field(default=None, name="Collective name")
     input_dims: Raw = msgspec.field(default=_EMPTY_RAW, name="Input Dims")
     input_dims_old: Raw = msgspec.field(default=_EMPTY_RAW, name="Input dims")
     input_type: Raw = msgspec.field(default=_EMPTY_RAW, name="Input type")
-    concrete_inputs: Raw = msgspec.field(default=_EMPTY_RAW, name="Concrete Inputs")
-    collective: Union[str, None] = msgspec.field(default=None, name="Collective name")
-    # metadata events (ph == "M"): process_name / thread_name carry {"name": ...}
-    name: Union[str, None] = None
-    labels: Union[str, None] = None
-    # [memory] instants (profile_memory=True)
-    mem_bytes: Union[int, float, None] = msgspec.field(default=None, name="Bytes")
+    name: Union[str, None] = None          # ph "M" events: process_name / thread_name
+    mem_bytes: Union[int, float, None] = msgspec.field(default=None, name="Bytes")   # [memory] instants
     total_allocated: Union[int, float, None] = msgspec.field(default=None, name="Total Allocated")
     total_reserved: Union[int, float, None] = msgspec.field(default=None, name="Total Reserved")
     device_type: Union[int, None] = msgspec.field(default=None, name="Device Type")
@@ -104,6 +102,7 @@ class Loaded:
     warnings: list[str] = field(default_factory=list)
     lost_bytes: int = 0             # bytes discarded from a truncated file
     dropped_events: int = 0         # events that could not be decoded at all
+    partials: list | None = None    # columns extracted chunk by chunk (streaming path), else None
 
 
 def read_bytes(path: Path, warnings: list[str]) -> tuple[bytes, int]:
@@ -205,12 +204,17 @@ def _decode_lenient(path: str, data: bytes, is_array: bool, warnings: list[str])
             pass
         try:
             obj = _ANY_DECODER.decode(raw)
-            if isinstance(obj, dict) and isinstance(obj.get("args"), dict):
-                a = obj["args"]
-                for k in ("Input Dims", "Input dims", "Input type", "Concrete Inputs"):
-                    if k in a:
-                        a[k] = Raw(msgspec.json.encode(a[k]))
-            events.append(msgspec.convert(obj, Event, strict=False))
+            args = obj.pop("args", None) if isinstance(obj, dict) else None
+            ev = msgspec.convert(obj, Event, strict=False)
+            if isinstance(args, dict):
+                for k in ("Input Dims", "Input dims", "Input type"):
+                    if k in args:
+                        args[k] = Raw(msgspec.json.encode(args[k]))
+                try:
+                    ev.args = msgspec.convert(args, Args, strict=False)
+                except (msgspec.ValidationError, TypeError):
+                    ev.args = None
+            events.append(ev)
         except (msgspec.DecodeError, msgspec.ValidationError, TypeError, ValueError):
             try:
                 obj = _ANY_DECODER.decode(raw)
@@ -259,7 +263,7 @@ def decode(path: str, data: bytes, file_bytes: int, warnings: list[str]) -> Load
             doc = Document()
         warnings.append(
             f"the file is truncated: the last {lost} bytes (an incomplete event and everything after "
-            f"it) were discarded; {len(events)} complete events were recovered")
+            f"it) were discarded; every complete event before the cut was kept")
     if not is_array and not events:
         # distinguish "no traceEvents key" from an empty list
         if b'"traceEvents"' not in data[: min(len(data), 1 << 16)] and b'"traceEvents"' not in data:

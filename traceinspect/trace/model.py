@@ -4,6 +4,7 @@ Owns step detection and device/rank identification. Detectors read a Trace and n
 """
 from __future__ import annotations
 
+import gc
 import os
 import re
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ import pandas as pd
 from ..errors import TraceError, UsageError
 from . import load as _load
 from .hardware import Peaks, peaks_for
-from .tables import Tables, build_tables
+from .tables import Tables, assemble, extract
 from .timeline import Timeline, build_timeline
 
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
@@ -265,8 +266,9 @@ def _rank(doc, path: str, warnings: list[str], warn_default: bool) -> tuple[int,
 
 
 def from_loaded(loaded: _load.Loaded, *, warn_default_rank: bool = False) -> Trace:
-    tables = build_tables(loaded.events)
+    tables = assemble(loaded.partials if loaded.partials is not None else [extract(loaded.events)])
     loaded.events = []  # the structs are no longer needed; let them go before analysis
+    loaded.partials = None
     doc = loaded.doc
     warnings = list(loaded.warnings) + tables.warnings
     rank, rank_source, world = _rank(doc, loaded.path, warnings, warn_default_rank)
@@ -316,5 +318,25 @@ def _quality_checks(trace: Trace) -> None:
                                   "(clock skew or a profiler bug); busy time uses their union")
 
 
-def load_trace(path: str | os.PathLike, *, warn_default_rank: bool = False) -> Trace:
-    return from_loaded(_load.load_file(path), warn_default_rank=warn_default_rank)
+PARALLEL_MIN_BYTES = 48 << 20   # below this, worker processes cost more than they save
+
+
+def load_trace(path: str | os.PathLike, *, warn_default_rank: bool = False, jobs: int | None = None) -> Trace:
+    """Load one trace file. jobs: processes that parse chunks (default: cores, for large files)."""
+    from .stream import load_streaming
+    if jobs is None:
+        try:
+            size = Path(path).stat().st_size
+            with open(path, "rb") as f:
+                gz = f.read(2) == _load.GZIP_MAGIC
+        except OSError:
+            size, gz = 0, False
+        big = size * (8 if gz else 1) >= PARALLEL_MIN_BYTES
+        jobs = min(os.cpu_count() or 1, 4) if big else 1
+    was = gc.isenabled()
+    gc.disable()  # millions of short-lived objects, no cycles: the collector only costs time here
+    try:
+        return from_loaded(load_streaming(path, jobs=jobs), warn_default_rank=warn_default_rank)
+    finally:
+        if was:
+            gc.enable()

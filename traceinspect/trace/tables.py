@@ -36,21 +36,6 @@ CATEGORY = {
 _MEMCPY_NAME = re.compile(r"Memcpy (\w+) \(([\w ]+) -> ([\w ]+)\)")
 
 
-def _names(values: list[str]) -> pd.Categorical:
-    return pd.Categorical(values)
-
-
-def _ints(values, default=-1) -> np.ndarray:
-    return np.array([default if v is None else v for v in values], dtype=np.int64)
-
-
-def _ext_id(a) -> int:
-    if a is None:
-        return -1
-    v = a.external_id if a.external_id is not None else a.external_id_old
-    return -1 if v is None else v
-
-
 @dataclass
 class Tables:
     kernels: pd.DataFrame
@@ -61,29 +46,11 @@ class Tables:
     python: pd.DataFrame
     sync: pd.DataFrame
     memory: pd.DataFrame
-    flows: pd.DataFrame
+    n_flows: int
     thread_names: dict
     origin_us: float          # absolute ts of the earliest event; every *_us column is relative to it
     n_events: int
     warnings: list
-
-
-def _gpu_device(e: Event) -> int:
-    a = e.args
-    if a is not None and a.device is not None:
-        return a.device
-    return e.pid if isinstance(e.pid, int) else 0
-
-
-def _stream(e: Event) -> int:
-    a = e.args
-    if a is not None and a.stream is not None:
-        return a.stream
-    t = e.tid
-    if isinstance(t, int):
-        return t
-    m = re.search(r"(\d+)", t)
-    return int(m.group(1)) if m else 0
 
 
 def _tid(t) -> int:
@@ -96,149 +63,241 @@ def _tid(t) -> int:
         return int(m.group(1)) if m else -1
 
 
-def _pid(p) -> int:
-    return p if isinstance(p, int) else _tid(p)
+def _id_column(values: list) -> np.ndarray:
+    """pid/tid/stream columns: ints in current traces, strings ('25738', 'stream 7') in 2021 ones."""
+    try:
+        return np.array(values, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        memo: dict = {}
+        out = []
+        for v in values:
+            r = memo.get(v)
+            if r is None:
+                r = memo[v] = _tid(v)
+            out.append(r)
+        return np.array(out, dtype=np.int64)
 
 
-def build_tables(events: list[Event]) -> Tables:
-    warnings: list[str] = []
+def _opt(values: list, fallback: np.ndarray | None = None, default: int = -1) -> np.ndarray:
+    """An optional int column; None -> the fallback column's value, else default."""
+    if fallback is None:
+        return np.array([default if v is None else v for v in values], dtype=np.int64)
+    return np.array([f if v is None else v for v, f in zip(values, fallback.tolist())], dtype=np.int64)
+
+
+def _ext(args: list) -> np.ndarray:
+    return np.array([-1 if a is None else (a.external_id if a.external_id is not None else
+                                           (-1 if a.external_id_old is None else a.external_id_old))
+                     for a in args], dtype=np.int64)
+
+
+def _grid_product(lists: list) -> np.ndarray:
+    try:
+        arr = np.array([g if g is not None else (0, 0, 0) for g in lists], dtype=np.int64)
+        if arr.ndim == 2 and arr.shape[0]:
+            return arr.prod(axis=1)
+    except (TypeError, ValueError):
+        pass
+    return np.array([_prod(g) for g in lists], dtype=np.int64)
+
+
+# A "partial" holds the columns of one chunk of events: {kind: {column: array}} plus counters. Chunks
+# are extracted independently (possibly in worker processes) and assembled once; names are factorised
+# per chunk as (codes, uniques) so that only compact arrays cross process boundaries.
+
+def _factor(values: list[str]) -> tuple[np.ndarray, list]:
+    codes, uniques = pd.factorize(np.array(values, dtype=object), use_na_sentinel=False)
+    return codes.astype(np.int64), list(uniques)
+
+
+def extract(events: list[Event]) -> dict:
+    """One chunk of decoded events -> plain columns per table (times still absolute)."""
     buckets: dict[str, list[Event]] = {k: [] for k in set(CATEGORY.values())}
-    thread_names: dict = {}
-    unknown_cats: dict[str, int] = {}
-    no_dur = 0
-    neg_dur = 0
+    thread_meta: list[Event] = []
+    unknown: dict[str, int] = {}
+    no_dur = neg_dur = 0
+    cat_of: dict[str, str | None] = {}
     for e in events:
         ph = e.ph
         if ph == "X":
-            kind = CATEGORY.get(e.cat.lower())
+            c = e.cat
+            kind = cat_of.get(c, 0)
+            if kind == 0:
+                kind = cat_of[c] = CATEGORY.get(c.lower())
             if kind is None:
-                if e.cat:
-                    unknown_cats[e.cat] = unknown_cats.get(e.cat, 0) + 1
+                if c:
+                    unknown[c] = unknown.get(c, 0) + 1
                 continue
-            if e.dur is None:
+            d = e.dur
+            if d is None:
                 no_dur += 1
-                continue
-            if e.dur < 0:
+            elif d < 0:
                 neg_dur += 1
-                continue
-            buckets[kind].append(e)
-        elif ph in ("s", "f"):
-            kind = CATEGORY.get(e.cat.lower())
-            if kind == "flow":
-                buckets["flow"].append(e)
+            else:
+                buckets[kind].append(e)
+        elif ph == "s" or ph == "f":
+            buckets["flow"].append(e)
         elif ph == "i" or ph == "I":
             if e.name == "[memory]":
                 buckets["instant"].append(e)
-        elif ph == "M":
-            if e.name == "thread_name" and e.args is not None and e.args.name:
-                thread_names[(_pid(e.pid), _tid(e.tid))] = e.args.name
+        elif ph == "M" and e.name == "thread_name":
+            thread_meta.append(e)
+
+    def base(evs: list[Event]) -> dict:
+        return {"ts_us": np.array([e.ts for e in evs], dtype=np.float64),
+                "dur_us": np.array([e.dur for e in evs], dtype=np.float64),
+                "name": _factor([e.name for e in evs])}
+
+    def gpu(evs: list[Event], args: list) -> dict:
+        pids = _id_column([e.pid if isinstance(e.pid, int) else 0 for e in evs])
+        tids = _id_column([e.tid for e in evs])
+        return {"device": _opt([a.device if a is not None else None for a in args], pids),
+                "stream": _opt([a.stream if a is not None else None for a in args], tids),
+                "correlation": _opt([a.correlation if a is not None else None for a in args]),
+                "external_id": _ext(args)}
+
+    def host(evs: list[Event]) -> dict:
+        return {"pid": _id_column([e.pid for e in evs]), "tid": _id_column([e.tid for e in evs])}
+
+    out: dict = {}
+    kev = buckets["kernel"]
+    ka = [e.args for e in kev]
+    out["kernel"] = {**base(kev), **gpu(kev, ka),
+                     "grid_blocks": _grid_product([a.grid if a is not None else None for a in ka]),
+                     "block_threads": _grid_product([a.block if a is not None else None for a in ka]),
+                     "collective": np.array([a.collective if a is not None else None for a in ka], dtype=object)}
+    mev = buckets["memcpy"] + buckets["memset"]
+    ma = [e.args for e in mev]
+    out["memcpy"] = {**base(mev), **gpu(mev, ma),
+                     "bytes": np.array([(a.nbytes or 0) if a is not None else 0 for a in ma], dtype=np.float64),
+                     "is_memset": np.arange(len(mev)) >= len(buckets["memcpy"])}
+    gev = buckets["gpu_annotation"]
+    out["gpu_annotation"] = {**base(gev), **gpu(gev, [e.args for e in gev])}
+    sev = buckets["sync"]
+    out["sync"] = {**base(sev), **gpu(sev, [e.args for e in sev])}
+    rev = buckets["runtime"]
+    ra = [e.args for e in rev]
+    out["runtime"] = {**base(rev), **host(rev),
+                      "correlation": _opt([a.correlation if a is not None else None for a in ra]),
+                      "external_id": _ext(ra),
+                      "cbid": _opt([(a.cbid if a.cbid is not None else a.cid) if a is not None else None for a in ra])}
+    cev = buckets["cpu_op"] + buckets["annotation"]
+    ca = [e.args for e in cev]
+    out["cpu_op"] = {**base(cev), **host(cev), "external_id": _ext(ca),
+                     "is_annotation": np.arange(len(cev)) >= len(buckets["cpu_op"]),
+                     # shapes stay undecoded bytes; Trace.shapes decodes one op's on demand
+                     "input_dims_raw": np.array(
+                         [None if a is None else (bytes(a.input_dims) if len(a.input_dims) else
+                                                  (bytes(a.input_dims_old) if len(a.input_dims_old) else None))
+                          for a in ca], dtype=object),
+                     "input_type_raw": np.array(
+                         [None if a is None or not len(a.input_type) else bytes(a.input_type) for a in ca],
+                         dtype=object)}
+    pev = buckets["python"]
+    out["python"] = {**base(pev), **host(pev)}
+    iev = buckets["instant"]
+    ia = [e.args for e in iev]
+    out["memory"] = {
+        "ts_us": np.array([e.ts for e in iev], dtype=np.float64),
+        "bytes": np.array([(a.mem_bytes or 0) if a is not None else 0 for a in ia], dtype=np.float64),
+        "total_allocated_bytes": np.array([(a.total_allocated or 0) if a is not None else 0 for a in ia],
+                                          dtype=np.float64),
+        "total_reserved_bytes": np.array([(a.total_reserved or 0) if a is not None else 0 for a in ia],
+                                         dtype=np.float64),
+        "device_type": _opt([a.device_type if a is not None else None for a in ia]),
+    }
+    threads = {}
+    for e in thread_meta:
+        if e.args is not None and e.args.name:
+            threads[(_tid(e.pid), _tid(e.tid))] = e.args.name
+    return {"tables": out, "threads": threads, "unknown": unknown, "no_dur": no_dur, "neg_dur": neg_dur,
+            "n_flows": len(buckets["flow"]), "n_events": len(events)}
+
+
+_TIMED = ("kernel", "memcpy", "cpu_op", "runtime", "gpu_annotation", "python")
+_KINDS = ("kernel", "memcpy", "gpu_annotation", "sync", "runtime", "cpu_op", "python", "memory")
+
+
+def _concat_names(parts: list[tuple[np.ndarray, list]]) -> pd.Categorical:
+    cats = pd.Index(pd.unique(np.array([u for _, uniq in parts for u in uniq], dtype=object)))
+    if not len(cats):
+        return pd.Categorical([])
+    codes = [cats.get_indexer(pd.Index(uniq, dtype=object))[c] for c, uniq in parts if len(c)]
+    allc = np.concatenate(codes) if codes else np.empty(0, dtype=np.int64)
+    return pd.Categorical.from_codes(allc, categories=cats)
+
+
+def assemble(partials: list[dict]) -> Tables:
+    """Chunk columns -> Tables: concatenate, shift times to the earliest event, link, warn."""
+    if not partials:
+        partials = [extract([])]
+    firsts = [float(p["tables"][k]["ts_us"].min()) for p in partials for k in _TIMED
+              if len(p["tables"][k]["ts_us"])]
+    origin = min(firsts) if firsts else 0.0
+    merged: dict[str, pd.DataFrame] = {}
+    for kind in _KINDS:
+        cols = {}
+        for col in partials[0]["tables"][kind]:
+            vals = [p["tables"][kind][col] for p in partials]
+            cols[col] = _concat_names(vals) if col == "name" else np.concatenate(vals)
+        df = pd.DataFrame(cols)
+        df["ts_us"] = df["ts_us"] - origin
+        if "dur_us" in df:
+            df.insert(2, "end_us", df["ts_us"] + df["dur_us"])
+        merged[kind] = df
+
+    m = merged["memcpy"]
+    if len(m):
+        cats = m["name"].cat.categories
+        parsed = []
+        for n in cats:
+            mt = _MEMCPY_NAME.match(n)
+            parsed.append((mt.group(1), mt.group(2), mt.group(3)) if mt else
+                          ("memset" if n.startswith("Memset") else "unknown", "", ""))
+        codes = m["name"].cat.codes.to_numpy()
+        for i, col in enumerate(("kind", "src_kind", "dst_kind")):
+            per_cat = np.array([p[i] for p in parsed], dtype=object)
+            m[col] = pd.Categorical(per_cat[codes])
+    else:
+        for col in ("kind", "src_kind", "dst_kind"):
+            m[col] = pd.Categorical([])
+
+    warnings: list[str] = []
+    unknown: dict[str, int] = {}
+    threads: dict = {}
+    for p in partials:
+        for k, v in p["unknown"].items():
+            unknown[k] = unknown.get(k, 0) + v
+        threads.update(p["threads"])
+    no_dur = sum(p["no_dur"] for p in partials)
+    neg_dur = sum(p["neg_dur"] for p in partials)
     if no_dur:
         warnings.append(f"{no_dur} complete events had no 'dur' and were left out of the timeline")
     if neg_dur:
         warnings.append(f"{neg_dur} events had a negative duration and were left out of the timeline")
-
-    timed = [e.ts for k in ("kernel", "memcpy", "memset", "cpu_op", "annotation", "runtime",
-                            "gpu_annotation", "python") for e in buckets[k]]
-    origin = float(min(timed)) if timed else 0.0
-
-    def base(evs: list[Event]) -> dict:
-        ts = np.array([e.ts for e in evs], dtype=np.float64) - origin
-        dur = np.array([e.dur for e in evs], dtype=np.float64)
-        return {"ts_us": ts, "dur_us": dur, "end_us": ts + dur,
-                "name": _names([e.name for e in evs])}
-
-    # --- GPU activity -----------------------------------------------------------------------
-    kev = buckets["kernel"]
-    kernels = pd.DataFrame(base(kev))
-    kernels["device"] = np.array([_gpu_device(e) for e in kev], dtype=np.int64)
-    kernels["stream"] = np.array([_stream(e) for e in kev], dtype=np.int64)
-    kernels["correlation"] = _ints([e.args.correlation if e.args else None for e in kev])
-    kernels["external_id"] = np.array([_ext_id(e.args) for e in kev], dtype=np.int64)
-    kernels["grid_blocks"] = np.array([_prod(e.args.grid) if e.args else 0 for e in kev], dtype=np.int64)
-    kernels["block_threads"] = np.array([_prod(e.args.block) if e.args else 0 for e in kev], dtype=np.int64)
-    kernels["collective"] = [e.args.collective if e.args else None for e in kev]
-
-    mev = buckets["memcpy"] + buckets["memset"]
-    memcpy = pd.DataFrame(base(mev))
-    memcpy["device"] = np.array([_gpu_device(e) for e in mev], dtype=np.int64)
-    memcpy["stream"] = np.array([_stream(e) for e in mev], dtype=np.int64)
-    memcpy["correlation"] = _ints([e.args.correlation if e.args else None for e in mev])
-    memcpy["external_id"] = np.array([_ext_id(e.args) for e in mev], dtype=np.int64)
-    memcpy["bytes"] = np.array([(e.args.nbytes or 0) if e.args else 0 for e in mev], dtype=np.float64)
-    memcpy["is_memset"] = np.array([i >= len(buckets["memcpy"]) for i in range(len(mev))], dtype=bool)
-    kinds, srcs, dsts = [], [], []
-    for e in mev:
-        m = _MEMCPY_NAME.match(e.name)
-        if m:
-            kinds.append(m.group(1)); srcs.append(m.group(2)); dsts.append(m.group(3))
-        else:
-            kinds.append("memset" if e.name.startswith("Memset") else "unknown"); srcs.append(""); dsts.append("")
-    memcpy["kind"] = pd.Categorical(kinds)
-    memcpy["src_kind"] = pd.Categorical(srcs)
-    memcpy["dst_kind"] = pd.Categorical(dsts)
-
-    gev = buckets["gpu_annotation"]
-    gpu_annotations = pd.DataFrame(base(gev))
-    gpu_annotations["device"] = np.array([_gpu_device(e) for e in gev], dtype=np.int64)
-
-    # --- host side ----------------------------------------------------------------------------
-    rev = buckets["runtime"]
-    runtime = pd.DataFrame(base(rev))
-    runtime["pid"] = np.array([_pid(e.pid) for e in rev], dtype=np.int64)
-    runtime["tid"] = np.array([_tid(e.tid) for e in rev], dtype=np.int64)
-    runtime["correlation"] = _ints([e.args.correlation if e.args else None for e in rev])
-    runtime["external_id"] = np.array([_ext_id(e.args) for e in rev], dtype=np.int64)
-    runtime["cbid"] = _ints([(e.args.cbid if e.args.cbid is not None else e.args.cid) if e.args else None for e in rev])
-
-    cev = buckets["cpu_op"] + buckets["annotation"]
-    cpu_ops = pd.DataFrame(base(cev))
-    cpu_ops["pid"] = np.array([_pid(e.pid) for e in cev], dtype=np.int64)
-    cpu_ops["tid"] = np.array([_tid(e.tid) for e in cev], dtype=np.int64)
-    cpu_ops["external_id"] = np.array([_ext_id(e.args) for e in cev], dtype=np.int64)
-    cpu_ops["is_annotation"] = np.array([i >= len(buckets["cpu_op"]) for i in range(len(cev))], dtype=bool)
-    # shapes stay undecoded (msgspec.Raw); trace.shapes decodes them on demand
-    cpu_ops["input_dims_raw"] = pd.Series([_dims_raw(e.args) for e in cev], dtype=object)
-    cpu_ops["input_type_raw"] = pd.Series([e.args.input_type if e.args else None for e in cev], dtype=object)
-
-    pev = buckets["python"]
-    python = pd.DataFrame(base(pev))
-    python["pid"] = np.array([_pid(e.pid) for e in pev], dtype=np.int64)
-    python["tid"] = np.array([_tid(e.tid) for e in pev], dtype=np.int64)
-
-    sev = buckets["sync"]
-    sync = pd.DataFrame(base(sev))
-    sync["device"] = np.array([_gpu_device(e) for e in sev], dtype=np.int64)
-
-    iev = buckets["instant"]
-    memory = pd.DataFrame({
-        "ts_us": np.array([e.ts for e in iev], dtype=np.float64) - origin,
-        "bytes": np.array([(e.args.mem_bytes or 0) if e.args else 0 for e in iev], dtype=np.float64),
-        "total_allocated_bytes": np.array([(e.args.total_allocated or 0) if e.args else 0 for e in iev], dtype=np.float64),
-        "total_reserved_bytes": np.array([(e.args.total_reserved or 0) if e.args else 0 for e in iev], dtype=np.float64),
-        "device_type": _ints([e.args.device_type if e.args else None for e in iev]),
-    })
-
-    fev = buckets["flow"]
-    flows = pd.DataFrame({
-        "id": [e.id for e in fev],
-        "ph": pd.Categorical([e.ph for e in fev]),
-        "ts_us": np.array([e.ts for e in fev], dtype=np.float64) - origin,
-    })
-
-    if unknown_cats:
-        top = ", ".join(f"{k} ({v})" for k, v in sorted(unknown_cats.items(), key=lambda kv: -kv[1])[:5])
+    if unknown:
+        top = ", ".join(f"{k} ({v})" for k, v in sorted(unknown.items(), key=lambda kv: -kv[1])[:5])
         warnings.append(f"events of unrecognised categories were ignored: {top}")
 
     kernels, memcpy, runtime, cpu_ops, gpu_annotations, python, sync = (
-        df.sort_values("ts_us", kind="stable").reset_index(drop=True)
-        for df in (kernels, memcpy, runtime, cpu_ops, gpu_annotations, python, sync))
-
+        _sorted(merged[k]) for k in ("kernel", "memcpy", "runtime", "cpu_op", "gpu_annotation", "python", "sync"))
     _link(kernels, runtime, cpu_ops)
     _link(memcpy, runtime, cpu_ops)
     return Tables(kernels=kernels, memcpy=memcpy, runtime=runtime, cpu_ops=cpu_ops,
-                  gpu_annotations=gpu_annotations, python=python, sync=sync, memory=memory,
-                  flows=flows, thread_names=thread_names, origin_us=origin, n_events=len(events),
-                  warnings=warnings)
+                  gpu_annotations=gpu_annotations, python=python, sync=sync, memory=merged["memory"],
+                  n_flows=sum(p["n_flows"] for p in partials), thread_names=threads, origin_us=origin,
+                  n_events=sum(p["n_events"] for p in partials), warnings=warnings)
+
+
+def build_tables(events: list[Event]) -> Tables:
+    return assemble([extract(events)])
+
+
+def _sorted(df: pd.DataFrame) -> pd.DataFrame:
+    ts = df["ts_us"].to_numpy()
+    if ts.size < 2 or bool(np.all(ts[1:] >= ts[:-1])):
+        return df
+    return df.sort_values("ts_us", kind="stable").reset_index(drop=True)
 
 
 def _prod(v) -> int:
@@ -251,16 +310,6 @@ def _prod(v) -> int:
         except (TypeError, ValueError):
             return 0
     return p
-
-
-def _dims_raw(a):
-    if a is None:
-        return None
-    if len(a.input_dims):
-        return a.input_dims
-    if len(a.input_dims_old):
-        return a.input_dims_old
-    return None
 
 
 def _link(gpu: pd.DataFrame, runtime: pd.DataFrame, cpu_ops: pd.DataFrame) -> None:
