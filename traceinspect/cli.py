@@ -98,6 +98,31 @@ def _trace_paths(path: str) -> list[str]:
     return [str(p)]
 
 
+class _Progress:
+    """A one-line progress bar on stderr, only when stderr is a terminal and the work is long."""
+
+    def __init__(self, label: str, enabled: bool):
+        self.label = label
+        self.enabled = enabled and sys.stderr.isatty()
+        self.last = -1
+
+    def __call__(self, frac: float) -> None:
+        if not self.enabled:
+            return
+        pct = int(frac * 100)
+        if pct == self.last:
+            return
+        self.last = pct
+        bar = "#" * (pct // 4)
+        sys.stderr.write(f"\r{self.label[:40]:<40} [{bar:<25}] {pct:3d}%")
+        sys.stderr.flush()
+
+    def done(self) -> None:
+        if self.enabled and self.last >= 0:
+            sys.stderr.write("\r" + " " * 75 + "\r")
+            sys.stderr.flush()
+
+
 def build_report(path: str, *, rank: str | None = None, steps: str | None = None, strict: bool = False,
                  jobs: int | None = None, scheduler: str | None = None):
     """PATH (file or directory of rank files) -> Report."""
@@ -106,7 +131,12 @@ def build_report(path: str, *, rank: str | None = None, steps: str | None = None
     from .trace.model import load_trace
     paths = _trace_paths(path)
     if len(paths) == 1:
-        trace = load_trace(paths[0], jobs=jobs)
+        big = Path(paths[0]).stat().st_size > (20 << 20)
+        bar = _Progress(f"reading {Path(paths[0]).name}", big)
+        try:
+            trace = load_trace(paths[0], jobs=jobs, progress=bar)
+        finally:
+            bar.done()
         trace.select_steps(steps)
         report = analyze(trace, strict=strict)
         if rank not in (None, "all") and int(rank) != report.trace["rank"]:

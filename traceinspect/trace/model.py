@@ -321,8 +321,10 @@ def _quality_checks(trace: Trace) -> None:
 PARALLEL_MIN_BYTES = 48 << 20   # below this, worker processes cost more than they save
 
 
-def load_trace(path: str | os.PathLike, *, warn_default_rank: bool = False, jobs: int | None = None) -> Trace:
-    """Load one trace file. jobs: processes that parse chunks (default: cores, for large files)."""
+def load_trace(path: str | os.PathLike, *, warn_default_rank: bool = False, jobs: int | None = None,
+               progress=None) -> Trace:
+    """Load one trace file. jobs: processes that parse chunks (default: cores, for large files);
+    progress: an optional callable taking the fraction of the file read so far."""
     from .stream import load_streaming
     if jobs is None:
         try:
@@ -336,7 +338,7 @@ def load_trace(path: str | os.PathLike, *, warn_default_rank: bool = False, jobs
     was = gc.isenabled()
     gc.disable()  # millions of short-lived objects, no cycles: the collector only costs time here
     try:
-        return from_loaded(load_streaming(path, jobs=jobs), warn_default_rank=warn_default_rank)
+        return from_loaded(load_streaming(path, jobs=jobs, progress=progress), warn_default_rank=warn_default_rank)
     finally:
         if was:
             gc.enable()

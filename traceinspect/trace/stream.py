@@ -34,15 +34,26 @@ _BOUNDARY = re.compile(rb'\}\s*,\s*\{\s*"')
 _KEY = b'"traceEvents"'
 
 
-def _blocks(path: Path, warnings: list[str]) -> Iterator[bytes]:
-    """Decompressed bytes of the file in blocks; gzip is sniffed from the magic number."""
+def _blocks(path: Path, warnings: list[str], progress=None) -> Iterator[bytes]:
+    """Decompressed bytes of the file in blocks; gzip is sniffed from the magic number.
+    progress(fraction of the file read) is called as blocks are read, when given."""
     f = open(path, "rb")
+    if progress is not None:
+        size = max(1, os.fstat(f.fileno()).st_size)
+        raw_read = f.read
+
+        def read(n):
+            b = raw_read(n)
+            progress(min(1.0, f.tell() / size))
+            return b
+    else:
+        read = f.read
     with f:
-        first = f.read(BLOCK_BYTES)
+        first = read(BLOCK_BYTES)
         if first[:2] != L.GZIP_MAGIC:
             while first:
                 yield first
-                first = f.read(BLOCK_BYTES)
+                first = read(BLOCK_BYTES)
             return
         d = zlib.decompressobj(wbits=31)
         data = first
@@ -61,13 +72,13 @@ def _blocks(path: Path, warnings: list[str]) -> Iterator[bytes]:
                 produced += len(out)
                 yield out
             if d.eof:
-                rest = d.unused_data + f.read(BLOCK_BYTES // 8)
+                rest = d.unused_data + read(BLOCK_BYTES // 8)
                 if rest[:2] == L.GZIP_MAGIC:  # another gzip member follows
                     d = zlib.decompressobj(wbits=31)
                     data = rest
                     continue
                 return
-            data = f.read(BLOCK_BYTES // 8)
+            data = read(BLOCK_BYTES // 8)
             if not data:
                 tail = d.flush()
                 if tail:
@@ -122,7 +133,7 @@ def _parse_chunk(chunk: bytes) -> dict:
             gc.enable()
 
 
-def load_streaming(path: str | os.PathLike, jobs: int = 1) -> L.Loaded:
+def load_streaming(path: str | os.PathLike, jobs: int = 1, progress=None) -> L.Loaded:
     p = Path(path)
     if not p.exists():
         raise TraceError(str(p), "no such file or directory", hint="check the path")
@@ -133,7 +144,7 @@ def load_streaming(path: str | os.PathLike, jobs: int = 1) -> L.Loaded:
         raise TraceError(str(p), "the file is empty (0 bytes)",
                          hint="the profiler probably crashed before writing; capture the trace again")
     warnings: list[str] = []
-    blocks = _threaded(_blocks(p, warnings))
+    blocks = _threaded(_blocks(p, warnings, progress))
     buf = b""
     json_bytes = 0
     # 1. find the start of the events array; small or odd files take the whole-buffer path

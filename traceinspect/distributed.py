@@ -1,0 +1,31 @@
+"""Optional Dask backend: map the per-rank analysis (a pure function file -> report dict) over a
+Dask cluster; the reduction into one report stays local (analyze.reduce_ranks).
+
+Install with `pip install 'traceinspect[dask]'`; use with `traceinspect analyze DIR --scheduler ADDRESS`.
+The files must be readable at the same paths on the workers (a shared filesystem).
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+from .errors import UsageError
+
+
+def dask_mapper(address: str) -> Callable:
+    try:
+        from distributed import Client
+    except ImportError:
+        raise UsageError("--scheduler needs the optional extra: pip install 'traceinspect[dask]'") from None
+
+    def mapper(fn: Callable, items: Iterable) -> list:
+        try:
+            client = Client(address, timeout="10s")
+        except OSError as e:
+            raise UsageError(f"--scheduler {address}: cannot connect ({e})") from None
+        try:
+            futures = client.map(fn, list(items), pure=False)
+            return client.gather(futures)
+        finally:
+            client.close()
+
+    return mapper
