@@ -38,6 +38,10 @@ class Args(Struct, gc=False):
     grid: Union[list, None] = None
     block: Union[list, None] = None
     collective: Union[str, None] = msgspec.field(default=None, name="Collective name")
+    in_msg_nelems: Union[int, None] = msgspec.field(default=None, name="In msg nelems")
+    out_msg_nelems: Union[int, None] = msgspec.field(default=None, name="Out msg nelems")
+    group_size: Union[int, None] = msgspec.field(default=None, name="Group size")
+    dtype: Union[str, None] = None
     input_dims: Raw = msgspec.field(default=_EMPTY_RAW, name="Input Dims")
     input_dims_old: Raw = msgspec.field(default=_EMPTY_RAW, name="Input dims")
     input_type: Raw = msgspec.field(default=_EMPTY_RAW, name="Input type")

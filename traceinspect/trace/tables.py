@@ -165,7 +165,12 @@ def extract(events: list[Event]) -> dict:
     out["kernel"] = {**base(kev), **gpu(kev, ka),
                      "grid_blocks": _grid_product([a.grid if a is not None else None for a in ka]),
                      "block_threads": _grid_product([a.block if a is not None else None for a in ka]),
-                     "collective": np.array([a.collective if a is not None else None for a in ka], dtype=object)}
+                     "collective": np.array([a.collective if a is not None else None for a in ka], dtype=object),
+                     # NCCL kernels launched under record_param_comms (SIGNATURES.md 1.4)
+                     "in_msg_nelems": _opt([a.in_msg_nelems if a is not None else None for a in ka]),
+                     "out_msg_nelems": _opt([a.out_msg_nelems if a is not None else None for a in ka]),
+                     "group_size": _opt([a.group_size if a is not None else None for a in ka]),
+                     "comm_dtype": np.array([a.dtype if a is not None else None for a in ka], dtype=object)}
     mev = buckets["memcpy"] + buckets["memset"]
     ma = [e.args for e in mev]
     out["memcpy"] = {**base(mev), **gpu(mev, ma),
@@ -334,9 +339,18 @@ def _link(gpu: pd.DataFrame, runtime: pd.DataFrame, cpu_ops: pd.DataFrame) -> No
     op_idx = np.full(n, -1, dtype=np.int64)
     if n and len(cpu_ops):
         ops = cpu_ops[(cpu_ops["external_id"] >= 0) & ~cpu_ops["is_annotation"]]
-        m = pd.Series(ops.index.values, index=ops["external_id"].values)
-        m = m[~m.index.duplicated(keep="last")]
-        op_idx = m.reindex(ext).fillna(-1).to_numpy(dtype=np.int64)
+        # External ids can repeat across threads (autograd threads, old Kineto): prefer the op on the
+        # launching thread, then any op with that id
+        by_tid = pd.Series(ops.index.values, index=pd.MultiIndex.from_arrays([ops["tid"].values, ops["external_id"].values]))
+        by_tid = by_tid[~by_tid.index.duplicated(keep="last")]
+        any_tid = pd.Series(ops.index.values, index=ops["external_id"].values)
+        any_tid = any_tid[~any_tid.index.duplicated(keep="last")]
+        op_idx = any_tid.reindex(ext).fillna(-1).to_numpy(dtype=np.int64)
+        if len(runtime) and ok.any():
+            ltid = runtime["tid"].to_numpy()[np.maximum(launch_idx, 0)]
+            keyed = by_tid.reindex(pd.MultiIndex.from_arrays([ltid, ext])).to_numpy()
+            use = ok & ~np.isnan(keyed.astype(float))
+            op_idx = np.where(use, np.nan_to_num(keyed.astype(float), nan=-1).astype(np.int64), op_idx)
     gpu["op_idx"] = op_idx
     names = cpu_ops["name"].astype(object).to_numpy() if len(cpu_ops) else np.array([], dtype=object)
     gpu["op_name"] = pd.Categorical([names[i] if i >= 0 else "" for i in op_idx]) if n else pd.Categorical([])

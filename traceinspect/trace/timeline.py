@@ -6,8 +6,10 @@ category, so the parts sum to the step time. Must not judge causes beyond labell
 Idle attribution, in priority order, for each idle gap of the device:
   dataloader  the host thread was inside a DataLoader `__next__` span;
   sync        the host was blocked in a synchronising call (cudaStreamSynchronize, cudaDeviceSynchronize,
-              cudaEventSynchronize, blocking cudaMemcpy, hip* twins) when the GPU went idle, or during it:
-              the GPU drained its queue and waits for the host to relaunch;
+              cudaEventSynchronize, blocking cudaMemcpy, hip* twins), or had returned from one at most
+              SYNC_RELAUNCH_US earlier: the GPU drained its queue and waits for the host to relaunch.
+              Idle beyond that allowance is classified like any other gap (a long CPU step after a
+              sync is CPU work, not the sync's cost);
   launch      the next GPU op was launched only after the GPU went idle (the host was late) and the gap
               is short (<= LAUNCH_GAP_MAX_US): per-op CPU dispatch + launch overhead;
   cpu         the host was late and the gap is longer: other CPU work (Python, CPU-side optimizer,
@@ -26,7 +28,7 @@ import pandas as pd
 from . import intervals as iv
 
 LAUNCH_GAP_MAX_US = 100.0     # HTA's launch-delay cutoff; longer host-late gaps are "cpu"
-SYNC_GRACE_US = 20.0          # a gap starting this soon after a sync returned is the sync's drain
+SYNC_RELAUNCH_US = LAUNCH_GAP_MAX_US  # after a sync returns, this much idle is the drain's relaunch cost
 
 BUSY_PARTS = ("compute", "comm", "memcpy")
 IDLE_PARTS = ("idle_dataloader", "idle_sync", "idle_launch", "idle_cpu", "idle_unknown")
@@ -121,19 +123,14 @@ def _classify_gaps(tables, gaps, k, m, lo, hi, has_gpu) -> dict:
     dl_set = iv.union(dl["ts_us"], dl["end_us"]) if len(dl) else iv.EMPTY
     rt = tables.runtime
     sync_rt = rt[rt["name"].isin(list(SYNC_CALLS))] if len(rt) else rt
-    sync_set = iv.union(sync_rt["ts_us"], sync_rt["end_us"]) if len(sync_rt) else iv.EMPTY
-    sync_grace = iv.union(sync_rt["ts_us"], sync_rt["end_us"] + SYNC_GRACE_US) if len(sync_rt) else iv.EMPTY
+    sync_set = iv.union(sync_rt["ts_us"], sync_rt["end_us"] + SYNC_RELAUNCH_US) if len(sync_rt) else iv.EMPTY
 
     out["idle_dataloader"] = iv.intersect(gaps, dl_set)
     rest = iv.subtract(gaps, dl_set)
 
     if sync_set[0].size:
-        whole = iv.contains(sync_grace, rest[0])
-        drained = (rest[0][whole], rest[1][whole])
-        other = (rest[0][~whole], rest[1][~whole])
-        during = iv.intersect(other, sync_set)
-        out["idle_sync"] = iv.union(np.concatenate((drained[0], during[0])), np.concatenate((drained[1], during[1])))
-        rest = iv.subtract(other, sync_set)
+        out["idle_sync"] = iv.intersect(rest, sync_set)
+        rest = iv.subtract(rest, sync_set)
 
     if rest[0].size == 0:
         return out
