@@ -18,6 +18,7 @@ from .detectors.base import Context, Detector, window_label
 from .errors import DetectorFailed, TraceError, UsageError
 from .findings import Failure, Finding, Skipped
 from .report import Report
+from .timeline_sample import representative_step
 from .trace.model import Trace, load_trace
 from .trace.timeline import PARTS
 
@@ -59,7 +60,8 @@ def analyze(trace: Trace, *, strict: bool = False, detectors: Sequence[type[Dete
     return Report(trace=_trace_section(trace), steps=_steps_section(trace),
                   breakdown=_breakdown(trace), findings=findings, skipped=skipped, failures=failures,
                   warnings=list(trace.warnings), verdict=_verdict(trace, findings),
-                  top_kernels=_top_kernels(trace))
+                  top_kernels=_top_kernels(trace),
+                  timeline_sample=representative_step(trace) if trace.has_gpu else {})
 
 
 def _trace_section(trace: Trace) -> dict:

@@ -187,7 +187,8 @@ def analyze(path, fmt, output, rank, steps, fail_on, strict, jobs, assets, tb_lo
     width = shutil.get_terminal_size((100, 24)).columns if not output else 100
     if fmt == "md" and assets:
         from .render.markdown import render_with_assets
-        text = render_with_assets(report, assets_dir=assets)
+        text = render_with_assets(report, assets_dir=assets,
+                                  relative_to=output if output and output != "-" else None)
     else:
         text = render(report, width=width)
     _write(text, output)
@@ -204,8 +205,6 @@ def analyze(path, fmt, output, rank, steps, fail_on, strict, jobs, assets, tb_lo
 def _report_or_trace(path: str, steps: str | None):
     """One side of `diff`: a saved JSON report as it is, anything else analysed as a trace."""
     from .diff import load_saved_report
-    if not Path(path).exists():
-        raise TraceError(path, "no such file or directory", hint="check the path")
     saved = load_saved_report(path)
     return saved if saved is not None else build_report(path, steps=steps)
 

@@ -33,10 +33,11 @@ class Report:
     verdict: dict = field(default_factory=dict)
     top_kernels: list[dict] = field(default_factory=list)
     ranks: list[dict] = field(default_factory=list)   # per-rank summaries when several ranks were analysed
+    timeline_sample: dict = field(default_factory=dict)  # one representative step's intervals (optional, additive)
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "schema_version": self.schema_version,
             "tool": {"name": "traceinspect", "version": _version()},
             "trace": self.trace,
@@ -50,6 +51,9 @@ class Report:
             "top_kernels": self.top_kernels,
             "ranks": self.ranks,
         }
+        if self.timeline_sample:  # optional key: reports without it keep their exact shape
+            d["timeline_sample"] = self.timeline_sample
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Report":
@@ -62,6 +66,7 @@ class Report:
             failures=[Failure(**f) for f in d.get("failures", [])],
             warnings=list(d.get("warnings", [])), verdict=d.get("verdict", {}),
             top_kernels=d.get("top_kernels", []), ranks=d.get("ranks", []),
+            timeline_sample=d.get("timeline_sample") or {},
             schema_version=int(d.get("schema_version", SCHEMA_VERSION)))
 
 

@@ -5,6 +5,7 @@ its -o extension guess both come from here.
 """
 from __future__ import annotations
 
+from . import html as _html
 from . import json as _json
 from . import markdown as _md
 from . import text as _text
@@ -13,6 +14,7 @@ RENDERERS = {
     "text": (_text.render, ".txt"),
     "md": (_md.render, ".md"),
     "json": (_json.render, ".json"),
+    "html": (_html.render, ".html"),
 }
 
 

@@ -107,3 +107,50 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         cut = text.encode()[: MAX_BYTES - 200].decode("utf-8", "ignore")
         text = cut.rsplit("\n", 1)[0] + "\n\n_(report truncated to stay under 1 MiB)_\n"
     return text
+
+
+ASSET_FILES = (("step-breakdown.svg", "Where each step goes"), ("step-timeline.svg", "One step on the GPU"))
+
+
+def chart_assets(report) -> dict[str, str]:
+    """File name -> SVG text for the report's charts (empty when there is nothing to draw). No I/O."""
+    from . import charts
+    svgs = (charts.step_breakdown(report), charts.step_timeline(report))
+    return {name: svg for (name, _), svg in zip(ASSET_FILES, svgs) if svg}
+
+
+def render_with_assets(report, assets_dir, *, relative_to: str | None = None) -> str:
+    """The Markdown report plus its charts written as SVG files into assets_dir, linked from the text.
+
+    Links are relative to the folder of `relative_to` (the Markdown file's path) when given, else
+    assets_dir as passed. The one renderer that writes files: the CLI asked for them with --assets.
+    """
+    import os
+    from pathlib import Path
+
+    from ..errors import UsageError
+    from . import charts
+    if not charts.available():
+        raise UsageError("--assets needs matplotlib to draw the charts",
+                         hint=f"install the optional extra: {charts.INSTALL_HINT}")
+    files = chart_assets(report)
+    out = Path(assets_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, svg in files.items():
+            (out / name).write_text(svg + "\n", encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"cannot write charts into {assets_dir}: {e.strerror or e}") from None
+    text = render(report)
+    if not files:
+        return text
+    links = []
+    for name, alt in ASSET_FILES:
+        if name in files:
+            target = out / name
+            href = os.path.relpath(target, os.path.dirname(os.path.abspath(relative_to))) if relative_to else str(target)
+            links.append(f"![{alt}]({Path(href).as_posix()})")
+    head, sep, rest = text.partition("\n| where each step goes |")
+    if not sep:                      # no breakdown table: charts go at the end
+        return text.rstrip() + "\n\n" + "\n\n".join(links) + "\n"
+    return head + "\n" + "\n\n".join(links) + "\n" + sep + rest

@@ -1,0 +1,213 @@
+"""HTML report: self-contained, escaped, charts when matplotlib is there and tables when it is not.
+Also the timeline sample it draws and the Markdown --assets charts."""
+import json
+import re
+
+import pytest
+from click.testing import CliRunner
+
+from builders import ELEMENTWISE, TraceBuilder, build_dataloader_stall, build_healthy, build_launch_bound
+from traceinspect.analyze import analyze
+from traceinspect.cli import cli
+from traceinspect.render import RENDERERS, charts, format_for_path
+from traceinspect.render.html import render
+from traceinspect.render.markdown import render_with_assets
+from traceinspect.report import Report
+from traceinspect.timeline_sample import MAX_INTERVALS, _cap, _coalesce, representative_step
+from traceinspect.trace.model import load_trace
+
+needs_mpl = pytest.mark.skipif(not charts.available(), reason="matplotlib is not installed (pip install 'traceinspect[html]')")
+
+XSS_KERNEL = "<script>alert(1)</script>"
+XSS_ANNOTATION = "<img src=x onerror=alert(2)>&amp;"
+
+
+def report_of(builder, tmp_path, name="t.pt.trace.json"):
+    """What analyze() returns once the lead's hook fills timeline_sample (set here explicitly)."""
+    trace = load_trace(builder.write(tmp_path / name))
+    rep = analyze(trace)
+    rep.timeline_sample = representative_step(trace)
+    return rep
+
+
+def crafted(steps=3) -> TraceBuilder:
+    """A DataLoader stall whose kernel and annotation names carry markup."""
+    t = TraceBuilder()
+    for _ in range(steps):
+        with t.step(wait_gpu=True):
+            t.dataloader(20_000)
+            with t.span(XSS_ANNOTATION, cat="user_annotation"):
+                t.op("aten::add", kernels=[(XSS_KERNEL, 5_000), (ELEMENTWISE, 200)])
+    return t
+
+
+def embedded_json(page: str) -> dict:
+    m = re.search(r'<script type="application/json" id="traceinspect-data">(.*?)</script>', page, re.S)
+    assert m, "the report's JSON is embedded"
+    return json.loads(m.group(1))
+
+
+def test_html_is_registered_and_guessed_from_the_extension():
+    assert "html" in RENDERERS
+    assert format_for_path("out/report.html") == "html"
+
+
+def test_page_is_self_contained_and_leads_with_the_verdict(tmp_path):
+    rep = report_of(build_dataloader_stall(), tmp_path)
+    page = render(rep)
+    assert page.startswith("<!DOCTYPE html>")
+    # verdict before the breakdown and the findings
+    assert page.index('id="verdict"') < page.index('id="breakdown"') < page.index('id="findings"')
+    assert rep.verdict["top_title"] in page
+    # nothing is fetched: no external src/href, and the CSP forbids scripts and remote loads
+    assert not re.search(r'(src|href)\s*=\s*"(https?:)?//', page)
+    assert "default-src 'none'" in page
+    assert len(page.encode()) < 2 << 20
+    for section in ("kernels", "environment"):
+        assert f'id="{section}"' in page
+    assert "NVIDIA H100 80GB HBM3" in page     # the builder's GPU (tests/builders.py DEVICE_PROPS)
+
+
+def test_embedded_json_is_the_canonical_report(tmp_path):
+    rep = report_of(build_dataloader_stall(), tmp_path)
+    data = embedded_json(render(rep))
+    canonical = json.loads(RENDERERS["json"][0](rep))
+    assert data == canonical
+    assert Report.from_dict(data).timeline_sample == rep.timeline_sample
+
+
+def test_trace_names_with_markup_render_as_text(tmp_path):
+    rep = report_of(crafted(), tmp_path)
+    assert any(k["name"] == XSS_KERNEL for k in rep.top_kernels)
+    page = render(rep)
+    # the only <script> element is the inert JSON block, and no markup from the trace survives
+    assert page.count("<script") == 1
+    assert XSS_KERNEL not in page and "<img" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    # inside the JSON block "<" is \u003c, so "</script>" cannot close it early
+    assert embedded_json(page)["top_kernels"][0]["name"] == XSS_KERNEL
+
+
+@needs_mpl
+def test_charts_are_inline_svg(tmp_path):
+    page = render(report_of(build_dataloader_stall(), tmp_path))
+    for chart in ("chart-breakdown", "chart-timeline"):
+        assert re.search(f'id="{chart}"><svg', page)
+    assert "<?xml" not in page and "<!DOCTYPE svg" not in page
+
+
+def test_without_matplotlib_tables_and_a_note(tmp_path, monkeypatch):
+    monkeypatch.setattr(charts, "available", lambda: False)
+    rep = report_of(build_dataloader_stall(), tmp_path)
+    page = render(rep)
+    assert "<svg" not in page
+    assert 'id="no-charts"' in page and "traceinspect[html]" in page
+    assert "idle: waiting for the DataLoader" in page       # the breakdown table is still there
+
+
+def test_output_is_deterministic(tmp_path):
+    rep = report_of(build_healthy(), tmp_path)
+    assert render(rep) == render(rep)
+
+
+def test_cli_writes_html_from_the_extension(tmp_path):
+    trace = build_dataloader_stall().write(tmp_path / "stall.pt.trace.json.gz")
+    out = tmp_path / "r.html"
+    r = CliRunner().invoke(cli, ["analyze", str(trace), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert out.read_text().startswith("<!DOCTYPE html>")
+
+
+# --- the timeline sample -------------------------------------------------------------------------
+
+def test_representative_step_is_the_median_step(tmp_path):
+    t = TraceBuilder()
+    for load in (10_000, 40_000, 20_000):      # step lengths rank 1st, 3rd, 2nd: the median is the third step
+        with t.step(wait_gpu=True):
+            t.dataloader(load)
+            t.op("aten::add", kernels=[(ELEMENTWISE, 1_000)])
+    trace = load_trace(t.write(tmp_path / "t.json"))
+    ts = representative_step(trace)
+    assert ts["index"] == 2 and ts["step"] == 12      # builder steps are numbered from 10
+    # the DataLoader wait of that step (20 ms) shows as idle_dataloader intervals, times relative to its start
+    dl = ts["intervals"]["idle_dataloader"]
+    assert sum(b - a for a, b in dl) == pytest.approx(20_000, abs=ts["resolution_us"] * len(dl) + 1)
+    assert all(0 <= a < b <= ts["dur_us"] for part in ts["intervals"].values() for a, b in part)
+
+
+def test_representative_step_totals_match_the_breakdown(tmp_path):
+    trace = load_trace(build_dataloader_stall().write(tmp_path / "t.json"))
+    ts = representative_step(trace)
+    row = analyze(trace).steps["per_step"][ts["index"]]["breakdown_us"]
+    for part, spans in ts["intervals"].items():
+        drawn = sum(b - a for a, b in spans)
+        # merging neighbours closer than resolution_us can only add the gaps it closes
+        assert row[part] - 0.5 <= drawn <= row[part] + ts["resolution_us"] * len(spans) + 0.5
+
+
+def test_representative_step_is_empty_without_gpu(tmp_path):
+    t = TraceBuilder()
+    with t.step():
+        t.cpu(1000)
+    assert representative_step(load_trace(t.write(tmp_path / "t.json"))) == {}
+
+
+def test_timeline_sample_is_capped(tmp_path, monkeypatch):
+    import traceinspect.timeline_sample as tsm
+    monkeypatch.setattr(tsm, "PIXELS", 10**9)        # no merging, so the cap has to act
+    trace = load_trace(build_launch_bound(steps=3, kernels_per_step=2000).write(tmp_path / "t.json"))
+    ts = representative_step(trace)
+    # 2000 kernels and ~2000 launch gaps in the step: well over the cap
+    assert sum(len(v) for v in ts["intervals"].values()) == MAX_INTERVALS and ts["dropped"] > 0
+
+
+def test_coalesce_and_cap():
+    import numpy as np
+    s, e = _coalesce(np.array([0.0, 10.5, 30.0]), np.array([10.0, 20.0, 40.0]), 1.0)
+    assert s.tolist() == [0.0, 30.0] and e.tolist() == [20.0, 40.0]     # the 0.5 us gap closes, the 10 us one stays
+    parts, dropped = _cap({"a": [[0, 1], [2, 10]], "b": [[0, 5]]}, 2)
+    assert parts == {"a": [[2, 10]], "b": [[0, 5]]} and dropped == 1   # the shortest (1 us) goes
+
+
+def test_report_json_without_a_timeline_keeps_its_shape(tmp_path):
+    rep = analyze(load_trace(build_healthy().write(tmp_path / "t.json")))
+    assert "timeline_sample" not in rep.to_dict()
+    assert Report.from_dict(rep.to_dict()).timeline_sample == {}
+
+
+# --- Markdown --assets -------------------------------------------------------------------------------
+
+@needs_mpl
+def test_markdown_assets_are_written_and_linked(tmp_path):
+    rep = report_of(build_dataloader_stall(), tmp_path)
+    md = render_with_assets(rep, tmp_path / "out" / "charts", relative_to=str(tmp_path / "out" / "r.md"))
+    for name in ("step-breakdown.svg", "step-timeline.svg"):
+        assert (tmp_path / "out" / "charts" / name).read_text().startswith("<svg")
+        assert f"(charts/{name})" in md
+    assert md.index("step-breakdown.svg") < md.index("| where each step goes |")
+
+
+def test_markdown_assets_without_matplotlib_is_a_usage_error(tmp_path, monkeypatch):
+    from traceinspect.errors import UsageError
+    monkeypatch.setattr(charts, "available", lambda: False)
+    with pytest.raises(UsageError, match="matplotlib"):
+        render_with_assets(report_of(build_healthy(), tmp_path), tmp_path / "a")
+
+
+@needs_mpl
+def test_many_steps_stay_small(tmp_path):
+    t = TraceBuilder()
+    for _ in range(400):                       # more than charts.MAX_BARS: drawn as stacked areas
+        with t.step():
+            t.op("aten::add", kernels=[(ELEMENTWISE, 50)])
+    page = render(report_of(t, tmp_path))
+    assert len(page.encode()) < 2 << 20
+    assert 'id="chart-breakdown"><svg' in page
+
+
+def test_matplotlib_is_imported_only_to_draw():
+    import subprocess
+    import sys
+    code = ("import sys, traceinspect.cli, traceinspect.render, traceinspect.render.html, traceinspect.diff; "
+            "assert 'matplotlib' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)

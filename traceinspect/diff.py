@@ -1,0 +1,279 @@
+"""diff(before, after) -> ReportDiff: what changed between two Reports, and whether it is beyond noise.
+
+diff() is pure (two Reports in, one dataclass out). load_saved_report() is the one reader here: it tells
+a saved JSON report from a trace file. Renders nothing; never reads trace tables.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import TraceError
+from .report import Report
+from .trace.timeline import PARTS
+
+# The standard error of a sample median is ~sqrt(pi/2) = 1.2533 times that of the mean for
+# normally distributed step times (large-sample result; a rough but honest noise scale for 3..100 steps).
+MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)
+NOISE_SE = 2.0             # a change counts as real only beyond 2 combined standard errors (~95%)
+SAVED_REPORT_MAX_BYTES = 64 << 20
+TOP_MOVES = 10
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepStats:
+    n: int
+    median_us: float
+    mean_us: float
+    std_us: float
+    min_us: float
+    max_us: float
+    se_median_us: float | None     # None with fewer than 2 steps: no spread to measure
+    durations_us: tuple[float, ...] = ()
+
+    @staticmethod
+    def of(report: Report) -> "StepStats":
+        st = report.steps or {}
+        d = np.array([float(r["dur_us"]) for r in st.get("per_step", []) if "dur_us" in r])
+        if d.size == 0:
+            med = float(st.get("median_us", 0.0))
+            n = int(st.get("count", 0))
+            std = float(st.get("std_us", 0.0))
+            return StepStats(n=n, median_us=med, mean_us=float(st.get("mean_us", med)), std_us=std,
+                             min_us=float(st.get("min_us", med)), max_us=float(st.get("max_us", med)),
+                             se_median_us=MEDIAN_SE_FACTOR * std / math.sqrt(n) if n > 1 else None)
+        std = float(d.std(ddof=1)) if d.size > 1 else 0.0
+        return StepStats(n=int(d.size), median_us=float(np.median(d)), mean_us=float(d.mean()), std_us=std,
+                         min_us=float(d.min()), max_us=float(d.max()),
+                         se_median_us=MEDIAN_SE_FACTOR * std / math.sqrt(d.size) if d.size > 1 else None,
+                         durations_us=tuple(float(x) for x in d))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gate:
+    """The --fail-on-regression decision and the sentence that explains it."""
+
+    regressed: bool
+    message: str
+
+
+@dataclass(kw_only=True)
+class ReportDiff:
+    before: dict                       # file, window, step source, StepStats as a dict
+    after: dict
+    step_time_us: dict                 # {"before": median, "after": median}
+    speedup: float | None              # before / after median: > 1 is faster
+    change_pct: float | None           # (after - before) / before, in percent
+    noise_us: float | None             # NOISE_SE x the combined standard error of the two medians
+    significant: bool | None           # |after - before| > noise_us; None without a spread on both sides
+    breakdown: list[dict] = field(default_factory=list)     # per part: before/after per step, delta
+    resolved: list[str] = field(default_factory=list)
+    new: list[str] = field(default_factory=list)
+    persisting: list[dict] = field(default_factory=list)
+    unchecked: list[dict] = field(default_factory=list)     # found on one side, not checked on the other
+    resolved_findings: list[dict] = field(default_factory=list)
+    new_findings: list[dict] = field(default_factory=list)
+    kernels: list[dict] = field(default_factory=list)       # top kernels that moved the most per step
+    environment: list[dict] = field(default_factory=list)   # differences that make the comparison unfair
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"diff_schema_version": 1, **asdict(self)}
+
+    def regression(self, pct: float) -> Gate:
+        """Regressed when the after-median exceeds the before-median by more than pct percent AND
+        (with at least two steps on each side) by more than the step-to-step noise."""
+        b, a = self.step_time_us["before"], self.step_time_us["after"]
+        if not b:
+            return Gate(regressed=False, message="fail-on-regression: no step time before; nothing to compare")
+        delta = a - b
+        change = 100.0 * delta / b
+        head = (f"fail-on-regression: median step {b / 1e3:.2f} ms -> {a / 1e3:.2f} ms "
+                f"({change:+.1f}%, threshold +{pct:g}%)")
+        if delta <= b * pct / 100.0:
+            return Gate(regressed=False, message=f"{head}: ok")
+        if self.noise_us is None:
+            return Gate(regressed=True, message=(f"{head}: REGRESSION (fewer than 2 steps on a side, "
+                                                 "so step-to-step noise could not be taken into account)"))
+        if delta <= self.noise_us:
+            return Gate(regressed=False, message=(
+                f"{head}: within step-to-step noise ({self.noise_us / 1e3:.2f} ms = {NOISE_SE:g}x the combined "
+                f"standard error of the two medians), not counted as a regression"))
+        return Gate(regressed=True, message=(
+            f"{head}: REGRESSION (beyond the threshold and beyond step-to-step noise of "
+            f"{self.noise_us / 1e3:.2f} ms = {NOISE_SE:g}x the combined standard error of the two medians)"))
+
+
+def diff(before: Report, after: Report) -> ReportDiff:
+    sb, sa = StepStats.of(before), StepStats.of(after)
+    b, a = sb.median_us, sa.median_us
+    noise = None
+    if sb.se_median_us is not None and sa.se_median_us is not None:
+        noise = NOISE_SE * math.hypot(sb.se_median_us, sa.se_median_us)
+    fb, fa = _by_name(before), _by_name(after)
+    unchecked_after = _unchecked(after)
+    unchecked_before = _unchecked(before)
+    resolved, new, persisting, unchecked = [], [], [], []
+    for name, f in fb.items():
+        if name in fa:
+            g = fa[name]
+            persisting.append({"name": name, "code": f["code"], "title_before": f["title"], "title_after": g["title"],
+                               "time_lost_us_before": f["time_lost_us"], "time_lost_us_after": g["time_lost_us"],
+                               "time_lost_per_step_us_before": f["time_lost_per_step_us"],
+                               "time_lost_per_step_us_after": g["time_lost_per_step_us"],
+                               "change_per_step_us": g["time_lost_per_step_us"] - f["time_lost_per_step_us"]})
+        elif f["code"] in unchecked_after:
+            unchecked.append({"name": name, "side": "after", "reason": unchecked_after[f["code"]]})
+        else:
+            resolved.append(f)
+    for name, g in fa.items():
+        if name in fb:
+            continue
+        if g["code"] in unchecked_before:
+            unchecked.append({"name": name, "side": "before", "reason": unchecked_before[g["code"]]})
+        else:
+            new.append(g)
+    return ReportDiff(
+        before=_side(before, sb), after=_side(after, sa),
+        step_time_us={"before": b, "after": a},
+        speedup=(b / a) if a else None,
+        change_pct=(100.0 * (a - b) / b) if b else None,
+        noise_us=noise,
+        significant=None if noise is None else abs(a - b) > noise,
+        breakdown=_breakdown(before, after),
+        resolved=[f["name"] for f in resolved], new=[g["name"] for g in new],
+        persisting=persisting, unchecked=unchecked,
+        resolved_findings=resolved, new_findings=new,
+        kernels=_kernels(before, after, sb.n, sa.n),
+        environment=_environment(before, after),
+        warnings=_warnings(sb, sa),
+    )
+
+
+def _side(r: Report, s: StepStats) -> dict:
+    return {"file": r.trace.get("file", "?"), "window": r.trace.get("window", ""),
+            "step_source": r.steps.get("source"), "steps": asdict(s),
+            "gpu_busy_frac": (r.breakdown.get("gpu_busy") or {}).get("frac"),
+            "top_finding": r.findings[0].name if r.findings else None}
+
+
+def _by_name(r: Report) -> dict[str, dict]:
+    """Findings keyed by name (a detector may report several; their time lost adds up), worst first."""
+    out: dict[str, dict] = {}
+    for f in r.findings:
+        g = out.get(f.name)
+        if g is None:
+            out[f.name] = {"name": f.name, "code": f.code, "title": f.title, "time_lost_us": f.time_lost_us,
+                           "time_lost_per_step_us": f.time_lost_per_step_us, "time_lost_frac": f.time_lost_frac}
+        else:
+            g["time_lost_us"] += f.time_lost_us
+            g["time_lost_per_step_us"] += f.time_lost_per_step_us
+            g["time_lost_frac"] += f.time_lost_frac
+    return dict(sorted(out.items(), key=lambda kv: (-kv[1]["time_lost_us"], kv[0])))
+
+
+def _unchecked(r: Report) -> dict[str, str]:
+    out = {s.code: f"not applicable: {s.reason}" for s in r.skipped}
+    out.update({f.code: f"detector failed: {f.error}" for f in r.failures})
+    return out
+
+
+def _breakdown(before: Report, after: Report) -> list[dict]:
+    rows = []
+    for p in PARTS + ("gpu_busy",):
+        x, y = before.breakdown.get(p), after.breakdown.get(p)
+        if not x and not y:
+            continue
+        x, y = x or {}, y or {}
+        bu, au = float(x.get("per_step_us", 0.0)), float(y.get("per_step_us", 0.0))
+        rows.append({"part": p, "label": x.get("label") or y.get("label") or p,
+                     "before_us": bu, "after_us": au, "delta_us": au - bu,
+                     "before_frac": float(x.get("frac", 0.0)), "after_frac": float(y.get("frac", 0.0))})
+    return rows
+
+
+def _kernels(before: Report, after: Report, nb: int, na: int) -> list[dict]:
+    """Per-step kernel time of the kernels in either top list; a kernel outside one list is None there
+    (it may still have run, below the cut), so its delta is None rather than a made-up number."""
+    kb = {k["name"]: k for k in before.top_kernels}
+    ka = {k["name"]: k for k in after.top_kernels}
+    rows = []
+    for name in dict.fromkeys(list(kb) + list(ka)):
+        x, y = kb.get(name), ka.get(name)
+        bu = x["total_us"] / nb if x and nb else None
+        au = y["total_us"] / na if y and na else None
+        rows.append({"name": name, "before_us_per_step": bu, "after_us_per_step": au,
+                     "delta_us_per_step": (au - bu) if bu is not None and au is not None else None,
+                     "calls_before": x["count"] if x else None, "calls_after": y["count"] if y else None})
+    rows.sort(key=lambda r: (-abs(r["delta_us_per_step"] if r["delta_us_per_step"] is not None
+                                  else (r["before_us_per_step"] or r["after_us_per_step"] or 0.0)), r["name"]))
+    return rows[:TOP_MOVES]
+
+
+def _environment(before: Report, after: Report) -> list[dict]:
+    tb, ta = before.trace, after.trace
+    gb, ga = tb.get("gpu") or {}, ta.get("gpu") or {}
+    checks = [
+        ("GPU", gb.get("name"), ga.get("name"), "different hardware: step times are not comparable"),
+        ("GPU architecture", gb.get("arch"), ga.get("arch"), "different hardware"),
+        ("GPUs in trace", tb.get("gpu_count_in_trace"), ta.get("gpu_count_in_trace"), "a different device setup"),
+        ("rank", tb.get("rank"), ta.get("rank"), "different ranks can do different work"),
+        ("world size", tb.get("world_size"), ta.get("world_size"), "a different parallel setup"),
+        ("step source", before.steps.get("source"), after.steps.get("source"),
+         "steps were found differently, so a 'step' may not cover the same work"),
+        ("framework", tb.get("framework"), ta.get("framework"), "a different training loop"),
+        ("ranks analysed", len(before.ranks) or 1, len(after.ranks) or 1,
+         "one side is a multi-rank reduction (its slowest rank) and the other a single rank"),
+        ("report schema", before.schema_version, after.schema_version, "reports from different traceinspect versions"),
+    ]
+    for key in sorted(set(tb.get("versions") or {}) | set(ta.get("versions") or {})):
+        checks.append((f"version: {key}", (tb.get("versions") or {}).get(key), (ta.get("versions") or {}).get(key),
+                       "a different software stack"))
+    for key in sorted(set(tb.get("profiler") or {}) | set(ta.get("profiler") or {})):
+        checks.append((f"profiler option: {key}", (tb.get("profiler") or {}).get(key),
+                       (ta.get("profiler") or {}).get(key),
+                       "profiler options change its overhead (record_shapes, with_stack and profile_memory slow steps)"))
+    return [{"field": f, "before": x, "after": y, "why": why} for f, x, y, why in checks if x != y]
+
+
+def _warnings(sb: StepStats, sa: StepStats) -> list[str]:
+    out = []
+    for side, s in (("before", sb), ("after", sa)):
+        if s.n == 0:
+            out.append(f"{side}: no steps were found; step times cannot be compared")
+        elif s.n < 3:
+            out.append(f"{side}: only {s.n} step(s); the noise estimate is unreliable (capture more active steps)")
+    return out
+
+
+# --- reading one side of `traceinspect diff` --------------------------------------------------------
+
+def is_saved_report(doc: Any) -> bool:
+    """A JSON object written by `traceinspect analyze --format json` (not a Kineto trace)."""
+    return isinstance(doc, dict) and "schema_version" in doc and "findings" in doc and "traceEvents" not in doc
+
+
+def load_saved_report(path: str | Path) -> Report | None:
+    """The Report saved in `path`, or None when `path` is not a saved report (then it is a trace)."""
+    p = Path(path)
+    if not p.is_file() or p.stat().st_size > SAVED_REPORT_MAX_BYTES:
+        return None
+    data = p.read_bytes()
+    if data[:2] == b"\x1f\x8b" or b'"traceEvents"' in data:   # gzip or Kineto: a trace
+        return None
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return None                    # let the trace loader say what is wrong with the file
+    if not is_saved_report(doc):
+        return None
+    try:
+        return Report.from_dict(doc)
+    except (ValueError, TypeError, KeyError) as e:
+        raise TraceError(str(path), f"looks like a saved traceinspect report but cannot be read ({type(e).__name__}: {e})",
+                         hint="write it again with: traceinspect analyze TRACE --format json -o report.json") from None

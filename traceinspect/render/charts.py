@@ -1,0 +1,160 @@
+"""Charts as SVG text (matplotlib, imported lazily, object API only: no pyplot, no global state).
+
+Every function returns an SVG string or None when matplotlib is not installed or there is nothing to
+draw. No file I/O here (markdown.render_with_assets writes the files). Output is deterministic.
+"""
+from __future__ import annotations
+
+import importlib.util
+import io
+import re
+
+from .common import BREAKDOWN_ORDER
+
+INSTALL_HINT = "pip install 'traceinspect[html]'"
+
+# one colour per part, shared by every chart and the HTML legend swatches (colour-blind-safe-ish:
+# busy parts are cool colours, idle causes warm ones, unattributed grey)
+COLORS = {
+    "compute": "#4c72b0",
+    "comm": "#8172b3",
+    "memcpy": "#64b5cd",
+    "idle_dataloader": "#dd8452",
+    "idle_sync": "#c44e52",
+    "idle_launch": "#ccb974",
+    "idle_cpu": "#937860",
+    "idle_unknown": "#b8b8b8",
+}
+SHORT = {
+    "compute": "compute", "comm": "communication", "memcpy": "memcpy/memset",
+    "idle_dataloader": "idle: DataLoader", "idle_sync": "idle: sync", "idle_launch": "idle: launch",
+    "idle_cpu": "idle: CPU work", "idle_unknown": "idle: unattributed",
+}
+BUSY = ("compute", "comm", "memcpy")
+MAX_BARS = 120             # more steps than this are drawn as stacked areas
+
+
+def available() -> bool:
+    return importlib.util.find_spec("matplotlib") is not None
+
+
+def step_breakdown(report) -> str | None:
+    """Stacked bars: each analysed step's time split into the breakdown parts (ms)."""
+    rows = [r for r in report.steps.get("per_step", []) if r.get("breakdown_us")]
+    if not rows or not available():
+        return None
+    fig, ax = _figure(8.6, 3.4)
+    x = list(range(len(rows)))
+    series = [(p, [float(r["breakdown_us"].get(p, 0.0)) / 1e3 for r in rows]) for p in BREAKDOWN_ORDER]
+    series = [(p, vals) for p, vals in series if any(vals)]
+    if len(rows) > MAX_BARS:
+        # one polygon per part instead of one rectangle per step and part keeps the SVG small
+        ax.stackplot(x, *[vals for _, vals in series], colors=[COLORS[p] for p, _ in series],
+                     labels=[SHORT[p] for p, _ in series], linewidth=0)
+    else:
+        bottom = [0.0] * len(rows)
+        for p, vals in series:
+            ax.bar(x, vals, bottom=bottom, color=COLORS[p], label=SHORT[p], width=0.8 if len(rows) > 1 else 0.4,
+                   linewidth=0)
+            bottom = [b + v for b, v in zip(bottom, vals)]
+    step_every = max(1, len(rows) // 20)
+    ax.set_xticks(x[::step_every])
+    ax.set_xticklabels([f"#{rows[i]['step']}" for i in x[::step_every]])
+    ax.set_xlabel("step")
+    ax.set_ylabel("ms per step")
+    _legend(ax)
+    return _svg(fig, "breakdown")
+
+
+def step_timeline(report) -> str | None:
+    """One representative step as two lanes: GPU busy by kind of work, GPU idle by cause (ms)."""
+    ts = report.timeline_sample or {}
+    iv = ts.get("intervals") or {}
+    if not iv or not available():
+        return None
+    fig, ax = _figure(8.6, 2.6)
+    lanes = {"GPU busy": 1, "GPU idle": 0}
+    for p in BREAKDOWN_ORDER:
+        spans = iv.get(p)
+        if not spans:
+            continue
+        y = lanes["GPU busy"] if p in BUSY else lanes["GPU idle"]
+        # a minimum width of ~1/1000 of the step keeps sub-pixel kernels visible
+        w = max(float(ts.get("dur_us", 0.0)) / 1e3 / 1000, 1e-6)
+        ax.broken_barh([(a / 1e3, max((b - a) / 1e3, w)) for a, b in spans], (y - 0.38, 0.76),
+                       facecolors=COLORS[p], label=SHORT[p], linewidth=0)
+    ax.set_yticks(list(lanes.values()))
+    ax.set_yticklabels(list(lanes))
+    ax.set_ylim(-0.6, 1.6)
+    ax.set_xlim(0, float(ts.get("dur_us", 0.0)) / 1e3 or 1)
+    ax.set_xlabel("ms from the start of the step")
+    ax.set_title(f"ProfilerStep#{ts.get('step')} ({ts.get('choice', 'representative step')}, "
+                 f"{float(ts.get('dur_us', 0.0)) / 1e3:.1f} ms)")
+    _legend(ax)
+    return _svg(fig, "timeline")
+
+
+def diff_breakdown(d) -> str | None:
+    """Left: mean step before/after split into parts. Right: every step's duration before and after."""
+    if not available() or not (d.breakdown or d.before["steps"]["n"] or d.after["steps"]["n"]):
+        return None
+    fig, (ax, ax2) = _figure(8.6, 3.2, ncols=2, width_ratios=(1.4, 1))
+    parts = {r["part"]: r for r in d.breakdown}
+    left = [0.0, 0.0]
+    for p in BREAKDOWN_ORDER:
+        r = parts.get(p)
+        if not r or not (r["before_us"] or r["after_us"]):
+            continue
+        vals = [r["before_us"] / 1e3, r["after_us"] / 1e3]
+        ax.barh([1, 0], vals, left=left, color=COLORS[p], label=SHORT[p], height=0.6, linewidth=0)
+        left = [a + b for a, b in zip(left, vals)]
+    ax.set_yticks([1, 0])
+    ax.set_yticklabels(["before", "after"])
+    ax.set_xlabel("ms per step (mean)")
+    ax.set_title("Breakdown per step")
+    _legend(ax)
+    for y, side in ((1, d.before), (0, d.after)):
+        durs = [v / 1e3 for v in side["steps"].get("durations_us", ())]
+        if durs:
+            ax2.scatter(durs, [y] * len(durs), s=14, color="#555555", alpha=0.7, linewidths=0)
+        med = side["steps"]["median_us"] / 1e3
+        ax2.plot([med, med], [y - 0.3, y + 0.3], color="#c44e52", linewidth=2)
+    ax2.set_yticks([1, 0])
+    ax2.set_yticklabels(["before", "after"])
+    ax2.set_ylim(-0.6, 1.6)
+    ax2.set_xlabel("step time, ms (red: median)")
+    ax2.set_title("Every step")
+    return _svg(fig, "diff")
+
+
+# --- matplotlib plumbing ---------------------------------------------------------------------------
+
+_RC = {"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False, "axes.spines.right": False,
+       "font.family": "sans-serif"}
+
+
+def _figure(w: float, h: float, ncols: int = 1, width_ratios=None):
+    import matplotlib
+    from matplotlib.figure import Figure
+    # rc settings are read when artists are made, so the style applies here rather than globally
+    with matplotlib.rc_context(_RC):
+        fig = Figure(figsize=(w, h), layout="constrained")
+        kw = {"width_ratios": width_ratios} if width_ratios else {}
+        axes = fig.subplots(1, ncols, gridspec_kw=kw) if ncols > 1 else fig.subplots()
+    return fig, axes
+
+
+def _legend(ax) -> None:
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=8)
+
+
+def _svg(fig, salt: str) -> str:
+    import matplotlib
+    buf = io.StringIO()
+    # a fixed per-chart salt keeps ids stable (deterministic output) and distinct between inline charts
+    with matplotlib.rc_context({**_RC, "svg.hashsalt": f"traceinspect-{salt}"}):
+        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
+    svg = buf.getvalue()
+    svg = svg[svg.index("<svg"):]                      # drop the XML prolog and DOCTYPE for inline use
+    svg = re.sub(r"<metadata>.*?</metadata>", "", svg, flags=re.S)
+    return svg.strip()

@@ -1,0 +1,134 @@
+"""Renderers for a ReportDiff: text, Markdown, JSON here; HTML in html.render_diff. No I/O.
+
+DIFF_RENDERERS mirrors RENDERERS (same format names and extensions), so `diff -o x.md` guesses alike.
+"""
+from __future__ import annotations
+
+import json
+import textwrap
+
+from .common import ms
+from .markdown import code, esc
+
+
+def _verdict_line(d, arrow: str = "->") -> str:
+    b, a = d.step_time_us["before"], d.step_time_us["after"]
+    if not d.speedup:
+        return f"Median step {ms(b)} {arrow} {ms(a)}"
+    word = "faster" if a < b else "slower" if a > b else "the same"
+    noise = ""
+    if d.significant is not None:
+        noise = (f"; {'beyond' if d.significant else 'within'} step-to-step noise "
+                 f"(+/-{ms(d.noise_us)}, 2x the combined standard error of the medians)")
+    return f"Median step {ms(b)} {arrow} {ms(a)}: {d.speedup:.2f}x {word} ({d.change_pct:+.1f}%){noise}"
+
+
+def render_text(d, *, width: int = 100, color: bool = False) -> str:
+    w = max(60, min(width, 120))
+    wrap = lambda s, ind="": textwrap.fill(s, w, initial_indent=ind, subsequent_indent=ind + "  ")  # noqa: E731
+    o = [f"traceinspect diff: {d.before['file']} -> {d.after['file']}", wrap(_verdict_line(d)), ""]
+    for name, side in (("before", d.before), ("after", d.after)):
+        s = side["steps"]
+        o.append(f"  {name:<7} {s['n']:>4} steps  median {ms(s['median_us']):>9}  mean {ms(s['mean_us']):>9}  "
+                 f"std {ms(s['std_us']):>9}  min {ms(s['min_us']):>9}  max {ms(s['max_us']):>9}")
+    o.append("")
+    if d.environment:
+        o.append("Why the comparison may be unfair")
+        o += [wrap(f"- {e['field']}: {e['before']} -> {e['after']} ({e['why']})", "  ") for e in d.environment]
+        o.append("")
+    if d.warnings:
+        o += [wrap(f"warning: {x}") for x in d.warnings] + [""]
+    if d.breakdown:
+        o.append(f"  {'per step (mean)':<38} {'before':>10} {'after':>10} {'change':>10}")
+        for r in d.breakdown:
+            if r["before_us"] or r["after_us"] or r["part"] == "compute":
+                o.append(f"  {r['label'][:38]:<38} {ms(r['before_us']):>10} {ms(r['after_us']):>10} "
+                         f"{_signed(r['delta_us']):>10}")
+        o.append("")
+    o.append("Findings")
+    for f in d.resolved_findings:
+        o.append(wrap(f"  resolved    {f['name']} (was {ms(f['time_lost_per_step_us'])}/step)"))
+    for f in d.new_findings:
+        o.append(wrap(f"  new         {f['name']} ({ms(f['time_lost_per_step_us'])}/step): {f['title']}"))
+    for f in d.persisting:
+        o.append(wrap(f"  persisting  {f['name']} ({ms(f['time_lost_per_step_us_before'])}/step -> "
+                      f"{ms(f['time_lost_per_step_us_after'])}/step)"))
+    for f in d.unchecked:
+        o.append(wrap(f"  unchecked   {f['name']} (not checked {f['side']}: {f['reason']})"))
+    if not (d.resolved_findings or d.new_findings or d.persisting or d.unchecked):
+        o.append("  none on either side")
+    o.append("")
+    if d.kernels:
+        o.append("Kernels that moved the most (per step; '-' = not in that report's top kernels)")
+        for k in d.kernels:
+            o.append(f"  {_opt(k['before_us_per_step']):>9} -> {_opt(k['after_us_per_step']):>9}  "
+                     f"{_signed(k['delta_us_per_step']):>10}  {k['name'][: max(20, w - 40)]}")
+    return "\n".join(o).rstrip() + "\n"
+
+
+def render_md(d, *, width: int = 100, color: bool = False) -> str:
+    o = [f"## traceinspect diff: {esc(d.before['file'])} → {esc(d.after['file'])}", "",
+         f"**{esc(_verdict_line(d, '→'))}**", "",
+         "| | steps | median | mean | std | min | max |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, side in (("before", d.before), ("after", d.after)):
+        s = side["steps"]
+        o.append(f"| {name} | {s['n']} | {ms(s['median_us'])} | {ms(s['mean_us'])} | {ms(s['std_us'])} | "
+                 f"{ms(s['min_us'])} | {ms(s['max_us'])} |")
+    o.append("")
+    if d.environment:
+        o += ["### Why the comparison may be unfair", "", "| what | before | after | why |", "|---|---|---|---|"]
+        o += [f"| {esc(e['field'])} | {esc(e['before'])} | {esc(e['after'])} | {esc(e['why'])} |" for e in d.environment]
+        o.append("")
+    if d.warnings:
+        o += [f"- warning: {esc(x)}" for x in d.warnings] + [""]
+    if d.breakdown:
+        o += ["| per step (mean) | before | after | change |", "|---|---:|---:|---:|"]
+        o += [f"| {esc(r['label'])} | {ms(r['before_us'])} | {ms(r['after_us'])} | {_signed(r['delta_us'])} |"
+              for r in d.breakdown if r["before_us"] or r["after_us"] or r["part"] == "compute"]
+        o.append("")
+    o += ["### Findings", "", "| finding | status | lost per step before | after |", "|---|---|---:|---:|"]
+    o += [f"| {code(f['name'])} | resolved | {ms(f['time_lost_per_step_us'])} | – |" for f in d.resolved_findings]
+    o += [f"| {code(f['name'])} {esc(f['title'])} | new | – | {ms(f['time_lost_per_step_us'])} |" for f in d.new_findings]
+    o += [f"| {code(f['name'])} | persisting | {ms(f['time_lost_per_step_us_before'])} | "
+          f"{ms(f['time_lost_per_step_us_after'])} |" for f in d.persisting]
+    o += [f"| {code(f['name'])} | not checked {f['side']}: {esc(f['reason'])} | | |" for f in d.unchecked]
+    if d.kernels:
+        o += ["", "<details><summary>Kernels that moved the most</summary>", "",
+              "| kernel | before /step | after /step | change |", "|---|---:|---:|---:|"]
+        o += [f"| {code(k['name'], 90)} | {_opt(k['before_us_per_step'])} | {_opt(k['after_us_per_step'])} | "
+              f"{_signed(k['delta_us_per_step'])} |" for k in d.kernels]
+        o += ["", "</details>"]
+    return "\n".join(o).rstrip() + "\n"
+
+
+def render_json(d, *, width: int = 100, color: bool = False) -> str:
+    return json.dumps(d.to_dict(), indent=2, sort_keys=True, default=_default) + "\n"
+
+
+def render_html(d, *, width: int = 100, color: bool = False) -> str:
+    from .html import render_diff
+    return render_diff(d, width=width, color=color)
+
+
+def _default(o):
+    if hasattr(o, "item"):
+        return o.item()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def _signed(us) -> str:
+    if us is None:
+        return "-"
+    return ("+" if us > 0 else "") + ms(us)
+
+
+def _opt(us) -> str:
+    return "-" if us is None else ms(us)
+
+
+DIFF_RENDERERS = {
+    "text": (render_text, ".txt"),
+    "md": (render_md, ".md"),
+    "json": (render_json, ".json"),
+    "html": (render_html, ".html"),
+}

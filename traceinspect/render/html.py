@@ -1,0 +1,401 @@
+"""HTML: one self-contained page (inline CSS and SVG charts, no script, no network) for a Report or a diff.
+
+Everything that comes from a trace goes through esc(); a Content-Security-Policy forbids scripts and
+remote loads, so even a missed escape cannot run code. The canonical JSON is embedded as inert data.
+No I/O here.
+"""
+from __future__ import annotations
+
+import html
+import json
+
+from . import charts
+from .common import BREAKDOWN_ORDER, evidence_value, gpu_line, ms, pct, sev
+
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+
+CSS = """
+:root{--fg:#1d2330;--muted:#5b6475;--line:#dfe3ea;--bg:#fff;--soft:#f5f7fa;--high:#c44e52;--medium:#dd8452;--low:#7a8699}
+*{box-sizing:border-box}
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:var(--fg);background:var(--bg);margin:0}
+main{max-width:1080px;margin:0 auto;padding:24px}
+h1{font-size:20px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid var(--line);padding-bottom:4px}
+h3{font-size:15px;margin:0 0 6px}
+.sub{color:var(--muted);margin:0}
+.verdict{background:var(--soft);border-left:5px solid var(--high);padding:12px 16px;margin:18px 0;border-radius:4px}
+.verdict.ok{border-left-color:#55a868}
+.verdict .big{font-size:17px;font-weight:600;margin:0 0 6px}
+.verdict .nums{display:flex;gap:28px;flex-wrap:wrap;margin:8px 0}
+.verdict .nums div span{display:block;color:var(--muted);font-size:12px}
+.verdict .nums div b{font-size:18px}
+.note{color:var(--muted);font-size:12px}
+.warn{background:#fff6e5;border:1px solid #f0d9a8;padding:8px 12px;border-radius:4px}
+table{border-collapse:collapse;width:100%;margin:6px 0 12px}
+th,td{text-align:left;padding:4px 8px;border-bottom:1px solid var(--line);vertical-align:top}
+th{font-weight:600;color:var(--muted);font-size:12px}
+td.n,th.n{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}
+code{font:12px/1.35 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;word-break:break-all}
+.swatch{display:inline-block;width:10px;height:10px;border-radius:2px;margin-right:6px;vertical-align:baseline}
+.bar{background:var(--soft);height:8px;border-radius:2px;min-width:60px}
+.bar i{display:block;height:8px;background:#4c72b0;border-radius:2px}
+.finding{border:1px solid var(--line);border-radius:6px;padding:12px 16px;margin:12px 0}
+.sev{display:inline-block;font-size:11px;font-weight:600;color:#fff;padding:1px 7px;border-radius:9px;margin-left:6px;vertical-align:middle}
+.sev.high{background:var(--high)}.sev.medium{background:var(--medium)}.sev.low{background:var(--low)}
+.fix{background:#eef6ee;border-left:4px solid #55a868;padding:6px 10px;border-radius:3px}
+.chart svg{max-width:100%;height:auto}
+dl.env{display:grid;grid-template-columns:max-content 1fr;gap:2px 16px}dl.env dt{color:var(--muted)}dl.env dd{margin:0}
+pre{background:var(--soft);padding:8px;overflow:auto;font-size:12px}
+.up{color:#c44e52}.down{color:#2f8a45}
+footer{margin-top:36px;color:var(--muted);font-size:12px}
+"""
+
+
+def esc(s) -> str:
+    return html.escape("" if s is None else str(s), quote=True)
+
+
+def render(report, *, width: int = 100, color: bool = False) -> str:
+    t, st, v = report.trace, report.steps, report.verdict
+    body: list[str] = [
+        "<header>",
+        f"<h1>traceinspect: {esc(t.get('file', '?'))}</h1>",
+        f"<p class=\"sub\">{esc(gpu_line(t))} · rank {esc(t.get('rank', 0))}"
+        + (f" · {esc(t.get('window', ''))} · steps from {esc(st.get('source'))}" if st.get("count") else "")
+        + "</p>",
+        "</header>",
+        _verdict(report),
+    ]
+    if not charts.available():
+        body.append("<p class=\"warn\" id=\"no-charts\">Charts are not included: matplotlib is not installed "
+                    f"(<code>{esc(charts.INSTALL_HINT)}</code>). The tables below carry the same numbers.</p>")
+    body += _breakdown(report)
+    body += _timeline(report)
+    body += _findings(report)
+    body += _kernels(report)
+    body += _ranks(report)
+    body += _problems(report)
+    body += _environment(report)
+    title = f"traceinspect: {t.get('file', '?')}"
+    return _page(title, body, report.to_dict(), f"schema {report.schema_version}")
+
+
+def render_diff(d, *, width: int = 100, color: bool = False) -> str:
+    """A ReportDiff as one page: step time and speedup, breakdown, findings, kernels, caveats."""
+    b, a = d.step_time_us["before"], d.step_time_us["after"]
+    body = [
+        "<header>",
+        f"<h1>traceinspect diff: {esc(d.before['file'])} → {esc(d.after['file'])}</h1>",
+        f"<p class=\"sub\">before: {esc(d.before['window'])} · after: {esc(d.after['window'])}</p>",
+        "</header>",
+    ]
+    faster = a < b
+    sig = ("" if d.significant is None else
+           (" — beyond step-to-step noise" if d.significant else " — within step-to-step noise"))
+    body.append(f"<section class=\"verdict{' ok' if faster else ''}\" id=\"verdict\">")
+    body.append(f"<p class=\"big\">Median step {esc(ms(b))} → {esc(ms(a))}"
+                + (f" ({d.speedup:.2f}x {'faster' if faster else 'slower' if a > b else 'the same'}){esc(sig)}"
+                   if d.speedup else "") + "</p>")
+    body.append("<div class=\"nums\">" + "".join(
+        f"<div><span>{esc(k)}</span><b>{esc(val)}</b></div>" for k, val in (
+            ("change", "n/a" if d.change_pct is None else f"{d.change_pct:+.1f}%"),
+            ("noise (2 SE)", ms(d.noise_us) if d.noise_us is not None else "n/a"),
+            ("resolved", len(d.resolved)), ("new", len(d.new)), ("persisting", len(d.persisting)))) + "</div>")
+    body.append("</section>")
+    if d.environment:
+        body.append("<h2>Why the comparison may be unfair</h2><table><tr><th>what</th><th>before</th><th>after</th>"
+                    "<th>why it matters</th></tr>")
+        body += [f"<tr><td>{esc(e['field'])}</td><td>{esc(e['before'])}</td><td>{esc(e['after'])}</td>"
+                 f"<td>{esc(e['why'])}</td></tr>" for e in d.environment]
+        body.append("</table>")
+    for w in d.warnings:
+        body.append(f"<p class=\"warn\">{esc(w)}</p>")
+    body.append("<h2>Step time</h2><table><tr><th></th><th class=n>steps</th><th class=n>median</th>"
+                "<th class=n>mean</th><th class=n>std</th><th class=n>min</th><th class=n>max</th></tr>")
+    for name, side in (("before", d.before), ("after", d.after)):
+        s = side["steps"]
+        body.append(f"<tr><td>{name}</td><td class=n>{s['n']}</td><td class=n>{ms(s['median_us'])}</td>"
+                    f"<td class=n>{ms(s['mean_us'])}</td><td class=n>{ms(s['std_us'])}</td>"
+                    f"<td class=n>{ms(s['min_us'])}</td><td class=n>{ms(s['max_us'])}</td></tr>")
+    body.append("</table>")
+    svg = charts.diff_breakdown(d)
+    if svg:
+        body.append(f"<div class=\"chart\" id=\"chart-diff\">{svg}</div>")
+    elif not charts.available():
+        body.append(f"<p class=\"note\">Charts need matplotlib: <code>{esc(charts.INSTALL_HINT)}</code></p>")
+    if d.breakdown:
+        body.append("<h2>Breakdown per step</h2><table><tr><th>part</th><th class=n>before</th>"
+                    "<th class=n>after</th><th class=n>change</th></tr>")
+        for r in (r for r in d.breakdown if r["before_us"] or r["after_us"] or r["part"] == "compute"):
+            body.append(f"<tr><td>{_swatch(r['part'])}{esc(r['label'])}</td><td class=n>{ms(r['before_us'])}</td>"
+                        f"<td class=n>{ms(r['after_us'])}</td><td class=n>{_delta(r['delta_us'])}</td></tr>")
+        body.append("</table>")
+    body.append("<h2>Findings</h2>")
+    body.append("<table><tr><th>finding</th><th>status</th><th class=n>lost per step before</th>"
+                "<th class=n>after</th></tr>")
+    for f in d.resolved_findings:
+        body.append(f"<tr><td><code>{esc(f['name'])}</code> {esc(f['title'])}</td><td class=down>resolved</td>"
+                    f"<td class=n>{ms(f['time_lost_per_step_us'])}</td><td class=n>–</td></tr>")
+    for f in d.new_findings:
+        body.append(f"<tr><td><code>{esc(f['name'])}</code> {esc(f['title'])}</td><td class=up>new</td>"
+                    f"<td class=n>–</td><td class=n>{ms(f['time_lost_per_step_us'])}</td></tr>")
+    for f in d.persisting:
+        body.append(f"<tr><td><code>{esc(f['name'])}</code> {esc(f['title_after'])}</td><td>persisting</td>"
+                    f"<td class=n>{ms(f['time_lost_per_step_us_before'])}</td>"
+                    f"<td class=n>{ms(f['time_lost_per_step_us_after'])}</td></tr>")
+    for f in d.unchecked:
+        body.append(f"<tr><td><code>{esc(f['name'])}</code></td><td>not checked {esc(f['side'])}: "
+                    f"{esc(f['reason'])}</td><td class=n></td><td class=n></td></tr>")
+    body.append("</table>")
+    if d.kernels:
+        body.append("<h2>Kernels that moved the most</h2><table><tr><th>kernel</th><th class=n>before /step</th>"
+                    "<th class=n>after /step</th><th class=n>change</th></tr>")
+        for k in d.kernels:
+            body.append(f"<tr><td><code>{esc(_short(k['name']))}</code></td>"
+                        f"<td class=n>{_opt_ms(k['before_us_per_step'])}</td><td class=n>{_opt_ms(k['after_us_per_step'])}</td>"
+                        f"<td class=n>{_delta(k['delta_us_per_step'])}</td></tr>")
+        body.append("</table><p class=\"note\">– : not among that report's top kernels.</p>")
+    return _page(f"traceinspect diff: {d.before['file']} → {d.after['file']}", body, d.to_dict(), "diff")
+
+
+# --- sections ----------------------------------------------------------------------------------------
+
+def _verdict(report) -> str:
+    v, st = report.verdict, report.steps
+    if v.get("top"):
+        return "".join([
+            "<section class=\"verdict\" id=\"verdict\">",
+            f"<p class=\"big\">{esc(v.get('top_title'))}</p>",
+            "<div class=\"nums\">",
+            f"<div><span>top cause</span><b><code>{esc(v['top'])}</code></b></div>",
+            f"<div><span>costs per step</span><b>{esc(ms(v.get('top_per_step_us')))}</b> "
+            f"({esc(pct(v.get('top_frac')))})</div>",
+            f"<div><span>median step now</span><b>{esc(ms(v.get('median_step_us')))}</b></div>",
+            f"<div><span>expected if fixed</span><b>{esc(ms(v.get('expected_step_us')))}</b></div>",
+            "</div>",
+            f"<p class=\"note\">Fixing {', '.join(f'<code>{esc(n)}</code>' for n in v.get('expected_from', []))}; "
+            f"{esc(v.get('assumption', ''))}.</p>",
+            "</section>"])
+    if v:
+        return (f"<section class=\"verdict ok\" id=\"verdict\"><p class=\"big\">{esc(v.get('headline', ''))}</p>"
+                f"<p class=\"note\">median step {esc(ms(v.get('median_step_us')))} over {st.get('count', 0)} steps</p>"
+                "</section>")
+    return "<section class=\"verdict ok\" id=\"verdict\"><p class=\"big\">No steps to analyse.</p></section>"
+
+
+def _breakdown(report) -> list[str]:
+    bd = report.breakdown
+    if not bd:
+        return []
+    o = ["<section id=\"breakdown\"><h2>Where each step goes</h2>"]
+    svg = charts.step_breakdown(report)
+    if svg:
+        o.append(f"<div class=\"chart\" id=\"chart-breakdown\">{svg}</div>")
+    o.append("<table><tr><th>part</th><th class=n>per step (mean)</th><th class=n>share</th><th></th></tr>")
+    for p in BREAKDOWN_ORDER:
+        b = bd.get(p)
+        if b and (b["us"] > 0 or p == "compute"):
+            o.append(f"<tr><td>{_swatch(p)}{esc(b['label'])}</td><td class=n>{ms(b['per_step_us'])}</td>"
+                     f"<td class=n>{pct(b['frac'])}</td><td>{_bar(b['frac'], charts.COLORS.get(p))}</td></tr>")
+    busy = bd.get("gpu_busy", {})
+    o.append(f"<tr><th>GPU busy</th><th class=n>{ms(busy.get('per_step_us'))}</th>"
+             f"<th class=n>{pct(busy.get('frac'))}</th><th></th></tr></table></section>")
+    return o
+
+
+def _timeline(report) -> list[str]:
+    ts = report.timeline_sample or {}
+    if not ts:
+        if report.breakdown:
+            return ["<section id=\"timeline\"><h2>One step on the GPU</h2><p class=\"note\">This report carries no "
+                    "timeline sample (it was saved by an older traceinspect, or analysed without one).</p></section>"]
+        return []
+    o = ["<section id=\"timeline\"><h2>One step on the GPU</h2>",
+         f"<p class=\"note\">ProfilerStep#{esc(ts.get('step'))}, the {esc(ts.get('choice', 'representative step'))} "
+         f"({esc(ms(ts.get('dur_us')))}): GPU busy time by kind of work, and idle gaps coloured by their cause. "
+         f"Intervals closer than {esc(ms(ts.get('resolution_us')))} are drawn merged"
+         + (f"; the {int(ts['dropped'])} shortest were left out" if ts.get("dropped") else "") + ".</p>"]
+    svg = charts.step_timeline(report)
+    if svg:
+        o.append(f"<div class=\"chart\" id=\"chart-timeline\">{svg}</div>")
+    else:
+        iv = ts.get("intervals", {})
+        o.append("<table><tr><th>part</th><th class=n>intervals</th><th class=n>time</th></tr>")
+        for p in BREAKDOWN_ORDER:
+            if iv.get(p):
+                o.append(f"<tr><td>{_swatch(p)}{esc(charts.SHORT[p])}</td><td class=n>{len(iv[p])}</td>"
+                         f"<td class=n>{ms(sum(b - a for a, b in iv[p]))}</td></tr>")
+        o.append("</table>")
+    o.append("</section>")
+    return o
+
+
+def _findings(report) -> list[str]:
+    if not report.findings:
+        return ["<section id=\"findings\"><h2>Findings</h2><p>No findings.</p></section>"]
+    o = ["<section id=\"findings\"><h2>Findings, ranked by time lost</h2>"]
+    for i, f in enumerate(report.findings, 1):
+        s = sev(f)
+        ub = " (upper bound)" if f.upper_bound else ""
+        o.append(f"<article class=\"finding\" id=\"finding-{i}\">")
+        o.append(f"<h3>{i}. <code>{esc(f.name)}</code> <span class=\"note\">{esc(f.code)}</span>"
+                 f"<span class=\"sev {esc(s)}\">{esc(s)}</span></h3>")
+        o.append(f"<p><b>{esc(f.title)}</b></p>")
+        o.append(f"<p class=\"note\">{esc(ms(f.time_lost_per_step_us))} per step, {esc(pct(f.time_lost_frac))} of the "
+                 f"window{esc(ub)}; confidence {esc(f.confidence)}</p>")
+        if f.evidence:
+            o.append("<table><tr><th>evidence</th><th class=n>value</th><th>window</th></tr>")
+            o += [f"<tr><td>{esc(e.label)}</td><td class=n>{esc(evidence_value(e))}</td><td>{esc(e.window)}</td></tr>"
+                  for e in f.evidence]
+            o.append("</table>")
+        if f.fix:
+            o.append(f"<p class=\"fix\"><b>Fix:</b> {esc(f.fix)}</p>")
+        if f.events:
+            o.append("<table><tr><th>example event (search it in Perfetto)</th><th class=n>at</th>"
+                     "<th class=n>duration</th><th>track</th></tr>")
+            o += [f"<tr><td><code>{esc(_short(ev.name))}</code></td><td class=n>{ms(ev.ts_us)}</td>"
+                  f"<td class=n>{ms(ev.dur_us)}</td><td>{esc(ev.track)}</td></tr>" for ev in f.events]
+            o.append("</table>")
+        o.append("</article>")
+    o.append("</section>")
+    return o
+
+
+def _kernels(report) -> list[str]:
+    if not report.top_kernels:
+        return []
+    o = ["<section id=\"kernels\"><h2>Top kernels</h2><table><tr><th>kernel</th><th class=n>calls</th><th class=n>total</th>"
+         "<th class=n>median</th><th class=n>share of kernel time</th><th></th></tr>"]
+    for k in report.top_kernels:
+        o.append(f"<tr><td><code title=\"{esc(k['name'])}\">{esc(_short(k['name']))}</code></td>"
+                 f"<td class=n>{esc(k['count'])}</td><td class=n>{ms(k['total_us'])}</td>"
+                 f"<td class=n>{ms(k.get('median_us'))}</td><td class=n>{pct(k['frac_of_kernel_time'])}</td>"
+                 f"<td>{_bar(k['frac_of_kernel_time'])}</td></tr>")
+    o.append("</table></section>")
+    return o
+
+
+def _ranks(report) -> list[str]:
+    if not report.ranks or len(report.ranks) < 2:
+        return []
+    o = ["<section id=\"ranks\"><h2>Ranks</h2><table><tr><th class=n>rank</th><th>file</th><th class=n>median step</th>"
+         "<th class=n>GPU busy</th><th>top finding</th></tr>"]
+    for r in report.ranks:
+        mark = " <b>(slowest)</b>" if r.get("slowest") else ""
+        o.append(f"<tr><td class=n>{esc(r['rank'])}{mark}</td><td>{esc(r.get('file'))}</td>"
+                 f"<td class=n>{ms(r['median_step_us'])}</td><td class=n>{pct(r.get('gpu_busy_frac'))}</td>"
+                 f"<td>{esc(r.get('top_finding') or '-')}</td></tr>")
+    o.append("</table></section>")
+    return o
+
+
+def _problems(report) -> list[str]:
+    o = []
+    if report.failures:
+        o.append("<section id=\"failures\"><h2>Detectors that failed</h2><p class=\"note\">Their causes were not "
+                 "checked.</p><ul>")
+        o += [f"<li><code>{esc(f.name)}</code> ({esc(f.code)}): {esc(f.error)}</li>" for f in report.failures]
+        o.append("</ul></section>")
+    if report.warnings:
+        o.append("<section id=\"warnings\"><h2>Data-quality warnings</h2><ul>")
+        o += [f"<li>{esc(w)}</li>" for w in report.warnings]
+        o.append("</ul></section>")
+    if report.skipped:
+        o.append("<section id=\"skipped\"><h2>Not applicable</h2><ul>")
+        o += [f"<li><code>{esc(s.name)}</code> ({esc(s.code)}): {esc(s.reason)}</li>" for s in report.skipped]
+        o.append("</ul></section>")
+    return o
+
+
+def _environment(report) -> list[str]:
+    t, st = report.trace, report.steps
+    g = t.get("gpu") or {}
+    rows = [
+        ("file", t.get("file")), ("file size", _bytes(t.get("file_bytes"))), ("events", t.get("events")),
+        ("GPU", g.get("name")), ("architecture", g.get("arch")), ("compute capability", g.get("compute_capability")),
+        ("SMs", g.get("num_sms")), ("GPU memory", _bytes(g.get("memory_bytes"))),
+        ("GPUs in trace", t.get("gpu_count_in_trace")),
+        ("rank", f"{t.get('rank')} (from {t.get('rank_source')})"), ("world size", t.get("world_size")),
+        ("steps", f"{st.get('count', 0)} from {st.get('source')}"), ("framework", t.get("framework")),
+    ]
+    rows += [(f"version: {k}", val) for k, val in sorted((t.get("versions") or {}).items())]
+    rows += [(f"profiler: {k}", val) for k, val in sorted((t.get("profiler") or {}).items())]
+    if t.get("lost_bytes") or t.get("dropped_events"):
+        rows.append(("truncated file", f"{_bytes(t.get('lost_bytes'))} lost, {t.get('dropped_events')} events dropped"))
+    o = ["<section id=\"environment\"><h2>Environment</h2><dl class=\"env\">"]
+    o += [f"<dt>{esc(k)}</dt><dd>{esc(val)}</dd>" for k, val in rows if val is not None]
+    o.append("</dl>")
+    for key, title in (("run_config", "Run configuration"), ("run_framework", "Framework versions")):
+        if t.get(key):
+            o.append(f"<h3>{title}</h3><pre>{esc(json.dumps(t[key], indent=2, sort_keys=True, default=str))}</pre>")
+    o.append("</section>")
+    return o
+
+
+# --- page and small helpers -------------------------------------------------------------------------
+
+def _page(title: str, body: list[str], payload: dict, kind: str) -> str:
+    from .. import __version__
+    data = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=_default)
+    # inert data block: "<" and ">" and "&" as JSON escapes, so no "</script>" can end it early
+    data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return "\n".join([
+        "<!DOCTYPE html>",
+        "<html lang=\"en\"><head><meta charset=\"utf-8\">",
+        f"<meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">",
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">",
+        f"<title>{esc(title)}</title>",
+        f"<style>{CSS}</style>",
+        "</head><body><main>",
+        *body,
+        f"<footer>traceinspect {esc(__version__)} ({esc(kind)}). This page is self-contained and opens offline; "
+        "its JSON is embedded in <code>script#traceinspect-data</code>.</footer>",
+        "</main>",
+        f"<script type=\"application/json\" id=\"traceinspect-data\">{data}</script>",
+        "</body></html>",
+        "",
+    ])
+
+
+def _default(o):
+    if hasattr(o, "item"):
+        return o.item()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def _swatch(part: str) -> str:
+    c = charts.COLORS.get(part)
+    return f"<span class=\"swatch\" style=\"background:{c}\"></span>" if c else ""
+
+
+def _bar(frac, color: str | None = None) -> str:
+    w = max(0.0, min(1.0, float(frac or 0.0))) * 100
+    style = f"width:{w:.1f}%" + (f";background:{color}" if color else "")
+    return f"<div class=\"bar\"><i style=\"{style}\"></i></div>"
+
+
+def _short(name: str, limit: int = 160) -> str:
+    name = str(name)
+    return name if len(name) <= limit else name[: limit - 1] + "…"
+
+
+def _opt_ms(us) -> str:
+    return "–" if us is None else ms(us)
+
+
+def _delta(us) -> str:
+    if us is None:
+        return "–"
+    cls = "up" if us > 0 else "down" if us < 0 else ""
+    sign = "+" if us > 0 else ""
+    return f"<span class=\"{cls}\">{sign}{esc(ms(us))}</span>"
+
+
+def _bytes(n) -> str | None:
+    if n is None:
+        return None
+    n = float(n)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1024 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return None
