@@ -123,32 +123,40 @@ def _looks_like_trace(p: Path) -> bool:
 
 
 def default_seed() -> Path:
-    """A project sample from sample_traces/ if present, else a shared trace (see PREFERRED_SHARED)."""
+    """A real GPU trace: from sample_traces/ when it has one, else from the shared traces.
+
+    Order: sample_traces/ files with GPU kernels that are not synthetic (largest first), then
+    PREFERRED_SHARED, then the first shared trace with kernels, then any sample with events.
+    """
     samples = REPO_ROOT / "sample_traces"
-    if samples.is_dir():
-        cands = sorted(p for p in samples.rglob("*") if _looks_like_trace(p))
-        # the biggest sample repeats into the fewest copies; still prefer real Kineto names
-        cands.sort(key=lambda p: (".pt.trace." not in p.name, -p.stat().st_size))
-        for p in cands:
-            if _has_events(p):
-                return p
+    cands = sorted((p for p in samples.rglob("*") if _looks_like_trace(p)),
+                   key=lambda p: -p.stat().st_size) if samples.is_dir() else []
+    for p in cands:
+        if not p.name.startswith("synthetic") and _kernel_count(p) > 0:
+            return p
     shared = shared_traces_dir()
     if shared is not None:
         for rel in PREFERRED_SHARED:
             if (shared / rel).is_file():
                 return shared / rel
         for p in sorted(p for p in shared.rglob("*") if _looks_like_trace(p)):
-            if p.stat().st_size > 50_000 and _has_events(p):
+            if p.stat().st_size > 50_000 and _kernel_count(p) > 0:
                 return p
+    for p in cands:
+        if _kernel_count(p) >= 0:
+            return p
     raise SystemExit("no seed trace found: pass --seed PATH")
 
 
-def _has_events(p: Path) -> bool:
+def _kernel_count(p: Path) -> int:
+    """GPU kernel events in a trace; -1 if it is not a readable trace with events."""
     try:
         doc = _loads(read_trace_bytes(p))
     except Exception:
-        return False
-    return isinstance(doc, dict) and bool(doc.get("traceEvents"))
+        return -1
+    if not isinstance(doc, dict) or not doc.get("traceEvents"):
+        return -1
+    return sum(1 for e in doc["traceEvents"] if isinstance(e, dict) and e.get("cat") in ("kernel", "Kernel"))
 
 
 class Seed:
@@ -352,7 +360,7 @@ def read_meta(path: Path) -> dict | None:
         return None
 
 
-def _fresh(path: Path, seed_path: Path, target: int, gzip_level: int | None = None) -> bool:
+def _fresh(path: Path, seed_path: Path, target: int) -> bool:
     m = read_meta(path)
     return bool(m and path.is_file() and m.get("generator_version") == GENERATOR_VERSION
                 and m.get("seed") == str(seed_path) and m.get("target_bytes") == target
