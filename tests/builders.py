@@ -220,7 +220,8 @@ def _healthy_layer(t: TraceBuilder, scale: float = 1.0) -> None:
 
 
 def build_healthy(steps: int = 4, gpu: str = "H100") -> TraceBuilder:
-    """Large bf16 GEMMs and fused attention keep the GPU ~95% busy; fast multi-worker DataLoader."""
+    """Large bf16 GEMMs and fused attention keep the GPU ~95% busy; fast multi-worker DataLoader.
+    Each step ends with `loss.item()`, so the GPU work of a step lies inside its window."""
     t = TraceBuilder(gpu)
     for _ in range(steps):
         with t.step():
@@ -229,6 +230,7 @@ def build_healthy(steps: int = 4, gpu: str = "H100") -> TraceBuilder:
             for _ in range(12):
                 _healthy_layer(t)
             t.cpu(20)
+            t.item()
     return t
 
 

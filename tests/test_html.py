@@ -170,7 +170,11 @@ def test_coalesce_and_cap():
 
 
 def test_report_json_without_a_timeline_keeps_its_shape(tmp_path):
-    rep = analyze(load_trace(build_healthy().write(tmp_path / "t.json")))
+    from builders import TraceBuilder
+    t = TraceBuilder()
+    with t.step():
+        t.op("aten::mm", cpu_us=500)  # CPU-only: no GPU timeline to sample
+    rep = analyze(load_trace(t.write(tmp_path / "t.json")))
     assert "timeline_sample" not in rep.to_dict()
     assert Report.from_dict(rep.to_dict()).timeline_sample == {}
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .findings import Evidence, EventRef, Finding, Skipped, Failure  # noqa: E402
+from .findings import Evidence, EventRef, Failure, Finding, Skipped  # noqa: E402
 from .report import Report  # noqa: E402
 from .trace.model import Trace, load_trace  # noqa: E402
-from .analyze import analyze  # noqa: E402
+from .analyze import analyze  # noqa: E402  (the function shadows the module name, on purpose)
+from .diff import diff  # noqa: E402
 
-__all__ = ["load_trace", "analyze", "Report", "Finding", "Evidence", "EventRef", "Skipped", "Failure",
+__all__ = ["load_trace", "analyze", "diff", "Report", "Finding", "Evidence", "EventRef", "Skipped", "Failure",
            "Trace", "__version__"]

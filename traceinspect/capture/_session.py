@@ -69,8 +69,12 @@ class ProfileSession:
 
     # -- lifecycle ---------------------------------------------------------
     def start(self) -> "ProfileSession":
-        import torch
-        from torch.profiler import ProfilerActivity, profile, schedule
+        try:
+            import torch
+            from torch.profiler import ProfilerActivity, profile, schedule
+        except ImportError as exc:
+            raise ImportError("traceinspect.capture needs torch: pip install 'traceinspect[capture]'"
+                              f" ({exc})") from exc
 
         acts = self.activities
         if acts is None:

@@ -132,12 +132,12 @@ class TraceinspectCallback(TrainerCallback):
             if self._session is not None:
                 self._session.stop()
                 self._session = None
-            if not self.all_ranks and not getattr(state, "is_world_process_zero", True):
+            if not self.all_ranks and not _meta._try(lambda: state.is_world_process_zero, True):
                 return control
             if self.trainer is None:
                 self._find_trainer_on_stack()
             self._args, self._model = args, model
-            begin = int(getattr(state, "global_step", 0) or 0)
+            begin = _meta._try(lambda: int(state.global_step or 0), 0)
             rel = self.start_step - begin
             if rel + self.num_steps <= 0:
                 _warn("nothing to profile", RuntimeError(
@@ -148,11 +148,11 @@ class TraceinspectCallback(TrainerCallback):
             warmup = min(self.warmup, rel)
             out_dir = self.output_dir
             if out_dir is None:
-                out_dir = Path(getattr(args, "output_dir", None) or ".") / "traceinspect"
+                out_dir = Path(_meta._try(lambda: args.output_dir) or ".") / "traceinspect"
             self._session = ProfileSession(
                 out_dir, wait=rel - warmup, warmup=warmup, active=self.num_steps,
                 source="hf_trainer", config_fn=self._config,
-                device=getattr(args, "device", None), record_shapes=self.record_shapes,
+                device=_meta._try(lambda: args.device), record_shapes=self.record_shapes,
                 profile_memory=self.profile_memory, with_stack=self.with_stack,
                 with_flops=self.with_flops, activities=self.activities,
                 filename=self.filename, extra=self.extra, step_offset=begin)

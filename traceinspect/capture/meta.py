@@ -256,7 +256,7 @@ def config_from_model(model: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     out["torch_compile"] = _try(lambda: hasattr(model, "_orig_mod"))
     base = _try(lambda: _unwrap_model(model), model)
-    cfg = getattr(base, "config", None)
+    cfg = _try(lambda: getattr(base, "config", None))
     out["model_type"] = _try(lambda: cfg.model_type) if cfg is not None else None
     attn = None
     if cfg is not None:
@@ -266,6 +266,8 @@ def config_from_model(model: Any) -> dict[str, Any]:
     if num is None:
         num = _try(lambda: int(sum(p.numel() for p in base.parameters())))
     out["num_parameters"] = num
+    out["num_trainable_parameters"] = _try(
+        lambda: int(sum(p.numel() for p in base.parameters() if p.requires_grad)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # transformers 5 deprecates is_gradient_checkpointing
         gc = _try(lambda: bool(base.is_activation_checkpointing))
@@ -439,8 +441,10 @@ def dumps(meta: Mapping[str, Any]) -> str:
     return json.dumps(meta, default=str, allow_nan=False)
 
 
-def _open_trace(path: Path, mode: str):
-    if str(path).endswith(".gz"):
+def _open_trace(path: Path, mode: str, gz: bool | None = None):
+    if gz is None:
+        gz = str(path).endswith(".gz")
+    if gz:
         return gzip.open(path, mode)
     return open(path, mode)
 
@@ -464,7 +468,7 @@ def inject_metadata(path: str | os.PathLike, meta: Mapping[str, Any]) -> None:
         doc = json.loads(fh.read())
     doc[METADATA_KEY] = json.loads(dumps(meta))
     tmp = path.with_name(path.name + ".tmp")
-    with _open_trace(tmp, "wb") as fh:
+    with _open_trace(tmp, "wb", gz=str(path).endswith(".gz")) as fh:
         fh.write(json.dumps(doc).encode())
     os.replace(tmp, path)
 

@@ -3,7 +3,7 @@
 Owns the breakdown every report opens with. Each microsecond of a step window lands in exactly one
 category, so the parts sum to the step time. Must not judge causes beyond labelling idle time.
 
-Idle attribution, in priority order, for each idle gap of the device:
+Idle attribution, for each idle gap of the device (unknown is decided first, then in this order):
   dataloader  the host thread was inside a DataLoader `__next__` span;
   sync        the host was blocked in a synchronising call (cudaStreamSynchronize, cudaDeviceSynchronize,
               cudaEventSynchronize, blocking cudaMemcpy, hip* twins), or had returned from one at most
@@ -14,8 +14,9 @@ Idle attribution, in priority order, for each idle gap of the device:
               is short (<= LAUNCH_GAP_MAX_US): per-op CPU dispatch + launch overhead;
   cpu         the host was late and the gap is longer: other CPU work (Python, CPU-side optimizer,
               logging) between launches;
-  unknown     no host information (GPU-only trace), or the next op had been queued before the GPU
-              went idle (cross-stream dependency).
+  unknown     the op that ends the gap had been launched before the GPU went idle (inter-kernel
+              latency, a cross-stream or event dependency: the host was not late), or the trace has
+              no host events (GPU-only). Checked first: such a gap is never blamed on the host.
 """
 from __future__ import annotations
 
@@ -118,43 +119,39 @@ def _classify_gaps(tables, gaps, k, m, lo, hi, has_gpu) -> dict:
     if not has_gpu:
         out["idle_unknown"] = gaps
         return out
-    ops = tables.cpu_ops
-    dl = ops[is_dataloader(ops["name"])] if len(ops) else ops
-    dl_set = iv.union(dl["ts_us"], dl["end_us"]) if len(dl) else iv.EMPTY
     rt = tables.runtime
-    sync_rt = rt[rt["name"].isin(list(SYNC_CALLS))] if len(rt) else rt
-    sync_set = iv.union(sync_rt["ts_us"], sync_rt["end_us"] + SYNC_RELAUNCH_US) if len(sync_rt) else iv.EMPTY
-
-    out["idle_dataloader"] = iv.intersect(gaps, dl_set)
-    rest = iv.subtract(gaps, dl_set)
-
-    if sync_set[0].size:
-        out["idle_sync"] = iv.intersect(rest, sync_set)
-        rest = iv.subtract(rest, sync_set)
-
-    if rest[0].size == 0:
+    if len(rt) == 0:  # no host events: nothing can explain the gaps
+        out["idle_unknown"] = gaps
         return out
-    if len(rt) == 0:
-        out["idle_unknown"] = rest
-        return out
-    # the GPU op that ends each gap, and when the host launched it
+    # The GPU op that ends each gap, and when the host launched it. If it was launched before the GPU
+    # went idle, the host was not late: the GPU waited on queued work (inter-kernel latency, a
+    # cross-stream or event dependency), whatever the host was doing meanwhile.
     g_ts = np.concatenate((k["ts_us"].to_numpy(), m["ts_us"].to_numpy()))
     g_launch = np.concatenate((k["launch_ts_us"].to_numpy(), m["launch_ts_us"].to_numpy()))
     order = np.argsort(g_ts, kind="stable")
     g_ts, g_launch = g_ts[order], g_launch[order]
-    gap_idx = np.searchsorted(gaps[0], rest[0], side="right") - 1
-    gap_start = gaps[0][gap_idx]
-    gap_end = gaps[1][gap_idx]
-    nxt = np.searchsorted(g_ts, gap_end - 1e-6, side="left")
+    nxt = np.searchsorted(g_ts, gaps[1] - 1e-6, side="left")
     has_next = nxt < g_ts.size
-    launch = np.full(rest[0].size, np.nan)
+    launch = np.full(gaps[0].size, np.nan)
     launch[has_next] = g_launch[nxt[has_next]]
-    late = launch > gap_start
+    queued = ~np.isnan(launch) & (launch <= gaps[0])
+    out["idle_unknown"] = (gaps[0][queued], gaps[1][queued])
+    rest = (gaps[0][~queued], gaps[1][~queued])
+
+    ops = tables.cpu_ops
+    dl = ops[is_dataloader(ops["name"])] if len(ops) else ops
+    dl_set = iv.union(dl["ts_us"], dl["end_us"]) if len(dl) else iv.EMPTY
+    sync_rt = rt[rt["name"].isin(list(SYNC_CALLS))]
+    sync_set = iv.union(sync_rt["ts_us"], sync_rt["end_us"] + SYNC_RELAUNCH_US) if len(sync_rt) else iv.EMPTY
+
+    out["idle_dataloader"] = iv.intersect(rest, dl_set)
+    rest = iv.subtract(rest, dl_set)
+    if sync_set[0].size:
+        out["idle_sync"] = iv.intersect(rest, sync_set)
+        rest = iv.subtract(rest, sync_set)
+    # what is left: the host was late launching the op that ended the gap
     dur = rest[1] - rest[0]
-    is_launch = late & (dur <= LAUNCH_GAP_MAX_US)
-    is_cpu = late & ~is_launch
-    unknown = ~late
+    is_launch = dur <= LAUNCH_GAP_MAX_US
     out["idle_launch"] = (rest[0][is_launch], rest[1][is_launch])
-    out["idle_cpu"] = (rest[0][is_cpu], rest[1][is_cpu])
-    out["idle_unknown"] = (rest[0][unknown], rest[1][unknown])
+    out["idle_cpu"] = (rest[0][~is_launch], rest[1][~is_launch])
     return out

@@ -1,0 +1,214 @@
+"""launch-bound: the GPU idles between short kernels while the host is still launching the next one."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..findings import Evidence
+from ..trace import intervals as iv
+from .allocator_churn import steady_alloc_set
+from .base import Detector, events_from, fmt_us, in_steps, option, pct, window_label
+from .unfused_optimizer import _matching, unfused_windows
+
+LAUNCH_CALLS = {
+    "cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchCooperativeKernel",
+    "hipLaunchKernel", "hipModuleLaunchKernel", "hipExtModuleLaunchKernel", "hipExtLaunchKernel",
+    "cudaGraphLaunch", "hipGraphLaunch",
+}
+GRAPH_CALLS = {"cudaGraphLaunch", "hipGraphLaunch"}
+_LAUNCH_CBIDS = {211, 430, 307, 652, 311}     # CUDA cbids of the above, for events CUPTI names "INVALID"
+_TRAINING = re.compile(r"^Optimizer\.step#|^autograd::engine::evaluate_function")
+SHORT_KERNEL_US = 10.0
+
+
+def _launch_rows(rt):
+    names = rt["name"].astype(object)
+    mask = names.isin(LAUNCH_CALLS).to_numpy() | ((names == "INVALID").to_numpy() & rt["cbid"].isin(_LAUNCH_CBIDS).to_numpy())
+    return rt[mask]
+
+
+def _int(v) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+
+def batch_arithmetic(run_config, factor: int, framework: str) -> str:
+    """'per_device_train_batch_size 1 x gradient_accumulation_steps 16 -> 8 x 2 (...)' from run_config,
+    keeping the effective batch where gradient accumulation allows it."""
+    cfg = run_config.get("config") if isinstance(run_config, dict) else None
+    cfg = cfg if isinstance(cfg, dict) else {}
+    bs = _int(cfg.get("per_device_train_batch_size"))
+    if bs is None and isinstance(run_config, dict) and isinstance(run_config.get("steps"), list):
+        first = next((s for s in run_config["steps"] if isinstance(s, dict)), {})
+        bs = _int(first.get("batch_size"))
+    ga = _int(cfg.get("gradient_accumulation_steps"))
+    hf = framework in ("hf_trainer", "trl")
+    b_name, a_name = (("per_device_train_batch_size", "gradient_accumulation_steps") if hf
+                      else ("batch size", "accumulated micro-batches"))
+    if bs is not None and ga is not None and ga >= 2:
+        divisors = [d for d in range(2, factor + 1) if ga % d == 0]
+        f = max(divisors) if divisors else (ga if ga <= 8 else None)
+        if f is not None:
+            return (f"{b_name} {bs} x {a_name} {ga} -> {bs * f} x {ga // f} (same effective batch of {bs * ga} "
+                    "per device)")
+    if bs is not None:
+        return (f"{b_name} {bs} -> {bs * factor} (the effective batch grows {factor}x: rescale the learning rate, "
+                f"or divide {a_name} by {factor} if you accumulate)")
+    return (f"raise the {b_name} about {factor}x and divide the {a_name} by {factor} to keep the effective batch "
+            f"(e.g. 1 x 16 -> {factor} x {16 // factor})")
+
+
+@dataclass(frozen=True)
+class LaunchBound(Detector):
+    """
+    What it detects
+        A GPU that idles between short kernels because the host launches them more slowly than the
+        GPU runs them: many kernels per step, a median kernel of a few microseconds, and GPU idle
+        gaps that end with a kernel the host launched only after the GPU had gone idle (the
+        timeline's idle_launch part: host-late gaps up to 100 us).
+
+    Why it costs time
+        Each PyTorch op costs 5-20 us of Python, dispatcher and cudaLaunchKernel time on the host.
+        With a small batch a kernel finishes in 2-10 us, so the GPU waits for the host after each
+        one and the step takes as long as the host needs to issue it. A larger batch does more work
+        per launch for the same host cost; CUDA graphs replay a whole captured sequence with one
+        launch.
+
+    How time lost is estimated
+        The idle_launch time of the analysed steps, minus the part inside unfused optimizer steps
+        (claimed by unfused-optimizer) and under steady-state cudaMalloc/cudaFree calls (claimed by
+        allocator-churn). Longer host-late gaps (idle_cpu, over 100 us) are reported but not
+        counted: they are Python or CPU work between launches, not launch overhead, and a larger
+        batch does not shorten them. Upper bound: a larger batch or CUDA graphs remove most launch
+        gaps, but the GPU then runs longer kernels and the host keeps some launch work, so the step
+        shrinks by less than the idle time when the GPU becomes the bottleneck.
+
+    How to fix
+        HF Trainer / TRL (`TrainingArguments` / `SFTConfig`), same effective batch:
+
+            # before
+            args = TrainingArguments(..., per_device_train_batch_size=1, gradient_accumulation_steps=16)
+            # after
+            args = TrainingArguments(..., per_device_train_batch_size=8, gradient_accumulation_steps=2,
+                                     optim="adamw_torch_fused", torch_compile=True,
+                                     torch_compile_mode="reduce-overhead")
+
+        Plain PyTorch:
+
+            # before
+            loader = DataLoader(ds, batch_size=1)
+            # after: 8x the batch, 8x fewer accumulated micro-batches, and fewer launches
+            loader = DataLoader(ds, batch_size=8)
+            model = torch.compile(model, mode="reduce-overhead")   # CUDA graphs
+            opt = torch.optim.AdamW(model.parameters(), lr=2e-5, fused=True)
+
+    False positives
+        Many short kernels alone are not a problem: a busy GPU (healthy traces run 40% of kernels
+        under 10 us at 99% busy) keeps its queue full, and this detector only fires when the GPU
+        actually idles waiting for launches. Latency-bound inference at batch 1 may be launch-bound by
+        design; there CUDA graphs are the fix.
+
+    References
+        HTA kernel launch statistics and idle-time breakdown (host wait); TensorBoard profiler plugin
+        GPU utilization rule (< 50%); PyTorch CUDA graphs docs; SIGNATURES.md section 2.
+    """
+
+    code = "TI101"
+    name = "launch-bound"
+    summary = "GPU idles between short kernels while the host launches them (batch too small)"
+    fires_on = ("builders.build_launch_bound", "builders_host.build_launch_bound_hf")
+    silent_on = ("builders.build_healthy", "builders_host.build_busy_short_kernels",
+                 "builders_host.build_unfused_optimizer")
+
+    min_idle_frac: float = option(0.10, "minimum share of the analysed steps the GPU idles in launch gaps")
+    max_busy_frac: float = option(0.85, "GPU busy share above which the GPU is not launch-bound")
+
+    def detect(self, trace, ctx):
+        if not trace.has_gpu:
+            yield self.skip("no GPU activity in the trace")
+            return
+        if not len(trace.runtime):
+            yield self.skip("no CUDA/HIP runtime events: host-late launch gaps cannot be identified")
+            return
+        tl = trace.timeline
+        per = tl.per_step
+        win = ctx.window_us
+        if not win:
+            return
+        busy = float((per["compute_us"] + per["comm_us"] + per["memcpy_us"]).sum()) / win
+        st = trace.steps
+        steps_set = iv.union(st["start_us"], st["end_us"])
+        idle = iv.intersect(tl.sets["idle_launch"], steps_set)
+        raw = iv.total(idle)
+        opt_win = unfused_windows(trace)
+        claimed = iv.subtract(iv.subtract(idle, opt_win), steady_alloc_set(trace))
+        lost = iv.total(claimed)
+        frac = lost / win
+        if frac < self.min_idle_frac or busy > self.max_busy_frac:
+            return
+        n = ctx.n_steps
+        k = trace.kernels
+        if tl.device is not None:
+            k = k[k["device"] == tl.device]
+        k = in_steps(k, trace)
+        dur = k["dur_us"].to_numpy()
+        med = float(np.median(dur)) if dur.size else 0.0
+        short = float(np.mean(dur < SHORT_KERNEL_US)) if dur.size else 0.0
+        rt = in_steps(trace.runtime, trace)
+        launches = _launch_rows(rt)
+        graphs = int(launches["name"].astype(object).isin(GRAPH_CALLS).sum())
+        idle_cpu = iv.total(iv.intersect(tl.sets["idle_cpu"], steps_set))
+        w = window_label(trace)
+        ev = [
+            Evidence(label="GPU idle waiting for kernel launches", value=round(lost / n / 1e3, 3), unit="ms/step", window=w),
+            Evidence(label="share of step time", value=round(100 * frac, 1), unit="%", window=w),
+            Evidence(label="GPU busy (kernels, copies)", value=round(100 * busy, 1), unit="%", window=w),
+            Evidence(label="kernels per step", value=round(len(k) / n), unit="kernels", window=w),
+            Evidence(label="median kernel duration", value=round(med, 2), unit="us", window=w),
+            Evidence(label=f"kernels under {SHORT_KERNEL_US:g} us", value=round(100 * short, 1), unit="%", window=w),
+            Evidence(label="launch API time per step", value=round(float(launches["dur_us"].sum()) / n / 1e3, 3),
+                     unit="ms/step", window=w),
+            Evidence(label="median launch call", value=round(float(launches["dur_us"].median()), 2) if len(launches) else 0,
+                     unit="us", window=w),
+        ]
+        if raw - lost > 1e-6:
+            ev.append(Evidence(label="launch gaps left to unfused-optimizer / allocator-churn",
+                               value=round((raw - lost) / n / 1e3, 3), unit="ms/step", window=w))
+        if idle_cpu > 0:
+            ev.append(Evidence(label="longer host gaps (idle_cpu, over 100 us; not counted)",
+                               value=round(idle_cpu / n / 1e3, 3), unit="ms/step", window=w))
+        if graphs:
+            ev.append(Evidence(label="CUDA graph launches", value=round(graphs / n, 1), unit="per step", window=w))
+        title = (f"Launch-bound: the GPU idles {fmt_us(lost / n)} per step ({pct(frac)}) between "
+                 f"{len(k) / n:.0f} short kernels per step (median {med:.1f} us)")
+        factor = 8 if busy <= 0.125 else 4 if busy <= 0.25 else 2
+        ops = trace.cpu_ops
+        training = (ctx.framework in ("hf_trainer", "trl", "lightning")
+                    or (bool(len(ops)) and bool(_matching(ops["name"], _TRAINING).any())))
+        yield self.finding(ctx, title=title, time_lost_us=lost,
+                           confidence="high" if frac >= 0.25 and short >= 0.5 else "medium",
+                           evidence=ev, fix=self._fix(trace, ctx, factor, training, graphs > 0),
+                           events=self._events(trace, k, claimed), upper_bound=True)
+
+    @staticmethod
+    def _fix(trace, ctx, factor: int, training: bool, has_graphs: bool) -> str:
+        graphs = ("capture more of the step in CUDA graphs" if has_graphs
+                  else 'capture the step with CUDA graphs (torch.compile(model, mode="reduce-overhead"))')
+        if not training:
+            return (f"Batch more samples per forward (about {factor}x) and {graphs}: each launch then carries "
+                    "more GPU work.")
+        arith = batch_arithmetic(trace.meta.run_config, factor, ctx.framework)
+        fused = ('optim="adamw_torch_fused"' if ctx.framework in ("hf_trainer", "trl")
+                 else "a fused optimizer (AdamW(fused=True))")
+        return f"Give each launch more work: {arith}; then {graphs} and use {fused}."
+
+    @staticmethod
+    def _events(trace, k, claimed):
+        """The kernels that end the longest launch gaps."""
+        if not len(k) or claimed[0].size == 0:
+            return ()
+        top = np.argsort(claimed[1] - claimed[0])[::-1][:3]
+        ts = k["ts_us"].to_numpy()
+        idx = np.unique(np.minimum(np.searchsorted(ts, claimed[1][top] - 1e-6), len(k) - 1))
+        return events_from(k.iloc[idx], trace, "kernel")

@@ -1,0 +1,283 @@
+"""unfused-optimizer: an optimizer step made of many tiny per-parameter or multi-tensor kernels."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..findings import EventRef, Evidence
+from ..trace import intervals as iv
+from .base import Detector, fmt_us, in_steps, option, pct, window_label
+
+OPT_PREFIX = "Optimizer.step#"
+DEFAULT_MIN_KERNELS = 50
+# fused implementations: torch fused=True, apex / DeepSpeed FusedAdam, bitsandbytes 8-bit optimizers
+_FUSED_OP = re.compile(r"^aten::_fused_")
+_FUSED_KERNEL = re.compile(r"FusedAdamMathFunctor|FusedSgdMathFunctor|FusedOptimizerTensorListMetadata|"
+                           r"\bAdamFunctor\b|LAMBStage|kOptimizer32bit|kOptimizerStatic8bit|fused_adam", re.IGNORECASE)
+_FUSED_CLASS = re.compile(r"^Fused|Fused(Adam|Lamb|SGD|Adagrad)")
+_CPU_CLASS = re.compile(r"CPUAdam|CPUAdagrad|CPULion|DeepSpeedCPU")
+_FOREACH_OP = re.compile(r"^aten::_foreach_")
+# bytes a single fused pass touches per parameter (fp32 states): Adam-like reads p, g, m, v and writes
+# p, m, v (7 x 4 B); SGD with momentum / Adagrad / RMSprop read p, g, state and write p, state (5 x 4 B)
+_BYTES_PER_PARAM = ((re.compile(r"SGD|Adagrad|RMSprop", re.IGNORECASE), 20.0),)
+_ADAM_BYTES_PER_PARAM = 28.0
+BANDWIDTH_EFFICIENCY = 0.8    # a fused multi-tensor kernel reaches ~80% of peak memory bandwidth
+
+
+def _matching(names: pd.Series, rx: re.Pattern) -> np.ndarray:
+    """Vectorised regex test over a (categorical) name column: each distinct name is tested once."""
+    cats = pd.Categorical(names)
+    flags = np.array([bool(rx.search(str(c))) for c in cats.categories], dtype=bool)
+    codes = cats.codes
+    if not flags.size:
+        return np.zeros(len(names), dtype=bool)
+    return np.where(codes >= 0, flags[np.maximum(codes, 0)], False)
+
+
+def _class_of(span_name: str) -> str:
+    """'Optimizer.step#AdamW.step' -> 'AdamW'."""
+    rest = span_name[len(OPT_PREFIX):]
+    return rest.rsplit(".step", 1)[0] if rest.endswith(".step") else rest
+
+
+def optimizer_steps(trace) -> pd.DataFrame:
+    """One row per outermost `Optimizer.step#...` span in the analysed steps, with the kernels it
+    launched: ts_us, end_us, window_end_us (last of its kernels done), tid, opt_class, impl
+    ("fused" | "foreach" | "for-loop" | "cpu"), n_kernels, kernel_us, busy_us, median_kernel_us."""
+    cols = ["ts_us", "end_us", "window_end_us", "tid", "name", "opt_class", "impl", "n_kernels",
+            "kernel_us", "busy_us", "median_kernel_us"]
+    ops = trace.cpu_ops
+    if not len(ops):
+        return pd.DataFrame(columns=cols)
+    is_opt = _matching(ops["name"], re.compile("^" + re.escape(OPT_PREFIX)))
+    spans = in_steps(ops[is_opt], trace)
+    if not len(spans):
+        return pd.DataFrame(columns=cols)
+    spans = spans.sort_values(["ts_us", "dur_us"], ascending=[True, False])
+    # keep outermost spans (a wrapper such as AcceleratedOptimizer.step encloses the real one); the
+    # class reported is the innermost, the real optimizer
+    kept: list[dict] = []
+    for r in spans.itertuples(index=False):
+        name = str(r.name)
+        outer = next((s for s in kept if s["tid"] == r.tid and s["ts_us"] <= r.ts_us and r.end_us <= s["end_us"]), None)
+        if outer is not None:
+            outer["opt_class"] = _class_of(name)
+            outer["classes"].append(_class_of(name))
+            continue
+        kept.append({"ts_us": float(r.ts_us), "end_us": float(r.end_us), "tid": int(r.tid), "name": name,
+                     "opt_class": _class_of(name), "classes": [_class_of(name)]})
+
+    k = trace.kernels
+    dev = trace.timeline.device
+    if dev is not None and len(k):
+        k = k[k["device"] == dev]
+    rt = trace.runtime
+    if len(k) and len(rt):
+        li = k["launch_idx"].to_numpy()
+        k_tid = np.where(li >= 0, rt["tid"].to_numpy()[np.maximum(li, 0)], -1)
+    else:
+        k_tid = np.full(len(k), -1)
+    order = np.argsort(k["launch_ts_us"].to_numpy(), kind="stable") if len(k) else np.zeros(0, dtype=int)
+    l_sorted = k["launch_ts_us"].to_numpy()[order] if len(k) else np.zeros(0)
+    fused_kernel = _matching(k["name"], _FUSED_KERNEL) if len(k) else np.zeros(0, dtype=bool)
+    op_ts = ops["ts_us"].to_numpy()
+    fused_op = _matching(ops["name"], _FUSED_OP)
+    foreach_op = _matching(ops["name"], _FOREACH_OP)
+    op_tid = ops["tid"].to_numpy()
+
+    rows = []
+    for s in kept:
+        a, b = np.searchsorted(l_sorted, [s["ts_us"], s["end_us"]], side="left")
+        idx = order[a:b]
+        idx = idx[k_tid[idx] == s["tid"]]
+        kk = k.iloc[idx]
+        oa, ob = np.searchsorted(op_ts, [s["ts_us"], s["end_us"]], side="left")
+        same = op_tid[oa:ob] == s["tid"]
+        cls = s["opt_class"]
+        if any(_CPU_CLASS.search(c) for c in s["classes"]):
+            impl = "cpu"
+        elif (fused_op[oa:ob] & same).any() or fused_kernel[idx].any() or any(_FUSED_CLASS.search(c) for c in s["classes"]):
+            impl = "fused"
+        elif (foreach_op[oa:ob] & same).any():
+            impl = "foreach"
+        else:
+            impl = "for-loop"
+        busy = iv.total(iv.union(kk["ts_us"], kk["end_us"])) if len(kk) else 0.0
+        rows.append({"ts_us": s["ts_us"], "end_us": s["end_us"],
+                     "window_end_us": max(s["end_us"], float(kk["end_us"].max()) if len(kk) else 0.0),
+                     "tid": s["tid"], "name": s["name"], "opt_class": cls, "impl": impl, "n_kernels": len(kk),
+                     "kernel_us": float(kk["dur_us"].sum()), "busy_us": busy,
+                     "median_kernel_us": float(kk["dur_us"].median()) if len(kk) else 0.0})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def unfused_windows(trace, min_kernels: int = DEFAULT_MIN_KERNELS) -> iv.Set:
+    """Time from the start of each unfused optimizer step to its last kernel's end: the span this
+    detector owns (launch-bound leaves its idle time alone, so nothing is counted twice)."""
+    if not trace.has_gpu:
+        return iv.EMPTY
+    o = optimizer_steps(trace)
+    o = o[o["impl"].isin(["foreach", "for-loop"]) & (o["n_kernels"] >= min_kernels)]
+    if not len(o):
+        return iv.EMPTY
+    return iv.union(o["ts_us"], o["window_end_us"])
+
+
+def _bytes_per_param(opt_class: str) -> float:
+    for rx, b in _BYTES_PER_PARAM:
+        if rx.search(opt_class):
+            return b
+    return _ADAM_BYTES_PER_PARAM
+
+
+def _num_parameters(trace) -> int | None:
+    rc = trace.meta.run_config
+    cfg = rc.get("config") if isinstance(rc, dict) else None
+    n = cfg.get("num_parameters") if isinstance(cfg, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+
+
+@dataclass(frozen=True)
+class UnfusedOptimizer(Detector):
+    """
+    What it detects
+        An optimizer step (`Optimizer.step#<Class>.step` span) that launches many small kernels:
+        the for-loop implementation (`foreach=False`: several `aten::mul_` / `aten::add_` /
+        `aten::addcdiv_` launches per parameter) or the multi-tensor `aten::_foreach_*`
+        implementation (one launch per op per chunk of tensors), instead of a fused kernel
+        (`aten::_fused_adamw_` / `FusedAdamMathFunctor`, apex or DeepSpeed `AdamFunctor`).
+
+    Why it costs time
+        Each per-parameter kernel does a few microseconds of GPU work behind 5-20 us of Python,
+        dispatcher and launch overhead, so the GPU idles between them; every elementwise op also
+        re-reads and re-writes the parameter and its states from memory. A fused optimizer reads
+        each parameter, gradient and state once, in a handful of launches.
+
+    How time lost is estimated
+        Inside each unfused optimizer step, from its start to the end of its last kernel: the GPU
+        idle time the timeline attributes to launch gaps (idle_launch), plus, when the parameter
+        count is known (run_config num_parameters), the optimizer kernel time above a fused step's
+        time (parameters x bytes per parameter, 28 B for Adam-like and 20 B for SGD/Adagrad/RMSprop
+        fp32 states, at 80% of the GPU's peak memory bandwidth). Without the parameter count only the
+        idle part is counted. Launch-bound does not claim the idle time inside these windows, so the
+        two findings never overlap. Point estimate: a fused step still costs its own kernels and a
+        few launches, which the estimate keeps.
+
+    How to fix
+        HF Trainer / TRL (`TrainingArguments` / `SFTConfig`):
+
+            # before
+            args = TrainingArguments(..., optim="adamw_torch")
+            # after (PyTorch >= 2.0)
+            args = TrainingArguments(..., optim="adamw_torch_fused")
+
+        Plain PyTorch:
+
+            # before
+            opt = torch.optim.AdamW(model.parameters(), lr=2e-5, foreach=False)
+            # after
+            opt = torch.optim.AdamW(model.parameters(), lr=2e-5, fused=True)
+            # other optimizers: fused=True where your PyTorch version offers it, else foreach=True
+
+    False positives
+        Very small models whose whole step is short may show a large optimizer share that no
+        fused kernel can remove (the fused estimate keeps the kernel time when the parameter count
+        is unknown). CPU optimizers (DeepSpeedCPUAdam, ZeRO-Offload) are left to cpu-offload.
+        Optimizers without a fused variant (Shampoo, custom) still benefit from foreach or
+        torch.compile of the step.
+
+    References
+        PyTorch optimizer docs (foreach / fused); pytorch/pytorch#95241 (foreach, not fused, is the
+        default); transformers#22144 (optim="adamw_torch_fused"); SIGNATURES.md section 8.2.
+    """
+
+    code = "TI202"
+    name = "unfused-optimizer"
+    summary = "Optimizer step made of many small per-parameter or multi-tensor kernels instead of a fused one"
+    fires_on = ("builders_host.build_unfused_optimizer", "builders_host.build_unfused_optimizer_hf")
+    silent_on = ("builders.build_healthy", "builders_host.build_fused_optimizer")
+
+    min_kernels: int = option(DEFAULT_MIN_KERNELS, "minimum kernels launched by one optimizer step")
+    min_frac: float = option(0.02, "minimum share of the analysed steps the optimizer step wastes")
+
+    def detect(self, trace, ctx):
+        if not trace.has_gpu:
+            yield self.skip("no GPU activity in the trace")
+            return
+        opt = optimizer_steps(trace)
+        if not len(opt):
+            yield self.skip("no Optimizer.step# spans in the analysed steps (inference, or a custom optimizer loop)")
+            return
+        if (opt["impl"] == "cpu").all():
+            yield self.skip("the optimizer runs on the CPU (see cpu-offload)")
+            return
+        bad = opt[opt["impl"].isin(["foreach", "for-loop"]) & (opt["n_kernels"] >= self.min_kernels)]
+        if not len(bad):
+            return
+        win = unfused_windows(trace, self.min_kernels)
+        st = trace.steps
+        steps_set = iv.union(st["start_us"], st["end_us"])
+        tl = trace.timeline
+        idle_launch = iv.total(iv.intersect(iv.intersect(tl.sets["idle_launch"], steps_set), win))
+        idle_cpu = iv.total(iv.intersect(iv.intersect(tl.sets["idle_cpu"], steps_set), win))
+        n_spans = len(bad)
+        busy = float(bad["busy_us"].sum())
+        nparams = _num_parameters(trace)
+        dev = trace.device
+        mem_gbps = dev.peaks.mem_gbps if dev is not None and dev.peaks is not None else None
+        cls = str(bad["opt_class"].mode().iloc[0])
+        fused_us = None
+        if nparams and mem_gbps:
+            # bytes / (GB/s * 1e3) = microseconds
+            fused_us = nparams * _bytes_per_param(cls) / (mem_gbps * BANDWIDTH_EFFICIENCY * 1e3)
+        saving = max(0.0, busy - fused_us * n_spans) if fused_us is not None else 0.0
+        lost = idle_launch + saving
+        frac = lost / ctx.window_us if ctx.window_us else 0.0
+        if frac < self.min_frac:
+            return
+        impl = str(bad["impl"].mode().iloc[0])
+        k_per = float(bad["n_kernels"].mean())
+        wall = float((bad["end_us"] - bad["ts_us"]).mean())
+        med = float(np.median(bad["median_kernel_us"]))
+        w = window_label(trace)
+        ev = [
+            Evidence(label="optimizer", value=f"{cls} ({impl} implementation)", unit=""),
+            Evidence(label="kernels per optimizer step", value=round(k_per), unit="kernels", window=w),
+            Evidence(label="median optimizer kernel", value=round(med, 2), unit="us", window=w),
+            Evidence(label="optimizer kernel time per step", value=round(float(bad["kernel_us"].mean()) / 1e3, 3),
+                     unit="ms", window=w),
+            Evidence(label="optimizer.step wall time per step (host span)", value=round(wall / 1e3, 3), unit="ms",
+                     window=w),
+            Evidence(label="GPU idle between optimizer kernels (launch gaps)", value=round(idle_launch / n_spans / 1e3, 3),
+                     unit="ms/step", window=w),
+            Evidence(label="share of step time lost", value=round(100 * frac, 1), unit="%", window=w),
+        ]
+        if idle_cpu > 0:
+            ev.append(Evidence(label="other host gaps inside the optimizer (idle_cpu, not counted)",
+                               value=round(idle_cpu / n_spans / 1e3, 3), unit="ms/step", window=w))
+        if fused_us is not None:
+            ev.append(Evidence(label=f"fused step estimate ({nparams:,} parameters at {BANDWIDTH_EFFICIENCY:.0%} of "
+                                     f"{mem_gbps:g} GB/s)", value=round(fused_us / 1e3, 3), unit="ms", window=w))
+        else:
+            ev.append(Evidence(label="kernel-time saving", value="not estimated (parameter count unknown)", unit=""))
+        title = (f"Unfused {cls} step: {k_per:.0f} kernels per optimizer step (median {med:.1f} us) "
+                 f"waste {fmt_us(lost / n_spans)} per step ({pct(frac)})")
+        events = tuple(EventRef(name=str(r.name), ts_us=round(float(r.ts_us), 3),
+                                dur_us=round(float(r.end_us - r.ts_us), 3), track=f"CPU thread {int(r.tid)}")
+                       for r in bad.nlargest(3, "n_kernels").itertuples(index=False))
+        yield self.finding(ctx, title=title, time_lost_us=lost,
+                           confidence="high" if frac >= 0.05 and impl == "for-loop" else "medium",
+                           evidence=ev, fix=self._fix(ctx, cls), events=events)
+
+    @staticmethod
+    def _fix(ctx, cls: str) -> str:
+        adam = bool(re.search(r"adam", cls, re.IGNORECASE))
+        if ctx.framework in ("hf_trainer", "trl") and adam:
+            return 'Use the fused optimizer: set optim="adamw_torch_fused" in TrainingArguments / SFTConfig.'
+        if adam:
+            return f"Use the fused kernel: torch.optim.{cls}(params, lr=..., fused=True)."
+        return (f"Use a fused or multi-tensor step: torch.optim.{cls}(params, ..., fused=True) where your "
+                "PyTorch version offers it, else foreach=True, or torch.compile the optimizer step.")
