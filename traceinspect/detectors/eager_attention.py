@@ -1,0 +1,273 @@
+"""eager-attention: attention computed as separate bmm / softmax / mask / dropout / bmm kernels instead of one fused kernel."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..findings import Evidence
+from ..trace import intervals as iv
+from . import kernels as K
+from .base import Detector, events_from, fmt_us, in_steps, option, pct, window_label
+from .fp32_gemm import on_critical_path
+
+# innermost CPU ops that launch GEMM / convolution kernels (their kernels carry these ops' External id)
+_GEMMISH = K.MATMUL_OPS | K.CONV_OPS | frozenset({"aten::_scaled_mm", "aten::_int_mm"})
+_SOFTMAX_FWD = frozenset({"aten::_softmax", "aten::softmax", "aten::_safe_softmax"})
+
+
+@dataclass(frozen=True)
+class EagerAttention(Detector):
+    """
+    What it detects
+        Attention computed "eagerly": a batched matmul for Q.K^T, then scaling, masking, a softmax
+        over the key axis, dropout, and a second batched matmul for P.V, each a separate kernel that
+        writes and reads the full [batch, heads, L, L] score matrix. Recognised from the CPU ops: an
+        `aten::softmax` / `aten::_softmax` (or `aten::_softmax_backward_data`) whose nearest
+        GEMM-launching ops on the same thread, before and after, are both `aten::bmm` /
+        `aten::baddbmm`, and whose input, when shapes are recorded, is at least 3-D
+        ([B, H, Lq, Lk] or [B*H, Lq, Lk]). A softmax over [batch, classes] (a classifier head) or a
+        log_softmax for the loss is not attention. Kernels: `softmax_warp_forward`,
+        `cunn_SoftMaxForward` (CUDA and ROCm), their backward twins, `fused_dropout_kernel_vec`,
+        `masked_fill`, and the cuBLAS / Tensile batched GEMMs.
+
+    Why it costs time
+        Eager attention moves O(B.H.L^2) bytes through GPU memory several times per layer (scores
+        out of the first bmm, through scale, mask, softmax and dropout, into the second bmm), and the
+        softmax kernels are bandwidth-bound. Fused kernels (FlashAttention 2/3, PyTorch SDPA flash,
+        memory-efficient and cuDNN backends, ROCm AOTriton / CK fmha) keep each score tile on chip
+        and run at tensor-core speed; the softmax, mask and dropout passes disappear.
+
+    How time lost is estimated
+        The GPU time of every kernel launched between the Q.K^T bmm and the P.V bmm (both included)
+        of each eager attention, forward and backward, minus a model of the fused kernel:
+        fused time = `fused_gemm_fraction` (0.5) x the time of those bmm kernels. The fused kernel
+        does the same matmul FLOPs on tensor cores without writing the L x L scores, and the eager
+        bmms with a head dimension of 64-128 are themselves memory-bound on that score matrix, so a
+        fused kernel typically takes a fraction of their time. That GPU-time saving counts as wall
+        time only where the GPU is on the critical path (its busy run ends with the host waiting
+        in a synchronising call, or at the end of the window; see fp32-gemm). A point estimate; the
+        second bmm of each backward matmul pair falls outside the block, so it errs low.
+
+    How to fix
+        HF Trainer / TRL (the model is loaded by you, then handed to the trainer):
+
+            # before
+            model = AutoModel.from_pretrained(name)                      # eager attention
+            # after
+            model = AutoModel.from_pretrained(name, attn_implementation="sdpa")
+            # or, with flash-attn installed and fp16/bf16 weights:
+            model = AutoModel.from_pretrained(name, attn_implementation="flash_attention_2",
+                                              torch_dtype=torch.bfloat16)
+
+        Plain PyTorch:
+
+            # before
+            scores = q @ k.transpose(-2, -1) * scale
+            attn = torch.softmax(scores + mask, dim=-1)
+            out = torch.dropout(attn, p, train) @ v
+            # after
+            out = torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=p if train else 0.0, is_causal=causal)
+
+    False positives
+        Models whose attention variant has no fused kernel (relative-position biases materialised
+        per head, some custom masks) must stay eager; the flash backend also rejects arbitrary
+        masks (the memory-efficient backend accepts them). Without record_shapes the attention test
+        relies on the bmm neighbours only (medium confidence).
+
+    References
+        PyTorch scaled_dot_product_attention docs (backends and their constraints); HF
+        "attn_implementation" docs; FlashAttention (Dao et al., 2022); SIGNATURES.md section 4.
+    """
+
+    code = "TI103"
+    name = "eager-attention"
+    summary = "unfused attention (bmm + softmax + mask/dropout + bmm) instead of a fused attention kernel"
+    fires_on = ("builders_compute.build_eager_attention", "builders_compute.build_eager_attention_no_shapes",
+                "builders_compute.build_eager_attention_training", "builders_compute.build_sdpa_math_fallback")
+    silent_on = ("builders.build_healthy", "builders_compute.build_sdpa_flash",
+                 "builders_compute.build_classifier_softmax")
+
+    min_saving_frac: float = option(0.01, "minimum GPU-time saving of a fused kernel, as a share of the analysed window")
+    min_calls: int = option(2, "minimum eager attention softmax calls (forward + backward) in the window")
+    fused_gemm_fraction: float = option(0.5, "fused-attention time as a fraction of the eager bmm time it replaces")
+
+    def detect(self, trace, ctx):
+        if not trace.has_gpu or not len(trace.kernels):
+            yield self.skip("no GPU kernels in the trace")
+            return
+        ops = trace.cpu_ops
+        if not len(ops):
+            yield self.skip("no CPU ops: attention softmax cannot be told from other softmax")
+            return
+        dev_id = trace.device_id
+        k = trace.kernels
+        k = in_steps(k[k["device"] == dev_id] if dev_id is not None else k, trace)
+        if not len(k):
+            return
+        cls = K.classify(k["name"])
+        kind = cls["kind"].to_numpy()
+        op_idx = k["op_idx"].to_numpy()
+        soft_rows = np.unique(op_idx[(kind == K.SOFTMAX) & (op_idx >= 0)])
+        if not soft_rows.size:
+            return
+        names = ops["name"].to_numpy()
+        op_names = names[soft_rows].astype(str)
+        keep = np.array([("log_softmax" not in n) and (n in K.SOFTMAX_OPS) for n in op_names], dtype=bool)
+        soft_rows = soft_rows[keep]
+        if not soft_rows.size:
+            return
+        # innermost GEMM-launching ops (rows some kernel points at), per thread, in time order
+        g_rows = np.unique(op_idx[op_idx >= 0])
+        g_rows = g_rows[K.flags_by_category(ops["name"], lambda x: x in _GEMMISH)[g_rows]]
+        attn = _attention_softmax(trace, ops, soft_rows, g_rows)
+        if not attn:
+            return
+        # blocks: from the bmm before to the bmm after each attention softmax, per thread
+        ts = ops["ts_us"].to_numpy()
+        tid = ops["tid"].to_numpy()
+        in_block = np.zeros(len(k), dtype=bool)
+        has_op = op_idx >= 0
+        k_tid = np.where(has_op, tid[np.maximum(op_idx, 0)], -1)
+        k_opts = np.where(has_op, ts[np.maximum(op_idx, 0)], np.nan)
+        by_tid: dict = {}
+        for s, (pre, post) in attn.items():
+            # kernels of the ops that start from the first bmm up to the second bmm, both included
+            by_tid.setdefault(int(tid[s]), []).append((ts[pre], ts[post]))
+        for t, spans in by_tid.items():
+            lo, hi = zip(*spans)
+            blocks = iv.union(np.array(lo), np.array(hi) + 1e-3)
+            sel = has_op & (k_tid == t)
+            in_block[sel] = iv.contains(blocks, k_opts[sel])
+        if not in_block.any():
+            return
+        dur = k["dur_us"].to_numpy()
+        is_bmm_op = K.flags_by_category(ops["name"], lambda x: x in K.BATCHED_MATMUL_OPS)
+        bmm_names = is_bmm_op[np.maximum(op_idx, 0)] & has_op
+        is_gemm = in_block & ((kind == K.GEMM) | bmm_names)
+        block_us = float(dur[in_block].sum())
+        gemm_us = float(dur[is_gemm].sum())
+        soft_us = float(dur[in_block & (kind == K.SOFTMAX)].sum())
+        other_us = block_us - gemm_us - soft_us
+        fused_us = self.fused_gemm_fraction * gemm_us
+        gpu_saving = block_us - fused_us
+        n_calls = len(attn)
+        if n_calls < self.min_calls or gpu_saving < self.min_saving_frac * ctx.window_us:
+            return
+        # per kernel: the bmm keeps fused_gemm_fraction of its time, everything else in the block goes
+        delta = np.where(is_gemm, (1.0 - self.fused_gemm_fraction) * dur, dur)[in_block]
+        lost, critical = on_critical_path(trace, k[in_block], delta)
+        n_fwd = sum(1 for s in attn if str(names[s]) in _SOFTMAX_FWD)
+        shapes = _shape_summary(trace, ops, [s for s in attn if str(names[s]) in _SOFTMAX_FWD][:64])
+        fused_ops = int(K.flags_by_category(ops["name"], K.is_fused_attention_op).sum())
+        fused_k_us = float(dur[kind == K.ATTENTION].sum())
+        compute_us = float(dur.sum())
+        n = ctx.n_steps or 1
+        win = window_label(trace)
+        ev = [
+            Evidence(label="eager attention kernel time (bmm + scale/mask + softmax + dropout + bmm)",
+                     value=round(block_us / n / 1e3, 2), unit="ms/step", window=win),
+            Evidence(label="share of GPU kernel time", value=round(100 * block_us / compute_us, 1), unit="%", window=win),
+            Evidence(label="softmax kernels", value=round(soft_us / n / 1e3, 2), unit="ms/step", window=win),
+            Evidence(label="attention bmm kernels", value=round(gemm_us / n / 1e3, 2), unit="ms/step", window=win),
+            Evidence(label="scale / mask / dropout / copy kernels between them", value=round(other_us / n / 1e3, 2),
+                     unit="ms/step", window=win),
+            Evidence(label="eager attention softmax calls (forward / backward)", value=f"{n_fwd} / {n_calls - n_fwd}",
+                     unit="calls", window=win),
+            Evidence(label="modelled fused-attention time", value=round(fused_us / n / 1e3, 2), unit="ms/step", window=win),
+            Evidence(label="GPU time a fused kernel would save", value=round(gpu_saving / n / 1e3, 2), unit="ms/step",
+                     window=win),
+            Evidence(label="share of the eager attention time on the critical path (host waiting on the GPU)",
+                     value=round(100 * critical, 1), unit="%", window=win),
+        ]
+        if shapes:
+            ev.append(Evidence(label="attention score shape (softmax input)", value=shapes["shape"], unit=""))
+            if shapes.get("score_mb") is not None:
+                ev.append(Evidence(label="score matrix written and re-read per layer", value=shapes["score_mb"], unit="MB"))
+        ev.append(Evidence(label="fused attention in the trace (SDPA flash/efficient/cuDNN, flash_attn, xformers)",
+                           value=f"{fused_ops} ops, {fmt_us(fused_k_us / n)} kernel time per step", unit="", window=win))
+        math_sdpa = int(K.flags_by_category(ops["name"], lambda x: x == "aten::_scaled_dot_product_attention_math").sum())
+        if math_sdpa:
+            ev.append(Evidence(label="SDPA calls that fell back to the math (eager) backend", value=math_sdpa,
+                               unit="calls", window=win))
+        confident = shapes is not None and shapes.get("ndim", 0) >= 3
+        conf = "high" if confident and not fused_ops and not fused_k_us else "medium"
+        title = (f"Attention runs eagerly (bmm + softmax + bmm, {n_fwd} forward softmax calls): "
+                 f"{fmt_us(block_us / n)} per step, {pct(block_us / compute_us)} of GPU kernel time; "
+                 f"a fused kernel would save ~{fmt_us(lost / n)} per step")
+        if lost < 0.5 * gpu_saving:
+            title += f" now ({fmt_us(gpu_saving / n)} of GPU time; the GPU mostly waits on the host)"
+        yield self.finding(ctx, title=title, time_lost_us=lost, confidence=conf, evidence=ev,
+                           fix=_fix(ctx.framework, math_sdpa > 0), events=events_from(k[in_block & (kind == K.SOFTMAX)], trace, "kernel"))
+
+
+def _attention_softmax(trace, ops: pd.DataFrame, soft_rows: np.ndarray, g_rows: np.ndarray) -> dict:
+    """softmax op row -> (bmm row before, bmm row after) for the softmaxes that are attention."""
+    ts = ops["ts_us"].to_numpy()
+    tid = ops["tid"].to_numpy()
+    names = ops["name"].to_numpy()
+    dims = ops["input_dims_raw"].to_numpy() if "input_dims_raw" in ops.columns else None
+    out = {}
+    g_tid = tid[g_rows]
+    per_tid = {}
+    for t in np.unique(tid[soft_rows]):
+        rows = g_rows[g_tid == t]
+        rows = rows[np.argsort(ts[rows], kind="stable")]
+        per_tid[int(t)] = (rows, ts[rows])
+    for s in soft_rows:
+        rows, rts = per_tid.get(int(tid[s]), (np.empty(0, dtype=np.int64), np.empty(0)))
+        if not rows.size:
+            continue
+        i = np.searchsorted(rts, ts[s], side="left")
+        if i == 0 or i >= rows.size:
+            continue
+        pre, post = int(rows[i - 1]), int(rows[i])
+        if str(names[pre]) not in K.BATCHED_MATMUL_OPS or str(names[post]) not in K.BATCHED_MATMUL_OPS:
+            continue
+        if dims is not None and dims[s] is not None:
+            d = trace.shapes(dims[s])
+            first = d[0] if isinstance(d, list) and d else None
+            if isinstance(first, list) and len(first) < 3:
+                continue          # [batch, classes]: a classifier softmax, not attention
+        out[int(s)] = (pre, post)
+    return out
+
+
+def _shape_summary(trace, ops: pd.DataFrame, rows: list) -> dict | None:
+    if not rows or "input_dims_raw" not in ops.columns:
+        return None
+    dims = ops["input_dims_raw"].to_numpy()
+    types = ops["input_type_raw"].to_numpy() if "input_type_raw" in ops.columns else None
+    best = None
+    for r in rows:
+        d = trace.shapes(dims[r]) if dims[r] is not None else None
+        if not (isinstance(d, list) and d and isinstance(d[0], list) and len(d[0]) >= 2):
+            continue
+        shape = [int(x) for x in d[0] if isinstance(x, (int, float))]
+        numel = int(np.prod(shape)) if shape else 0
+        if best is None or numel > best[1]:
+            best = (shape, numel, r)
+    if best is None:
+        return None
+    shape, numel, r = best
+    size = 4
+    if types is not None and types[r] is not None:
+        t = trace.shapes(types[r])
+        if isinstance(t, list) and t and t[0] in ("c10::BFloat16", "c10::Half"):
+            size = 2
+    return {"shape": "[" + ", ".join(str(x) for x in shape) + "]", "ndim": len(shape),
+            "score_mb": round(numel * size / 1e6, 1)}
+
+
+def _fix(framework: str, math_fallback: bool = False) -> str:
+    if math_fallback:
+        return ("scaled_dot_product_attention fell back to its math backend: give it fp16/bf16 q/k/v with "
+                "head_dim <= 256 and either no mask (is_causal=True) or a mask the memory-efficient backend "
+                "accepts, so a fused kernel runs.")
+    if framework in ("hf_trainer", "trl"):
+        return ('Load the model with a fused attention kernel: from_pretrained(..., attn_implementation="sdpa") '
+                'or "flash_attention_2" (bf16/fp16 weights).')
+    return ("Replace the matmul-softmax-matmul attention with torch.nn.functional.scaled_dot_product_attention(q, k, v, "
+            "attn_mask=..., dropout_p=..., is_causal=...) (for HF models: attn_implementation=\"sdpa\").")

@@ -1,0 +1,362 @@
+"""fp32-gemm: matmuls and convolutions in fp32 on CUDA cores of a GPU whose tensor cores would run them far faster."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..findings import Evidence
+from ..trace import intervals as iv
+from ..trace.hardware import KNOWN, peaks_for
+from ..trace.timeline import SYNC_CALLS, is_comm_kernel
+from . import kernels as K
+from .base import Detector, events_from, fmt_us, in_steps, option, pct, window_label
+
+WAIT_GRACE_US = 20.0     # a blocking call that returned this soon after the GPU went idle was waiting on it
+_ROCM_ISA = re.compile(r"ISA(9[0-9][0-9a-f])", re.I)
+_ROCM_ISA_PEAKS = {"90a": "mi250", "940": "mi300", "941": "mi300", "942": "mi300", "950": "mi300"}
+
+
+@dataclass(frozen=True)
+class Fp32Gemm(Detector):
+    """
+    What it detects
+        Matrix multiplications and convolutions that run in fp32 on the CUDA cores (SIMT FFMA) of a
+        GPU with tensor cores: cuBLAS `volta_sgemm_*` / `turing_sgemm_*` / `ampere_sgemm_*`,
+        `sm80_xmma_gemm_f32f32_f32f32_f32_..._ffma_*`, CUTLASS `simt_sgemm`, cuDNN
+        `implicit_convolve_sgemm`, `*scudnn*`, `dgrad_engine<float>` / `wgrad_alg0_engine<float>` /
+        fp32 Winograd, and ROCm Tensile `Cijk_..._S_*` / `_SB_*` kernels. The precision is read from
+        the kernel name; kernels whose name does not tell it are counted when the launching op
+        (`aten::mm`, `addmm`, `bmm`, `linear`, convolution) recorded `Input type` "float". fp16, bf16,
+        TF32 and fp8 kernels are never counted; on sm80+ a convolution of unknown precision is
+        assumed TF32 (cuDNN's default, torch.backends.cudnn.allow_tf32). Tensor cores: fp16 from
+        sm70 (V100, T4, RTX 20xx), TF32 and bf16 from sm80 (A100, RTX 30xx/40xx, H100), matrix
+        cores on AMD MI200/MI300.
+
+    Why it costs time
+        A dense fp32 GEMM on CUDA cores runs at the fp32 peak (V100 15.7, A100 19.5, H100 67
+        TFLOP/s), while the same GEMM on tensor cores runs at the fp16/bf16 peak (V100 125,
+        A100 312, H100 989 TFLOP/s) or the TF32 peak (A100 156, H100 495). PyTorch leaves
+        `torch.backends.cuda.matmul.allow_tf32` off since 1.12, so an fp32 model without autocast
+        runs every matmul on CUDA cores.
+
+    How time lost is estimated
+        For each counted kernel: its duration x (1 - 1/s), with s the achievable speedup
+        s = min(max_speedup, efficiency x tensor_peak / fp32_peak), tensor_peak the device's best
+        of bf16/fp16 and TF32 tensor peaks (trace.device.peaks). Tensor-core GEMMs reach a smaller
+        share of their peak than SIMT GEMMs do of theirs, and mixed precision keeps some work in
+        fp32, so the peak ratio (8x on V100, 16x on A100/H100) is scaled by `efficiency` (0.5) and
+        capped at `max_speedup` (4x), in line with the up-to-3x end-to-end speedups NVIDIA's
+        mixed-precision guide reports for convnets and transformers. That GPU-time saving is then put on the critical path: the
+        GPU works in busy runs separated by idle gaps; a run that ends because the host had nothing
+        queued (launch overhead, DataLoader, other CPU work) gains no wall time from faster kernels
+        (the gap just grows), while a run that ends with the host blocked in a synchronising call
+        waiting for it, or at the end of the window, finishes earlier by its kernels' savings (at
+        most by how long the host had waited). Time lost is that wall-time saving; the GPU-time
+        saving, which a host-bound run only gets once its host side is fixed, is given as evidence
+        and decides whether the detector fires. A point estimate, not an upper bound; without
+        deviceProperties the architecture comes from kernel-name prefixes (`volta_` = sm70) and
+        confidence is low.
+
+    How to fix
+        HF Trainer / TRL (`TrainingArguments` / `SFTConfig`):
+
+            # before
+            args = TrainingArguments(...)
+            # after: Ampere / Hopper / MI200 / MI300
+            args = TrainingArguments(..., bf16=True)            # or tf32=True as a first step
+            # after: Volta / Turing (V100, T4, RTX 2080 Ti): no bf16 tensor cores
+            args = TrainingArguments(..., fp16=True)
+
+        Plain PyTorch:
+
+            # before
+            loss = model(x).loss
+            # after (Ampere+): bf16 autocast, or at least TF32 for fp32 matmuls
+            torch.backends.cuda.matmul.allow_tf32 = True      # = torch.set_float32_matmul_precision("high")
+            torch.backends.cudnn.allow_tf32 = True
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(x).loss
+            # Volta / Turing: fp16 autocast with loss scaling
+            scaler = torch.cuda.amp.GradScaler()
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = model(x).loss
+            scaler.scale(loss).backward(); scaler.step(opt); scaler.update()
+
+    False positives
+        Models that must stay in fp32 for accuracy (some scientific codes) are reported too; TF32 is
+        then the cautious step. Small GEMMs (tiny batch, small hidden size) are bound by memory or
+        launch overhead and gain less than modelled; the critical-path check above removes most of that.
+        FFT convolutions (cgemm) and matrix-vector kernels (gemv) are not counted.
+
+    References
+        PyTorch notes on TF32 (numerical_accuracy, cuda.html#tensorfloat-32-tf32-on-ampere-devices);
+        NVIDIA Mixed Precision Training guide; the TensorBoard profiler plugin's Tensor Cores rule;
+        SIGNATURES.md sections 7 and 10.
+    """
+
+    code = "TI106"
+    name = "fp32-gemm"
+    summary = "fp32 matmuls / convolutions on CUDA cores of a GPU with tensor cores"
+    fires_on = ("builders_compute.build_fp32_gemm", "builders_compute.build_fp32_gemm_v100",
+                "builders_compute.build_fp32_unknown_name")
+    silent_on = ("builders.build_healthy", "builders_compute.build_bf16_gemm", "builders_compute.build_tf32_gemm",
+                 "builders_compute.build_fp32_gemm_pascal")
+
+    min_share: float = option(0.05, "minimum share of the GPU's compute-kernel time spent in fp32 GEMM/conv kernels")
+    min_saving_frac: float = option(0.001, "minimum GPU-time saving of the fp32 kernels, as a share of the analysed window")
+    efficiency: float = option(0.5, "tensor-core efficiency relative to SIMT fp32: scales the peak ratio")
+    max_speedup: float = option(4.0, "cap on the per-kernel speedup from tensor cores")
+
+    def detect(self, trace, ctx):
+        if not trace.has_gpu or not len(trace.kernels):
+            yield self.skip("no GPU kernels in the trace")
+            return
+        dev_id = trace.device_id
+        k = trace.kernels
+        k = k[k["device"] == dev_id] if dev_id is not None else k
+        hw = _hardware(trace, k["name"])
+        if hw is None:
+            yield self.skip("unknown GPU architecture (no deviceProperties and no arch in kernel names)")
+            return
+        if not hw["tensor_cores"]:
+            yield self.skip(f"{hw['label']} has no tensor cores")
+            return
+        kin = in_steps(k, trace)
+        if not len(kin):
+            return
+        cls = K.classify(kin["name"])
+        comm = is_comm_kernel(kin["name"])
+        compute_us = float(kin["dur_us"].to_numpy()[~comm].sum())
+        if compute_us <= 0:
+            return
+        kind = cls["kind"].to_numpy()
+        prec = cls["precision"].to_numpy()
+        mm = (kind == K.GEMM) | (kind == K.CONV)
+        by_name = mm & (prec == K.FP32)
+        by_op, op_float, op_total = _by_op_type(trace, kin, mm & (prec == K.UNKNOWN), kind, hw)
+        sel = by_name | by_op
+        if not sel.any():
+            return
+        dur = kin["dur_us"].to_numpy()
+        fp32_us = float(dur[sel].sum())
+        share = fp32_us / compute_us
+        if share < self.min_share:
+            return
+        s = hw["speedup_ratio"] * self.efficiency
+        s = float(min(self.max_speedup, max(1.0, s)))
+        delta = dur[sel] * (1.0 - 1.0 / s)
+        gpu_saving = float(delta.sum())
+        if gpu_saving < self.min_saving_frac * ctx.window_us:
+            return
+        lost, critical = on_critical_path(trace, kin[sel], delta)
+        conv_us = float(dur[sel & (kind == K.CONV)].sum())
+        gemm_us = fp32_us - conv_us
+        n = ctx.n_steps or 1
+        win = window_label(trace)
+        top = (kin[sel].groupby("name", observed=True)["dur_us"].sum().sort_values(ascending=False))
+        ev = [
+            Evidence(label="fp32 GEMM/convolution kernel time", value=round(fp32_us / n / 1e3, 2), unit="ms/step", window=win),
+            Evidence(label="share of GPU compute-kernel time", value=round(100 * share, 1), unit="%", window=win),
+            Evidence(label="of which convolution", value=round(100 * conv_us / fp32_us, 1), unit="%", window=win),
+            Evidence(label="GPU", value=hw["label"], unit=""),
+            Evidence(label="peak fp32 vs tensor/matrix cores", value=hw["peaks_label"], unit="TFLOP/s"),
+            Evidence(label="modelled speedup of these kernels", value=round(s, 2), unit="x"),
+            Evidence(label="GPU time these kernels would save", value=round(gpu_saving / n / 1e3, 2),
+                     unit="ms/step", window=win),
+            Evidence(label="share of that time on the critical path (host waiting on the GPU)",
+                     value=round(100 * critical, 1), unit="%", window=win),
+            Evidence(label="top fp32 kernel", value=str(top.index[0])[:120], unit=""),
+        ]
+        if int(by_op.sum()):
+            ev.append(Evidence(label="kernels counted from the launching op's Input type 'float'",
+                               value=int(by_op.sum()), unit="kernels", window=win))
+        if op_total:
+            ev.append(Evidence(label="GEMM/conv ops with Input type float (up to 500 sampled)", value=f"{op_float} of {op_total}",
+                               unit="ops", window=win))
+        cfg = (trace.meta.run_config or {}).get("config") if isinstance(trace.meta.run_config, dict) else None
+        amp_on = isinstance(cfg, dict) and bool(cfg.get("bf16") or cfg.get("fp16") or cfg.get("autocast_dtype"))
+        if amp_on:
+            ev.append(Evidence(label="run config mixed precision", value=f"bf16={cfg.get('bf16')} fp16={cfg.get('fp16')} "
+                               f"autocast={cfg.get('autocast_dtype')}", unit=""))
+        conf = "high" if hw["source"] == "deviceProperties" and not hw["approximate"] and share >= 0.2 else "medium"
+        if hw["source"] != "deviceProperties" or by_op.sum() > by_name.sum():
+            conf = "low"
+        what = "GEMM" if conv_us < 0.5 * fp32_us else ("convolution" if gemm_us < 0.1 * fp32_us else "GEMM/convolution")
+        title = (f"{pct(share)} of GPU compute ({fmt_us(fp32_us / n)} per step) is fp32 {what} on {hw['simt']} "
+                 f"of a {hw['short']} with {hw['tc_label']}: ~{fmt_us(lost / n)} per step recoverable")
+        if lost < 0.5 * gpu_saving:
+            title = (f"{pct(share)} of GPU compute ({fmt_us(fp32_us / n)} per step) is fp32 {what} on {hw['simt']} "
+                     f"of a {hw['short']} with {hw['tc_label']}: tensor cores would save {fmt_us(gpu_saving / n)} of "
+                     f"GPU time per step, but the GPU mostly waits on the host, so ~{fmt_us(lost / n)} per step now")
+        yield self.finding(ctx, title=title, time_lost_us=lost, confidence=conf, evidence=ev,
+                           fix=_fix(ctx.framework, hw, amp_on), events=events_from(kin[sel], trace, "kernel"))
+
+
+def _hardware(trace, names: pd.Series) -> dict | None:
+    """Architecture, tensor-core availability and the fp32 -> tensor peak ratio of the traced GPU."""
+    dev = trace.device
+    rocm = bool(trace.is_rocm or (dev is not None and dev.is_rocm))
+    source = "deviceProperties"
+    peaks = dev.peaks if dev is not None else None
+    major = None if (dev is None or rocm) else dev.compute_major
+    name = dev.name if dev is not None else "unknown GPU"
+    if rocm:
+        if peaks is None:
+            isa = None
+            for c in pd.Categorical(names).categories:
+                m = _ROCM_ISA.search(str(c))
+                if m:
+                    isa = m.group(1).lower()
+                    break
+            key = _ROCM_ISA_PEAKS.get(isa or "")
+            if key is None:
+                return None
+            peaks = dict(KNOWN)[key]
+            source = "kernel names"
+        tc = True
+        tc_label = "matrix cores"
+        simt = "vector units"
+        short = peaks.name if "unknown" in name.lower() or "radeon" in name.lower() else name.replace("AMD Instinct ", "")
+    else:
+        if major is None:
+            floor = K.arch_floor(names)
+            if not floor:
+                return None
+            major = floor // 10
+            source = "kernel names"
+            peaks = peaks_for("", major)
+        if peaks is None:
+            peaks = peaks_for(name, major)
+        tc = major >= 7
+        simt = "CUDA cores"
+        tc_label = "fp16 tensor cores" if major < 8 else "TF32/bf16 tensor cores"
+        short = name.replace("NVIDIA ", "").replace("Tesla ", "").replace("GeForce ", "") if source == "deviceProperties" \
+            else f"sm{major}x GPU (from kernel names)"
+    if peaks is None:
+        return {"tensor_cores": tc, "label": name, "source": source, "approximate": True, "speedup_ratio": 8.0,
+                "peaks_label": "unknown", "major": major, "rocm": rocm, "tc_label": tc_label, "short": short,
+                "simt": simt}
+    tensor = max(peaks.half_tflops, peaks.tf32_tflops)
+    arch = "ROCm" if rocm else (dev.arch if source == "deviceProperties" and dev is not None else f"sm{major}x")
+    label = f"{name} ({arch}, {'from kernel names' if source != 'deviceProperties' else 'deviceProperties'})"
+    return {"tensor_cores": tc and tensor > 0, "label": label, "source": source,
+            "approximate": peaks.approximate or source != "deviceProperties",
+            "speedup_ratio": tensor / peaks.fp32_tflops if peaks.fp32_tflops else 1.0,
+            "peaks_label": f"{peaks.fp32_tflops:g} vs {tensor:g}" + (" (approximate)" if peaks.approximate else ""),
+            "major": major, "rocm": rocm, "tc_label": tc_label, "short": short, "bf16": peaks.bf16, "simt": simt}
+
+
+def on_critical_path(trace, kin: pd.DataFrame, delta: np.ndarray) -> tuple[float, float]:
+    """Wall time the per-kernel savings `delta` would give back, and the share of the kernels' time that is
+    on the critical path.
+
+    The GPU works in busy runs separated by idle gaps. A run that ends because the host had nothing
+    queued (the host was late: launch overhead, DataLoader, other CPU work) gains nothing from faster
+    kernels: the gap just grows. A run that ends while the host is blocked in a synchronising call
+    (cudaStreamSynchronize, cudaDeviceSynchronize, a blocking cudaMemcpy ...) waiting for it, or that
+    reaches the end of the window, finishes earlier by the kernels' savings, at most by how long the
+    host had been waiting."""
+    tl = trace.timeline
+    rt = trace.runtime
+    if not len(rt) or not len(tl.gaps):
+        return float(delta.sum()), 1.0
+    # whole idle gaps, each with the cause of its first piece (why the GPU went idle); gaps whose next op
+    # was already queued (cause "unknown": back-to-back kernels, cross-stream waits) do not end a run
+    pieces = tl.gaps
+    gaps = iv.union(pieces["start_us"].to_numpy(), pieces["end_us"].to_numpy())
+    first = np.searchsorted(pieces["start_us"].to_numpy(), gaps[0], side="left")
+    cause = pieces["cause"].to_numpy()[np.minimum(first, len(pieces) - 1)]
+    ends_run = cause != "unknown"
+    gaps = (gaps[0][ends_run], gaps[1][ends_run])
+    names = rt["name"]
+    sync = K.flags_by_category(names, lambda n: n in SYNC_CALLS or n.startswith(("cudaMemcpy", "hipMemcpy")))
+    srt = rt[sync]
+    # [start of the blocking call, its end + grace): the host is waiting on the GPU inside it
+    waits = iv.union(srt["ts_us"].to_numpy(), srt["end_us"].to_numpy() + WAIT_GRACE_US) if len(srt) else iv.EMPTY
+    gstart = gaps[0]
+    j = np.searchsorted(gstart, kin["end_us"].to_numpy() - 1e-6, side="left")   # the gap that ends each kernel's run
+    dur = kin["dur_us"].to_numpy()
+    runs, inv = np.unique(j, return_inverse=True)
+    d_run = np.bincount(inv, weights=delta, minlength=runs.size)
+    dur_run = np.bincount(inv, weights=dur, minlength=runs.size)
+    open_end = runs >= gstart.size                      # the run reaches the end of the window
+    g = gstart[np.minimum(runs, max(gstart.size - 1, 0))] if gstart.size else np.zeros(runs.size)
+    if waits[0].size:
+        w = np.searchsorted(waits[0], g, side="right") - 1
+        wc = np.maximum(w, 0)
+        blocked = (w >= 0) & (g < waits[1][wc])         # the host sat in a blocking call, waiting for this run
+        waited = g - waits[0][wc]
+    else:
+        blocked = np.zeros(runs.size, dtype=bool)
+        waited = np.zeros(runs.size)
+    blocked &= ~open_end
+    saved = np.where(open_end, d_run, np.where(blocked, np.minimum(d_run, waited), 0.0))
+    critical = open_end | blocked
+    total = float(dur.sum())
+    return float(saved.sum()), (float(dur_run[critical].sum()) / total if total else 0.0)
+
+
+def _by_op_type(trace, kin: pd.DataFrame, unknown: np.ndarray, kind: np.ndarray, hw: dict,
+                sample: int = 500):
+    """GEMM/conv kernels of unknown precision whose launching op recorded fp32 inputs; and, for evidence,
+    how many of (a sample of) the GEMM/conv ops that launched kernels recorded Input type float."""
+    ops = trace.cpu_ops
+    out = np.zeros(len(kin), dtype=bool)
+    op_idx = kin["op_idx"].to_numpy()
+    if not len(ops) or "input_type_raw" not in ops.columns:
+        return out, 0, 0
+    is_mm_op = K.flags_by_category(ops["name"], lambda n: n in K.MATMUL_OPS or n in K.CONV_OPS)
+    is_conv_op = K.flags_by_category(ops["name"], lambda n: n in K.CONV_OPS)
+    raw = ops["input_type_raw"].to_numpy()
+    cache: dict = {}
+
+    def fp32_input(r: int):
+        if r not in cache:
+            types = trace.shapes(raw[r]) if is_mm_op[r] and raw[r] is not None else None
+            first = next((t for t in types if isinstance(t, str) and t and t not in ("Scalar", "ScalarList")),
+                         None) if types else None
+            cache[r] = None if first is None else first == "float"
+        return cache[r]
+
+    mm_kernel = (kind == K.GEMM) | (kind == K.CONV)
+    rows = np.unique(op_idx[(op_idx >= 0) & mm_kernel])[:sample]
+    seen = [fp32_input(int(r)) for r in rows]
+    total = sum(v is not None for v in seen)
+    n_float = sum(bool(v) for v in seen)
+    # fp32 convolutions on sm80+ run TF32 by default (torch.backends.cudnn.allow_tf32 is True)
+    tf32_conv = (not hw["rocm"]) and (hw["major"] or 0) >= 8
+    for i in np.flatnonzero(unknown & (op_idx >= 0)):
+        r = int(op_idx[i])
+        if not fp32_input(r):
+            continue
+        if tf32_conv and (kind[i] == K.CONV or is_conv_op[r]):
+            continue
+        out[i] = True
+    return out, n_float, total
+
+
+def _fix(framework: str, hw: dict, amp_on: bool = False) -> str:
+    old = not hw["rocm"] and (hw["major"] or 0) < 8
+    if amp_on:
+        return ("Mixed precision is on, yet these matmuls run in fp32: find the layers or custom matmuls outside "
+                "autocast (top kernels / their ops) and run them in bf16/fp16, or enable TF32 for them "
+                "(torch.backends.cuda.matmul.allow_tf32 = True)." if not old else
+                "Mixed precision is on, yet these matmuls run in fp32: find the layers or custom matmuls outside "
+                "autocast (top kernels / their ops) and run them under torch.autocast('cuda', dtype=torch.float16).")
+    if framework in ("hf_trainer", "trl"):
+        if old:
+            return ("Train in mixed precision: TrainingArguments(fp16=True) (this GPU has fp16 tensor cores but no "
+                    "bf16/TF32).")
+        return ("Train in mixed precision: TrainingArguments(bf16=True); as a no-risk first step, tf32=True lets "
+                "fp32 matmuls use TF32 tensor cores." if not hw["rocm"] else
+                "Train in mixed precision: TrainingArguments(bf16=True).")
+    if old:
+        return ("Wrap forward and loss in torch.autocast('cuda', dtype=torch.float16) with a "
+                "torch.cuda.amp.GradScaler (fp16 tensor cores; this GPU has no bf16/TF32).")
+    if hw["rocm"]:
+        return "Wrap forward and loss in torch.autocast('cuda', dtype=torch.bfloat16)."
+    return ("Wrap forward and loss in torch.autocast('cuda', dtype=torch.bfloat16), or at least set "
+            "torch.backends.cuda.matmul.allow_tf32 = True (torch.set_float32_matmul_precision('high')).")
