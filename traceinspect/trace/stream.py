@@ -112,20 +112,20 @@ def _threaded(gen: Iterator[bytes], depth: int = 3) -> Iterator[bytes]:
         yield item
 
 
-def _parse_chunk(chunk: bytes) -> dict:
-    """Worker: one chunk of complete events (no brackets) -> extracted columns."""
+def _parse_chunk(data) -> dict:
+    """One JSON array of complete events (bytes or a memoryview) -> extracted columns."""
     was = gc.isenabled()
     gc.disable()
     try:
-        data = b"[" + chunk + b"]"
         try:
             events = L._LIST_DECODER.decode(data)
             dropped = 0
         except msgspec.ValidationError:
-            _, events, dropped = L._decode_lenient("", data, True, [])
+            _, events, dropped = L._decode_lenient("", bytes(data), True, [])
         except msgspec.DecodeError as e:
             return {"error": str(e)}  # a false boundary inside an event: the caller starts over
         part = extract(events)
+        del events  # releases the views into the caller's buffer before it is resized
         part["dropped"] = dropped
         return part
     finally:
@@ -145,25 +145,27 @@ def load_streaming(path: str | os.PathLike, jobs: int = 1, progress=None) -> L.L
                          hint="the profiler probably crashed before writing; capture the trace again")
     warnings: list[str] = []
     blocks = _threaded(_blocks(p, warnings, progress))
-    buf = b""
+    head = bytearray()
     json_bytes = 0
     # 1. find the start of the events array; small or odd files take the whole-buffer path
+    start = None
     for b in blocks:
-        buf += b
+        head += b
         json_bytes += len(b)
-        start = _events_start(buf)
-        if start is not None or len(buf) > (64 << 20):
+        start = _events_start(head)
+        if start is not None or len(head) > (64 << 20):
             break
-    else:
-        start = None
     if start is None:
         for b in blocks:
-            buf += b
+            head += b
             json_bytes += len(b)
-        return L.decode(str(p), buf, size, warnings)
+        return L.decode(str(p), bytes(head), size, warnings)
     head_end, head_doc = start
     is_array = head_doc is None
-    buf = buf[head_end:]
+    # buf[0] is a spare byte that becomes the '[' of the first chunk; chunks are decoded in place:
+    # the separator before a chunk is overwritten with '[' and the one after it with ']'
+    buf = bytearray(b" ") + head[head_end:]
+    del head
 
     pool = ProcessPoolExecutor(max_workers=jobs) if jobs > 1 else None
     pending: list[Future | dict] = []
@@ -183,15 +185,19 @@ def load_streaming(path: str | os.PathLike, jobs: int = 1, progress=None) -> L.L
             cut = _last_boundary(buf)
             if cut is None:
                 continue  # one enormous event: read more
-            chunk, buf = buf[:cut[0]], buf[cut[1]:]
+            end, rest = cut
+            buf[0] = 0x5B   # '['
+            buf[end] = 0x5D  # ']' over the separator after the chunk's last event
             if pool is not None:
-                pending.append(pool.submit(_parse_chunk, chunk))
+                pending.append(pool.submit(_parse_chunk, bytes(buf[: end + 1])))
                 if len(pending) > jobs + 1:  # bound the chunks in flight
                     _wait_oldest(pending)
             else:
-                pending.append(_parse_chunk(chunk))
+                with memoryview(buf) as mv:
+                    pending.append(_parse_chunk(mv[: end + 1]))
+            del buf[: rest - 1]  # keep one byte before the next event for its '['
         # 2. the tail: last events, the closing bracket and the trailing metadata keys
-        tail = (b"[" if is_array else b'{"traceEvents":[') + buf
+        tail = (b"[" if is_array else b'{"traceEvents":[') + bytes(buf[1:])
         del buf
         parts = [f.result() if isinstance(f, Future) else f for f in pending]
         if any("error" in part for part in parts):
