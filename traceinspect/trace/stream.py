@@ -27,6 +27,7 @@ from .tables import extract
 
 BLOCK_BYTES = 8 << 20          # read / decompress granularity
 CHUNK_BYTES = 24 << 20         # events decoded per chunk
+COMPRESSED_READ = 1 << 20      # gzip input read per call
 # `}, {"`: the quote after the brace cannot occur unescaped inside a JSON string, so this only matches
 # between objects (between events, or rarely between objects nested in one event's args: then the
 # chunk fails to parse and the file is read in one piece)
@@ -49,18 +50,19 @@ def _blocks(path: Path, warnings: list[str], progress=None) -> Iterator[bytes]:
     else:
         read = f.read
     with f:
-        first = read(BLOCK_BYTES)
-        if first[:2] != L.GZIP_MAGIC:
+        first = read(2)
+        if first != L.GZIP_MAGIC:
             while first:
                 yield first
                 first = read(BLOCK_BYTES)
             return
         d = zlib.decompressobj(wbits=31)
-        data = first
+        data = first + read(COMPRESSED_READ)
         produced = 0
         while True:
             try:
-                out = d.decompress(data)
+                # bounded output per call: a highly compressed trace must not inflate all at once
+                out = d.decompress(data, BLOCK_BYTES)
             except zlib.error as e:
                 if produced == 0:
                     raise TraceError(str(path), f"starts like a gzip file but cannot be decompressed ({e})",
@@ -72,20 +74,22 @@ def _blocks(path: Path, warnings: list[str], progress=None) -> Iterator[bytes]:
                 produced += len(out)
                 yield out
             if d.eof:
-                rest = d.unused_data + read(BLOCK_BYTES // 8)
+                rest = d.unused_data + read(COMPRESSED_READ)
                 if rest[:2] == L.GZIP_MAGIC:  # another gzip member follows
                     d = zlib.decompressobj(wbits=31)
                     data = rest
                     continue
                 return
-            data = read(BLOCK_BYTES // 8)
+            data = d.unconsumed_tail
             if not data:
-                tail = d.flush()
-                if tail:
-                    yield tail
-                warnings.append("the gzip stream is truncated (the file was cut off while being written); "
-                                "the complete events before the cut were kept")
-                return
+                data = read(COMPRESSED_READ)
+                if not data:
+                    tail = d.flush()
+                    if tail:
+                        yield tail
+                    warnings.append("the gzip stream is truncated (the file was cut off while being written); "
+                                    "the complete events before the cut were kept")
+                    return
 
 
 def _threaded(gen: Iterator[bytes], depth: int = 3) -> Iterator[bytes]:
