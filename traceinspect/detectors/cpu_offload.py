@@ -278,7 +278,7 @@ class CpuOffload(Detector):
         if not trace.has_gpu:
             yield self.skip("no GPU activity in the trace")
             return
-        tr = self.traffic(trace)
+        tr = trace.memo(("offload traffic", self), lambda: self.traffic(trace))
         if not tr.is_offload:
             return
         tl = trace.timeline

@@ -105,7 +105,8 @@ class PageableMemcpy(Detector):
         dev = trace.timeline.device
         if dev is not None:
             pageable &= mc["device"].to_numpy() == dev
-        pageable &= ~CpuOffload().traffic(trace).mask
+        offload = CpuOffload()
+        pageable &= ~trace.memo(("offload traffic", offload), lambda: offload.traffic(trace)).mask
         pg = in_steps(mc[pageable], trace)
         big = pg[pg["bytes"] >= self.min_copy_bytes]
         if not len(big):
