@@ -107,6 +107,21 @@ class Detector:
         return inspect.cleandoc(cls.__doc__ or "")
 
 
+def config_value(trace: Trace, key: str):
+    """A setting recorded by traceinspect.capture (run_config["config"][key]), or None."""
+    rc = trace.meta.run_config
+    cfg = rc.get("config") if isinstance(rc, dict) else None
+    return cfg.get(key) if isinstance(cfg, dict) else None
+
+
+def current(trace: Trace, key: str) -> str:
+    """' (now: key=value)' when the capture recorded the setting, else ''."""
+    v = config_value(trace, key)
+    if v is None:
+        return ""
+    return f" (now: {key}={v!r})" if isinstance(v, str) else f" (now: {key}={v})"
+
+
 def window_label(trace: Trace) -> str:
     st = trace.steps
     if trace.step_source == "ProfilerStep" and len(st):

@@ -8,7 +8,7 @@ import numpy as np
 from ..findings import Evidence
 from ..trace import intervals as iv
 from ..trace.timeline import is_dataloader
-from .base import Detector, events_from, fmt_us, in_steps, option, pct, window_label
+from .base import Detector, config_value, current, events_from, fmt_us, in_steps, option, pct, window_label
 
 
 @dataclass(frozen=True)
@@ -105,12 +105,20 @@ class DataloaderStall(Detector):
         if len(htod):
             ev.append(Evidence(label="host-to-device copies from pageable memory",
                                value=f"{len(pageable)} of {len(htod)}", unit="copies", window=window_label(trace)))
+        workers = config_value(trace, "dataloader_num_workers")
+        hf = ctx.framework in ("hf_trainer", "trl")
         if single:
-            fix = ("Load batches in background workers: set dataloader_num_workers=4 (DataLoader(num_workers=4, "
-                   "pin_memory=True, persistent_workers=True)) and pre-tokenize the dataset once.")
+            fix = (("Set dataloader_num_workers=4, dataloader_pin_memory=True and dataloader_persistent_workers=True "
+                    "in TrainingArguments" if hf else
+                    "Load batches in background workers: DataLoader(num_workers=4, pin_memory=True, "
+                    "persistent_workers=True)") + current(trace, "dataloader_num_workers")
+                   + ", and pre-tokenize the dataset once.")
         else:
-            fix = ("The workers cannot keep up: raise dataloader_num_workers, enable pin_memory and "
-                   "persistent_workers, and move tokenization/decoding out of __getitem__ (pre-tokenize and cache).")
+            more = f"dataloader_num_workers={2 * workers}" if isinstance(workers, int) and workers > 0 else \
+                "more dataloader workers"
+            fix = (f"The workers cannot keep up: use {more}{current(trace, 'dataloader_num_workers')}, enable "
+                   "pin_memory and persistent_workers, and move tokenization/decoding out of __getitem__ "
+                   "(pre-tokenize and cache).")
         title = (f"GPU idles {fmt_us(idle / ctx.n_steps)} per step ({pct(frac)}) waiting for the DataLoader"
                  + (" (num_workers=0)" if single else ""))
         yield self.finding(ctx, title=title, time_lost_us=idle,

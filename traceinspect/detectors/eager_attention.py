@@ -9,7 +9,7 @@ import pandas as pd
 from ..findings import Evidence
 from ..trace import intervals as iv
 from . import kernels as K
-from .base import Detector, events_from, fmt_us, in_steps, option, pct, window_label
+from .base import Detector, current, events_from, fmt_us, in_steps, option, pct, window_label
 from .fp32_gemm import on_critical_path
 
 # innermost CPU ops that launch GEMM / convolution kernels (their kernels carry these ops' External id)
@@ -200,7 +200,7 @@ class EagerAttention(Detector):
         if lost < 0.5 * gpu_saving:
             title += f" now ({fmt_us(gpu_saving / n)} of GPU time; the GPU mostly waits on the host)"
         yield self.finding(ctx, title=title, time_lost_us=lost, confidence=conf, evidence=ev,
-                           fix=_fix(ctx.framework, math_sdpa > 0), events=events_from(k[in_block & (kind == K.SOFTMAX)], trace, "kernel"))
+                           fix=_fix(ctx.framework, math_sdpa > 0).rstrip(".") + current(trace, "attn_implementation") + ".", events=events_from(k[in_block & (kind == K.SOFTMAX)], trace, "kernel"))
 
 
 def _attention_softmax(trace, ops: pd.DataFrame, soft_rows: np.ndarray, g_rows: np.ndarray) -> dict:

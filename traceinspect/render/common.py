@@ -40,3 +40,11 @@ def sev(f) -> str:
 
 BREAKDOWN_ORDER = ("compute", "comm", "memcpy", "idle_dataloader", "idle_sync", "idle_launch", "idle_cpu",
                    "idle_unknown")
+
+
+def run_config_items(trace: dict) -> list[tuple[str, str]]:
+    """The run's recorded settings (traceinspect.capture metadata), known values only."""
+    cfg = trace.get("run_config") or {}
+    if not isinstance(cfg, dict):
+        return []
+    return [(str(k), str(v)) for k, v in cfg.items() if v is not None]

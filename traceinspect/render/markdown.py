@@ -1,7 +1,7 @@
 """Markdown for tickets and CI step summaries: names in backticks, `|` escaped, bounded size."""
 from __future__ import annotations
 
-from .common import BREAKDOWN_ORDER, evidence_value, gpu_line, ms, pct, sev
+from .common import BREAKDOWN_ORDER, evidence_value, gpu_line, ms, pct, run_config_items, sev
 
 MAX_BYTES = 1 << 20  # GitHub step summaries reject more than 1 MiB
 
@@ -82,6 +82,17 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         o.append("|---|---:|---:|---:|")
         for k in report.top_kernels:
             o.append(f"| {code(k['name'], 90)} | {k['count']} | {ms(k['total_us'])} | {pct(k['frac_of_kernel_time'])} |")
+        o.append("")
+        o.append("</details>")
+        o.append("")
+    items = run_config_items(t)
+    if items:
+        o.append("<details><summary>Run configuration (recorded by traceinspect.capture)</summary>")
+        o.append("")
+        o.append("| setting | value |")
+        o.append("|---|---|")
+        for k, v in items:
+            o.append(f"| {code(k)} | {esc(v)} |")
         o.append("")
         o.append("</details>")
         o.append("")

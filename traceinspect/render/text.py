@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import textwrap
 
-from .common import BREAKDOWN_ORDER, evidence_value, gpu_line, ms, pct, sev
+from .common import BREAKDOWN_ORDER, evidence_value, gpu_line, ms, pct, run_config_items, sev
 
 
 def render(report, *, width: int = 100, color: bool = False) -> str:
@@ -52,6 +52,11 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
             out.append("")
     else:
         out.append("No findings.")
+        out.append("")
+    items = run_config_items(t)
+    if items:
+        out.append("Run configuration (recorded by traceinspect.capture)")
+        out.append(wrap(", ".join(f"{k}={v}" for k, v in items), "  "))
         out.append("")
     if report.ranks and len(report.ranks) > 1:
         out.append("Ranks")
