@@ -341,16 +341,18 @@ def _link(gpu: pd.DataFrame, runtime: pd.DataFrame, cpu_ops: pd.DataFrame) -> No
         ops = cpu_ops[(cpu_ops["external_id"] >= 0) & ~cpu_ops["is_annotation"]]
         # External ids can repeat across threads (autograd threads, old Kineto): prefer the op on the
         # launching thread, then any op with that id
-        by_tid = pd.Series(ops.index.values, index=pd.MultiIndex.from_arrays([ops["tid"].values, ops["external_id"].values]))
+        # one int64 key per (thread, External id): tids and ids both fit in 32 bits
+        key = (ops["tid"].to_numpy() & 0xFFFFFFFF) << 32 | (ops["external_id"].to_numpy() & 0xFFFFFFFF)
+        by_tid = pd.Series(ops.index.values, index=key)
         by_tid = by_tid[~by_tid.index.duplicated(keep="last")]
         any_tid = pd.Series(ops.index.values, index=ops["external_id"].values)
         any_tid = any_tid[~any_tid.index.duplicated(keep="last")]
         op_idx = any_tid.reindex(ext).fillna(-1).to_numpy(dtype=np.int64)
         if len(runtime) and ok.any():
             ltid = runtime["tid"].to_numpy()[np.maximum(launch_idx, 0)]
-            keyed = by_tid.reindex(pd.MultiIndex.from_arrays([ltid, ext])).to_numpy()
-            use = ok & ~np.isnan(keyed.astype(float))
-            op_idx = np.where(use, np.nan_to_num(keyed.astype(float), nan=-1).astype(np.int64), op_idx)
+            lkey = (ltid & 0xFFFFFFFF) << 32 | (ext & 0xFFFFFFFF)
+            keyed = by_tid.reindex(lkey).fillna(-1).to_numpy(dtype=np.int64)
+            op_idx = np.where(ok & (keyed >= 0), keyed, op_idx)
     gpu["op_idx"] = op_idx
     names = cpu_ops["name"].astype(object).to_numpy() if len(cpu_ops) else np.array([], dtype=object)
     gpu["op_name"] = pd.Categorical([names[i] if i >= 0 else "" for i in op_idx]) if n else pd.Categorical([])
