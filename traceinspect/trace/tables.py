@@ -101,6 +101,22 @@ def _grid_product(lists: list) -> np.ndarray:
     return np.array([_prod(g) for g in lists], dtype=np.int64)
 
 
+def _collective_columns(ka: list) -> dict:
+    """NCCL/RCCL args of kernels launched under record_param_comms (SIGNATURES.md 1.4); the
+    per-kernel passes run only when the chunk has a collective at all."""
+    coll = [a.collective if a is not None else None for a in ka]
+    n = len(ka)
+    if all(c is None for c in coll):
+        return {"collective": np.full(n, None, dtype=object), "in_msg_nelems": np.full(n, -1, dtype=np.int64),
+                "out_msg_nelems": np.full(n, -1, dtype=np.int64), "group_size": np.full(n, -1, dtype=np.int64),
+                "comm_dtype": np.full(n, None, dtype=object)}
+    return {"collective": np.array(coll, dtype=object),
+            "in_msg_nelems": _opt([a.in_msg_nelems if a is not None else None for a in ka]),
+            "out_msg_nelems": _opt([a.out_msg_nelems if a is not None else None for a in ka]),
+            "group_size": _opt([a.group_size if a is not None else None for a in ka]),
+            "comm_dtype": np.array([a.dtype if a is not None else None for a in ka], dtype=object)}
+
+
 # A "partial" holds the columns of one chunk of events: {kind: {column: array}} plus counters. Chunks
 # are extracted independently (possibly in worker processes) and assembled once; names are factorised
 # per chunk as (codes, uniques) so that only compact arrays cross process boundaries.
@@ -149,15 +165,19 @@ def extract(events: list[Event]) -> dict:
                 "name": _factor([e.name for e in evs])}
 
     def gpu(evs: list[Event], args: list) -> dict:
-        pids = _id_column([e.pid if isinstance(e.pid, int) else 0 for e in evs])
-        tids = _id_column([e.tid for e in evs])
-        return {"device": _opt([a.device if a is not None else None for a in args], pids),
-                "stream": _opt([a.stream if a is not None else None for a in args], tids),
+        dev = [a.device if a is not None else None for a in args]
+        stream = [a.stream if a is not None else None for a in args]
+        # device/stream come from args; the pid/tid fallback is built only when an arg is missing
+        dev_col = (_opt(dev, _id_column([e.pid if isinstance(e.pid, int) else 0 for e in evs]))
+                   if None in dev else np.array(dev, dtype=np.int64))
+        stream_col = (_opt(stream, _id_column([e.tid for e in evs]))
+                      if None in stream else np.array(stream, dtype=np.int64))
+        return {"device": dev_col, "stream": stream_col,
                 "correlation": _opt([a.correlation if a is not None else None for a in args]),
                 "external_id": _ext(args)}
 
     def host(evs: list[Event]) -> dict:
-        return {"pid": _id_column([e.pid for e in evs]), "tid": _id_column([e.tid for e in evs])}
+        return {"tid": _id_column([e.tid for e in evs])}
 
     out: dict = {}
     kev = buckets["kernel"]
@@ -165,12 +185,7 @@ def extract(events: list[Event]) -> dict:
     out["kernel"] = {**base(kev), **gpu(kev, ka),
                      "grid_blocks": _grid_product([a.grid if a is not None else None for a in ka]),
                      "block_threads": _grid_product([a.block if a is not None else None for a in ka]),
-                     "collective": np.array([a.collective if a is not None else None for a in ka], dtype=object),
-                     # NCCL kernels launched under record_param_comms (SIGNATURES.md 1.4)
-                     "in_msg_nelems": _opt([a.in_msg_nelems if a is not None else None for a in ka]),
-                     "out_msg_nelems": _opt([a.out_msg_nelems if a is not None else None for a in ka]),
-                     "group_size": _opt([a.group_size if a is not None else None for a in ka]),
-                     "comm_dtype": np.array([a.dtype if a is not None else None for a in ka], dtype=object)}
+                     **_collective_columns(ka)}
     mev = buckets["memcpy"] + buckets["memset"]
     ma = [e.args for e in mev]
     out["memcpy"] = {**base(mev), **gpu(mev, ma),
