@@ -253,8 +253,8 @@ class CpuOffload(Detector):
         inp = _input_copy_mask(trace, hc)
         input_mask[hc.index.to_numpy()[inp]] = True
         is_htod = (hc["kind"] == "HtoD").to_numpy()
-        big = hc["bytes"].to_numpy() >= self.chunk_bytes
-        nbytes = hc["bytes"].to_numpy()
+        big = hc["size_bytes"].to_numpy() >= self.chunk_bytes
+        nbytes = hc["size_bytes"].to_numpy()
         htod = float(nbytes[is_htod & ~inp].sum()) / n_steps
         dtoh = float(nbytes[~is_htod].sum()) / n_steps
         inb = float(nbytes[inp].sum()) / n_steps
@@ -298,7 +298,7 @@ class CpuOffload(Detector):
         n = max(ctx.n_steps, 1)
         w = window_label(trace)
         is_htod = (mc["kind"] == "HtoD").to_numpy()
-        htod_b, dtoh_b = float(mc["bytes"][is_htod].sum()), float(mc["bytes"][~is_htod].sum())
+        htod_b, dtoh_b = float(mc["size_bytes"][is_htod].sum()), float(mc["size_bytes"][~is_htod].sum())
         htod_t, dtoh_t = float(mc["dur_us"][is_htod].sum()), float(mc["dur_us"][~is_htod].sum())
         peaks = trace.device.peaks if trace.device is not None else None
         link = peaks.host_link_gbps if peaks is not None else None
@@ -320,7 +320,7 @@ class CpuOffload(Detector):
                            unit="ms/step", window=w))
         pageable = mc["src_kind"].astype(str).eq("Pageable") | mc["dst_kind"].astype(str).eq("Pageable")
         ev.append(Evidence(label="offload bytes through pageable memory",
-                           value=round(100 * float(mc["bytes"][pageable.to_numpy()].sum()) / max(htod_b + dtoh_b, 1), 1),
+                           value=round(100 * float(mc["size_bytes"][pageable.to_numpy()].sum()) / max(htod_b + dtoh_b, 1), 1),
                            unit="%", window=w))
         if tr.input_bytes > 0:
             ev.append(Evidence(label="input-batch copies (excluded)", value=round(tr.input_bytes / MB, 1),

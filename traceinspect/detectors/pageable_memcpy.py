@@ -108,7 +108,7 @@ class PageableMemcpy(Detector):
         offload = CpuOffload()
         pageable &= ~trace.memo(("offload traffic", offload), lambda: offload.traffic(trace)).mask
         pg = in_steps(mc[pageable], trace)
-        big = pg[pg["bytes"] >= self.min_copy_bytes]
+        big = pg[pg["size_bytes"] >= self.min_copy_bytes]
         if not len(big):
             return
         tl = trace.timeline
@@ -122,7 +122,7 @@ class PageableMemcpy(Detector):
             d = big[(big["kind"] == kind).to_numpy()]
             if not len(d):
                 continue
-            bw = float(d["bytes"].sum()) / float(d["dur_us"].sum()) / 1e3 if d["dur_us"].sum() > 0 else 0.0
+            bw = float(d["size_bytes"].sum()) / float(d["dur_us"].sum()) / 1e3 if d["dur_us"].sum() > 0 else 0.0
             ref, ref_src = self._pinned_ref(trace, host, src, dst, kind, peaks)
             ref = max(ref, bw)
             exposed = iv.total(iv.intersect(tl.sets["memcpy"], iv.union(d["ts_us"], d["end_us"])))
@@ -130,7 +130,7 @@ class PageableMemcpy(Detector):
             exposed_all += exposed
             ev += [
                 Evidence(label=f"pageable {label} copies >= {self.min_copy_bytes / MB:.0f} MB",
-                         value=f"{len(d) / n:.1f}/step, {float(d['bytes'].sum()) / n / MB:.1f} MB/step", unit="",
+                         value=f"{len(d) / n:.1f}/step, {float(d['size_bytes'].sum()) / n / MB:.1f} MB/step", unit="",
                          window=w),
                 Evidence(label=f"pageable {label} achieved bandwidth (pinned: {ref:.1f} GB/s, {ref_src})",
                          value=round(bw, 1), unit="GB/s", window=w),
@@ -149,7 +149,7 @@ class PageableMemcpy(Detector):
                                unit="copies/step", window=w))
         kinds = set(big["kind"].astype(str))
         what = "input" if kinds == {"HtoD"} else "output" if kinds == {"DtoH"} else "host"
-        mb = float(big["bytes"].sum()) / n / MB
+        mb = float(big["size_bytes"].sum()) / n / MB
         cnt = len(big) / n
         title = (f"{cnt:.0f} pageable {what} cop{'y' if round(cnt) == 1 else 'ies'} per step ({mb:.0f} MB) run at "
                  f"pageable speed and block "
@@ -160,9 +160,9 @@ class PageableMemcpy(Detector):
     def _pinned_ref(self, trace, host, src, dst, kind, peaks) -> tuple[float, str]:
         mc = trace.memcpy
         pinned = host & ((src == "Pinned") | (dst == "Pinned")) & (mc["kind"] == kind).to_numpy()
-        p = mc[pinned & (mc["bytes"].to_numpy() >= self.min_copy_bytes)]
-        if len(p) and float(p["bytes"].sum()) >= self.min_pinned_ref_bytes and p["dur_us"].sum() > 0:
-            return float(p["bytes"].sum()) / float(p["dur_us"].sum()) / 1e3, "pinned copies in this trace"
+        p = mc[pinned & (mc["size_bytes"].to_numpy() >= self.min_copy_bytes)]
+        if len(p) and float(p["size_bytes"].sum()) >= self.min_pinned_ref_bytes and p["dur_us"].sum() > 0:
+            return float(p["size_bytes"].sum()) / float(p["dur_us"].sum()) / 1e3, "pinned copies in this trace"
         if peaks is not None and peaks.host_link_gbps:
             return float(peaks.host_link_gbps), f"{peaks.name} practical PCIe"
         return DEFAULT_PINNED_GBPS, "PCIe Gen3 assumed"

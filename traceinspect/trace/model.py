@@ -90,6 +90,7 @@ class Trace:
     gpu_annotations = property(lambda self: self.tables.gpu_annotations)
     sync_events = property(lambda self: self.tables.sync)
     memory = property(lambda self: self.tables.memory)
+    flows = property(lambda self: self.tables.flows)
 
     @property
     def has_gpu(self) -> bool:

@@ -46,7 +46,7 @@ class Tables:
     python: pd.DataFrame
     sync: pd.DataFrame
     memory: pd.DataFrame
-    n_flows: int
+    flows: pd.DataFrame       # ac2g launch flows (ph s at the runtime call, f at the GPU op); same ids as correlation
     thread_names: dict
     origin_us: float          # absolute ts of the earliest event; every *_us column is relative to it
     n_events: int
@@ -152,7 +152,12 @@ def extract(events: list[Event]) -> dict:
             else:
                 buckets[kind].append(e)
         elif ph == "s" or ph == "f":
-            buckets["flow"].append(e)
+            c = e.cat
+            kind = cat_of.get(c, 0)
+            if kind == 0:
+                kind = cat_of[c] = CATEGORY.get(c.lower())
+            if kind == "flow":  # launch flows only; fwdbwd links are not needed
+                buckets["flow"].append(e)
         elif ph == "i" or ph == "I":
             if e.name == "[memory]":
                 buckets["instant"].append(e)
@@ -189,7 +194,7 @@ def extract(events: list[Event]) -> dict:
     mev = buckets["memcpy"] + buckets["memset"]
     ma = [e.args for e in mev]
     out["memcpy"] = {**base(mev), **gpu(mev, ma),
-                     "bytes": np.array([(a.nbytes or 0) if a is not None else 0 for a in ma], dtype=np.float64),
+                     "size_bytes": np.array([(a.nbytes or 0) if a is not None else 0 for a in ma], dtype=np.float64),
                      "is_memset": np.arange(len(mev)) >= len(buckets["memcpy"])}
     gev = buckets["gpu_annotation"]
     out["gpu_annotation"] = {**base(gev), **gpu(gev, [e.args for e in gev])}
@@ -219,23 +224,28 @@ def extract(events: list[Event]) -> dict:
     ia = [e.args for e in iev]
     out["memory"] = {
         "ts_us": np.array([e.ts for e in iev], dtype=np.float64),
-        "bytes": np.array([(a.mem_bytes or 0) if a is not None else 0 for a in ia], dtype=np.float64),
+        "alloc_bytes": np.array([(a.mem_bytes or 0) if a is not None else 0 for a in ia], dtype=np.float64),
         "total_allocated_bytes": np.array([(a.total_allocated or 0) if a is not None else 0 for a in ia],
                                           dtype=np.float64),
         "total_reserved_bytes": np.array([(a.total_reserved or 0) if a is not None else 0 for a in ia],
                                          dtype=np.float64),
         "device_type": _opt([a.device_type if a is not None else None for a in ia]),
     }
+    fev = buckets["flow"]
+    out["flow"] = {"id": _id_column([e.id if e.id is not None else -1 for e in fev]),
+                   "is_start": np.array([e.ph == "s" for e in fev], dtype=bool),
+                   "ts_us": np.array([e.ts for e in fev], dtype=np.float64),
+                   "tid": _id_column([e.tid for e in fev])}
     threads = {}
     for e in thread_meta:
         if e.args is not None and e.args.name:
             threads[(_tid(e.pid), _tid(e.tid))] = e.args.name
     return {"tables": out, "threads": threads, "unknown": unknown, "no_dur": no_dur, "neg_dur": neg_dur,
-            "n_flows": len(buckets["flow"]), "n_events": len(events)}
+            "n_events": len(events)}
 
 
 _TIMED = ("kernel", "memcpy", "cpu_op", "runtime", "gpu_annotation", "python")
-_KINDS = ("kernel", "memcpy", "gpu_annotation", "sync", "runtime", "cpu_op", "python", "memory")
+_KINDS = ("kernel", "memcpy", "gpu_annotation", "sync", "runtime", "cpu_op", "python", "memory", "flow")
 
 
 def _concat_names(parts: list[tuple[np.ndarray, list]]) -> pd.Categorical:
@@ -305,7 +315,7 @@ def assemble(partials: list[dict]) -> Tables:
     _link(memcpy, runtime, cpu_ops)
     return Tables(kernels=kernels, memcpy=memcpy, runtime=runtime, cpu_ops=cpu_ops,
                   gpu_annotations=gpu_annotations, python=python, sync=sync, memory=merged["memory"],
-                  n_flows=sum(p["n_flows"] for p in partials), thread_names=threads, origin_us=origin,
+                  flows=merged["flow"], thread_names=threads, origin_us=origin,
                   n_events=sum(p["n_events"] for p in partials), warnings=warnings)
 
 
