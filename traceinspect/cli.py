@@ -131,7 +131,10 @@ def build_report(path: str, *, rank: str | None = None, steps: str | None = None
     from .trace.model import load_trace
     paths = _trace_paths(path)
     if len(paths) == 1:
-        big = Path(paths[0]).stat().st_size > (20 << 20)
+        size = Path(paths[0]).stat().st_size
+        with open(paths[0], "rb") as f:
+            gz = f.read(2) == b"\x1f\x8b"
+        big = size * (10 if gz else 1) > (50 << 20)  # a few seconds of work or more
         bar = _Progress(f"reading {Path(paths[0]).name}", big)
         try:
             trace = load_trace(paths[0], jobs=jobs, progress=bar)
