@@ -73,6 +73,3 @@ class Failure:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-CONFIDENCES = ("low", "medium", "high")

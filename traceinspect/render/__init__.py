@@ -18,10 +18,6 @@ RENDERERS = {
 }
 
 
-def register(name: str, fn, ext: str) -> None:
-    RENDERERS[name] = (fn, ext)
-
-
 def format_for_path(path: str) -> str | None:
     for name, (_, ext) in RENDERERS.items():
         if path.endswith(ext):

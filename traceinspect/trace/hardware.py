@@ -59,11 +59,3 @@ def peaks_for(name: str, compute_major: int | None) -> Peaks | None:
     if compute_major == 7:
         return Peaks("sm7x", 14, 0, 100, 800, 12, False, approximate=True)
     return None
-
-
-def has_tensor_cores(compute_major: int | None, is_rocm: bool) -> bool:
-    return is_rocm or (compute_major is not None and compute_major >= 7)
-
-
-def has_tf32(compute_major: int | None, is_rocm: bool) -> bool:
-    return (not is_rocm) and compute_major is not None and compute_major >= 8

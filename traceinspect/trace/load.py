@@ -153,7 +153,7 @@ def _gunzip(path: Path, data: bytes, warnings: list[str]) -> bytes:
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 
 
-def _recover_truncated(path: str, data: bytes, is_array: bool, loaded_warnings: list[str]):
+def _recover_truncated(path: str, data: bytes, is_array: bool):
     """Keep every complete event of a JSON document cut off mid-write.
 
     Walks back over event boundaries (`}, {`) from the end and closes the array there; a boundary
@@ -257,7 +257,7 @@ def decode(path: str, data: bytes, file_bytes: int, warnings: list[str]) -> Load
         if "truncated" not in str(e):
             raise TraceError(path, f"is not valid JSON ({e})",
                              hint="the file is corrupt; re-copy it or capture the trace again") from None
-        rec = _recover_truncated(path, data, is_array, warnings)
+        rec = _recover_truncated(path, data, is_array)
         if rec is None:
             raise TraceError(path, "is truncated and no complete event could be recovered",
                              hint="the profiler was killed while writing; capture the trace again") from None
@@ -285,9 +285,6 @@ def load_file(path: str | os.PathLike) -> Loaded:
     warnings: list[str] = []
     data, size = read_bytes(p, warnings)
     return decode(str(p), data, size, warnings)
-
-
-TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz", ".json", ".json.gz")
 
 
 def find_trace_files(directory: str | os.PathLike) -> list[Path]:

@@ -191,17 +191,6 @@ class Trace:
             return f"GPU {int(row.device)} stream {int(row.stream)}"
         return f"CPU thread {int(row.tid)}"
 
-    @cached_property
-    def main_tid(self) -> int | None:
-        """The host thread that launches most GPU work (the training loop)."""
-        rt = self.runtime
-        if len(rt):
-            return int(rt["tid"].value_counts().idxmax())
-        ops = self.cpu_ops
-        if len(ops):
-            return int(ops.groupby("tid")["dur_us"].sum().idxmax())
-        return None
-
 
 def find_steps(tables: Tables) -> tuple[pd.DataFrame, str]:
     """Steps from ProfilerStep#N; else between Optimizer.step ends; else the whole window."""

@@ -319,10 +319,6 @@ def assemble(partials: list[dict]) -> Tables:
                   n_events=sum(p["n_events"] for p in partials), warnings=warnings)
 
 
-def build_tables(events: list[Event]) -> Tables:
-    return assemble([extract(events)])
-
-
 def _sorted(df: pd.DataFrame) -> pd.DataFrame:
     ts = df["ts_us"].to_numpy()
     if ts.size < 2 or bool(np.all(ts[1:] >= ts[:-1])):
