@@ -116,7 +116,6 @@ class PageableMemcpy(Detector):
         w = window_label(trace)
         peaks = trace.device.peaks if trace.device is not None else None
         lost = 0.0
-        exposed_all = 0.0
         ev = []
         for kind, label in _DIRS:
             d = big[(big["kind"] == kind).to_numpy()]
@@ -127,7 +126,6 @@ class PageableMemcpy(Detector):
             ref = max(ref, bw)
             exposed = iv.total(iv.intersect(tl.sets["memcpy"], iv.union(d["ts_us"], d["end_us"])))
             lost += exposed * (1.0 - bw / ref) if ref > 0 else 0.0
-            exposed_all += exposed
             ev += [
                 Evidence(label=f"pageable {label} copies >= {self.min_copy_bytes / MB:.0f} MB",
                          value=f"{len(d) / n:.1f}/step, {float(d['size_bytes'].sum()) / n / MB:.1f} MB/step", unit="",
