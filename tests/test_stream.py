@@ -77,3 +77,11 @@ def test_false_boundary_inside_args_falls_back(tmp_path, tiny_chunks):
             e["args"]["nested"] = [{"a": 1}, {"b": 2}] * 50
     p = b.write(tmp_path / "n.json")
     _same(_tables(stream.load_streaming(p, jobs=1)), _tables(L.load_file(p)))
+
+
+def test_event_larger_than_a_chunk(tmp_path, tiny_chunks):
+    """A chunk with no event boundary in it (one huge event) makes the reader read on, not spin."""
+    b = build_healthy(steps=2)
+    b.events[3]["args"]["Call stack"] = "x" * 50_000  # 10 chunks' worth, no boundary inside
+    p = b.write(tmp_path / "big.json")
+    _same(_tables(stream.load_streaming(p)), _tables(L.load_file(p)))

@@ -245,14 +245,17 @@ def decode(path: str, data: bytes, file_bytes: int, warnings: list[str]) -> Load
     lost = 0
     dropped = 0
     try:
-        if is_array:
-            events = _LIST_DECODER.decode(data)
-            doc = Document()
-        else:
-            doc = _DOC_DECODER.decode(data)
-            events = doc.traceEvents
-    except msgspec.ValidationError:
-        doc, events, dropped = _decode_lenient(path, data, is_array, warnings)
+        try:
+            if is_array:
+                events = _LIST_DECODER.decode(data)
+                doc = Document()
+            else:
+                doc = _DOC_DECODER.decode(data)
+                events = doc.traceEvents
+        except msgspec.ValidationError:
+            # well-formed JSON with fields of unexpected types: decode event by event (a malformed
+            # document fails here too, and is handled below like any other)
+            doc, events, dropped = _decode_lenient(path, data, is_array, warnings)
     except msgspec.DecodeError as e:
         if "truncated" not in str(e):
             raise TraceError(path, f"is not valid JSON ({e})",

@@ -124,10 +124,13 @@ def _parse_chunk(data) -> dict:
         try:
             events = L._LIST_DECODER.decode(data)
             dropped = 0
-        except msgspec.ValidationError:
-            _, events, dropped = L._decode_lenient("", bytes(data), True, [])
         except msgspec.DecodeError as e:
-            return {"error": str(e)}  # a false boundary inside an event: the caller starts over
+            if not isinstance(e, msgspec.ValidationError):
+                return {"error": str(e)}  # a false boundary, or corruption: the caller starts over
+            try:
+                _, events, dropped = L._decode_lenient("", bytes(data), True, [])
+            except msgspec.DecodeError as e2:
+                return {"error": str(e2)}
         part = extract(events)
         del events  # releases the views into the caller's buffer before it is resized
         part["dropped"] = dropped
@@ -176,8 +179,9 @@ def load_streaming(path: str | os.PathLike, jobs: int = 1, progress=None) -> L.L
     dropped = 0
     try:
         eof = False
+        want = CHUNK_BYTES
         while not eof:
-            while len(buf) < CHUNK_BYTES:
+            while len(buf) < want:
                 b = next(blocks, None)
                 if b is None:
                     eof = True
@@ -188,7 +192,9 @@ def load_streaming(path: str | os.PathLike, jobs: int = 1, progress=None) -> L.L
                 break
             cut = _last_boundary(buf)
             if cut is None:
-                continue  # one enormous event: read more
+                want = len(buf) + CHUNK_BYTES  # no boundary yet (one enormous event?): read more
+                continue
+            want = CHUNK_BYTES
             end, rest = cut
             buf[0] = 0x5B   # '['
             buf[end] = 0x5D  # ']' over the separator after the chunk's last event
