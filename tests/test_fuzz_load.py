@@ -3,6 +3,8 @@ the file cut at many points, and single bytes flipped, in plain and gzip form.""
 import gzip
 import json
 import random
+import threading
+import time
 
 import pytest
 
@@ -51,3 +53,19 @@ def test_flipped_bytes(tmp_path, doc_bytes, monkeypatch, gz):
         p = tmp_path / f"flip{i}.json{'.gz' if gz else ''}"
         p.write_bytes(bytes(b))
         _check(p)
+
+
+def test_no_reader_threads_left_behind(tmp_path, doc_bytes, monkeypatch):
+    """Early exits (errors, fallbacks) stop the gunzip reader thread."""
+    monkeypatch.setattr(stream, "BLOCK_BYTES", 4096)
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 8192)
+    before = threading.active_count()
+    data = gzip.compress(doc_bytes)
+    for i in range(10):
+        p = tmp_path / f"c{i}.json.gz"
+        p.write_bytes(data[: len(data) * (i + 1) // 12])
+        _check(p)
+    deadline = time.time() + 5
+    while threading.active_count() > before and time.time() < deadline:
+        time.sleep(0.05)
+    assert threading.active_count() <= before

@@ -93,27 +93,44 @@ def _blocks(path: Path, warnings: list[str], progress=None) -> Iterator[bytes]:
 
 
 def _threaded(gen: Iterator[bytes], depth: int = 3) -> Iterator[bytes]:
-    """Run a block generator in a thread so decompression overlaps with parsing."""
+    """Run a block generator in a thread so decompression overlaps with parsing. Closing this
+    generator (or dropping it) stops the thread, so an early return leaks nothing."""
     q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
     SENTINEL = object()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
 
     def run():
         try:
             for b in gen:
-                q.put(b)
+                if not put(b):
+                    return
         except BaseException as e:  # handed to the consumer
-            q.put(e)
-        q.put(SENTINEL)
+            put(e)
+        finally:
+            gen.close()
+        put(SENTINEL)
 
     t = threading.Thread(target=run, daemon=True)
     t.start()
-    while True:
-        item = q.get()
-        if item is SENTINEL:
-            break
-        if isinstance(item, BaseException):
-            raise item
-        yield item
+    try:
+        while True:
+            item = q.get()
+            if item is SENTINEL:
+                break
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
 
 
 def _parse_chunk(data) -> dict:
@@ -152,6 +169,13 @@ def load_streaming(path: str | os.PathLike, jobs: int = 1, progress=None) -> L.L
                          hint="the profiler probably crashed before writing; capture the trace again")
     warnings: list[str] = []
     blocks = _threaded(_blocks(p, warnings, progress))
+    try:
+        return _load(p, size, blocks, warnings, jobs)
+    finally:
+        blocks.close()  # stops the reader thread on every exit path
+
+
+def _load(p: Path, size: int, blocks, warnings: list[str], jobs: int) -> L.Loaded:
     head = bytearray()
     json_bytes = 0
     # 1. find the start of the events array; small or odd files take the whole-buffer path
