@@ -55,16 +55,20 @@ def test_flipped_bytes(tmp_path, doc_bytes, monkeypatch, gz):
         _check(p)
 
 
-def test_no_reader_threads_left_behind(tmp_path, doc_bytes, monkeypatch):
-    """Early exits (errors, fallbacks) stop the gunzip reader thread."""
+def test_no_reader_thread_left_behind_after_an_early_exit(tmp_path, monkeypatch):
+    """If parsing fails mid-file, the gunzip reader thread (blocked on its full queue) is stopped."""
     monkeypatch.setattr(stream, "BLOCK_BYTES", 4096)
     monkeypatch.setattr(stream, "CHUNK_BYTES", 8192)
+
+    def boom(_):
+        raise RuntimeError("parser failed")
+
+    monkeypatch.setattr(stream, "_parse_chunk", boom)
+    p = tmp_path / "big.json.gz"
+    p.write_bytes(gzip.compress(json.dumps(build_healthy(steps=12).build(), indent=1).encode()))
     before = threading.active_count()
-    data = gzip.compress(doc_bytes)
-    for i in range(10):
-        p = tmp_path / f"c{i}.json.gz"
-        p.write_bytes(data[: len(data) * (i + 1) // 12])
-        _check(p)
+    with pytest.raises(RuntimeError):
+        stream.load_streaming(p)
     deadline = time.time() + 5
     while threading.active_count() > before and time.time() < deadline:
         time.sleep(0.05)
