@@ -135,8 +135,10 @@ def _verdict(trace: Trace, findings: list[Finding]) -> dict:
         return {}
     median = float(st["dur_us"].median())
     if not findings:
-        return {"top": None, "headline": "No significant slowdown found in the analysed steps.",
-                "median_step_us": median}
+        headline = ("No significant slowdown found in the analysed steps." if trace.has_gpu else
+                    "No GPU activity in this trace, so the GPU analyses could not run: capture with "
+                    "ProfilerActivity.CUDA on a GPU machine.")
+        return {"top": None, "headline": headline, "median_step_us": median}
     top = findings[0]
     fixable = [f for f in findings if f.confidence != "low"][:3]
     saved = sum(f.time_lost_per_step_us for f in fixable)
