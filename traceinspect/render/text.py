@@ -23,7 +23,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
                         f"{ms(v['expected_step_us'])} instead of {ms(v['median_step_us'])} "
                         f"({v['assumption']}).", "  "))
     elif v:
-        out.append(v.get("headline", ""))
+        out.append(wrap(v.get("headline", "")))
     out.append("")
     if bd:
         out.append("Where each step goes (mean per step)")
