@@ -124,9 +124,11 @@ class _Progress:
 
 
 def build_report(path: str, *, rank: str | None = None, steps: str | None = None, strict: bool = False,
-                 jobs: int | None = None, scheduler: str | None = None):
+                 jobs: int | None = None, scheduler: str | None = None, use_cache: bool = True):
     """PATH (file or directory of rank files) -> Report."""
-    from .analyze import analyze, analyze_many, reduce_ranks
+    from . import cache
+    from .analyze import analyze, analyze_many
+    from .errors import DetectorFailed
     from .report import Report
     from .trace.model import load_trace
     paths = _trace_paths(path)
@@ -134,14 +136,22 @@ def build_report(path: str, *, rank: str | None = None, steps: str | None = None
         size = Path(paths[0]).stat().st_size
         with open(paths[0], "rb") as f:
             gz = f.read(2) == b"\x1f\x8b"
-        big = size * (10 if gz else 1) > (50 << 20)  # a few seconds of work or more
-        bar = _Progress(f"reading {Path(paths[0]).name}", big)
-        try:
-            trace = load_trace(paths[0], jobs=jobs, progress=bar)
-        finally:
-            bar.done()
-        trace.select_steps(steps)
-        report = analyze(trace, strict=strict)
+        json_size = size * (10 if gz else 1)  # estimate
+        key = cache.key_for(paths[0], {"steps": steps}) if use_cache and json_size >= cache.MIN_BYTES else None
+        cached = cache.load(key)
+        if cached is not None:
+            report = Report.from_dict(cached)
+            if strict and report.failures:
+                raise DetectorFailed(f"detector {report.failures[0].name} failed: {report.failures[0].error}")
+        else:
+            bar = _Progress(f"reading {Path(paths[0]).name}", json_size > (50 << 20))
+            try:
+                trace = load_trace(paths[0], jobs=jobs, progress=bar)
+            finally:
+                bar.done()
+            trace.select_steps(steps)
+            report = analyze(trace, strict=strict)
+            cache.store(key, report.to_dict())
         if rank not in (None, "all") and int(rank) != report.trace["rank"]:
             raise UsageError(f"--rank {rank}: {paths[0]} is rank {report.trace['rank']}")
         return report
@@ -173,7 +183,9 @@ _FORMATS = ["text", "md", "json", "html"]
 @click.option("--tensorboard", "tb_logdir", default=None, type=click.Path(),
               help="Also write the report and key numbers into a TensorBoard event file in this directory.")
 @click.option("--scheduler", default=None, help="Dask scheduler address for many rank files (optional extra).")
-def analyze(path, fmt, output, rank, steps, fail_on, strict, jobs, assets, tb_logdir, scheduler):
+@click.option("--no-cache", is_flag=True,
+              help="Do not read or write the report cache (used for single files of 32 MB of JSON or more).")
+def analyze(path, fmt, output, rank, steps, fail_on, strict, jobs, assets, tb_logdir, scheduler, no_cache):
     """Analyse a trace file (.json or .json.gz) or a directory of per-rank traces."""
     if rank not in (None, "all"):
         try:
@@ -182,7 +194,8 @@ def analyze(path, fmt, output, rank, steps, fail_on, strict, jobs, assets, tb_lo
             raise UsageError(f"--rank {rank!r}: expected a rank number or 'all'") from None
     if fail_on is not None and not 0 <= fail_on <= 1:
         raise UsageError("--fail-on takes a fraction between 0 and 1, e.g. 0.1 for 10%")
-    report = build_report(path, rank=rank, steps=steps, strict=strict, jobs=jobs, scheduler=scheduler)
+    report = build_report(path, rank=rank, steps=steps, strict=strict, jobs=jobs, scheduler=scheduler,
+                          use_cache=not no_cache)
     fmt = _choose_format(fmt, output)
     renderers = _renderers()
     if fmt not in renderers:
