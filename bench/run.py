@@ -314,8 +314,9 @@ class Bench:
     def _cmd(self, tool: str, path: Path) -> tuple[list[str], dict]:
         runpy = str(HERE / "run.py")
         if tool == "analyze":
+            # --no-cache: every measurement parses the file (the report cache would serve repeats)
             return [self.py, "-m", "traceinspect", "analyze", str(path), "--format", "json", "-o", os.devnull,
-                    *shlex.split(self.a.analyze_args)], self.env
+                    "--no-cache", *shlex.split(self.a.analyze_args)], self.env
         if tool == "hta":
             d = self.a.out / f"hta-{path.name.replace('.', '_')}"
             if d.exists():
@@ -408,7 +409,7 @@ class Bench:
             seq_s, seq_rss, seq_st = 0.0, 0, "ok"
             for p in files:
                 m = measure([self.py, "-m", "traceinspect", "analyze", str(p), "--format", "json", "-o", os.devnull,
-                             *extra], self.a.timeout, self.mem_limit, self.env, cwd=str(self.a.out))
+                             "--no-cache", *extra], self.a.timeout, self.mem_limit, self.env, cwd=str(self.a.out))
                 s, n = _status(m, self.mem_limit)
                 if s != "ok":
                     seq_st, note = s, n
