@@ -112,3 +112,15 @@ def test_healthy_trace_has_no_findings(tmp_path):
     code, out = run("analyze", p, "--format", "json")
     assert code == 0
     assert json.loads(out)["findings"] == []
+
+
+def test_a_window_under_a_millisecond_is_not_judged(tmp_path):
+    from builders import TraceBuilder
+    t = TraceBuilder()
+    with t.step():  # a step of about 5 us (one op, one launch): a unit-test trace, not a training step
+        t.op("aten::add", kernels=[("k", 0.3)], cpu_us=0.1)
+    code, out = run("analyze", t.write(tmp_path / "tiny.json"), "--format", "json")
+    rep = json.loads(out)
+    assert code == 0 and rep["findings"] == []
+    assert any("too short" in s["reason"] for s in rep["skipped"])
+    assert any("under 1 ms" in w for w in rep["warnings"])

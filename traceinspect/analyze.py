@@ -34,12 +34,18 @@ PART_LABELS = {
 }
 
 
+MIN_WINDOW_US = 1000.0  # a training step is milliseconds at least; shorter windows are test artifacts
+
+
 def run_detectors(trace: Trace, detectors: Sequence[type[Detector]] | None = None, *, strict: bool = False):
     ctx = Context.of(trace)
     detectors = registry.ALL if detectors is None else detectors
     findings: list[Finding] = []
     skipped: list[Skipped] = []
     failures: list[Failure] = []
+    if ctx.window_us < MIN_WINDOW_US:
+        reason = f"the analysed window is only {ctx.window_us:.1f} us, too short to judge a training step"
+        return [], [Skipped(code=d.code, name=d.name, reason=reason) for d in detectors], []
     for cls in detectors:
         det = cls()
         try:
@@ -57,6 +63,9 @@ def run_detectors(trace: Trace, detectors: Sequence[type[Detector]] | None = Non
 
 def analyze(trace: Trace, *, strict: bool = False, detectors: Sequence[type[Detector]] | None = None) -> Report:
     findings, skipped, failures = run_detectors(trace, detectors, strict=strict) if trace.has_gpu or trace.has_cpu else ([], [], [])
+    if trace.window_us < MIN_WINDOW_US and (trace.has_gpu or trace.has_cpu):
+        trace.warnings.append(f"the analysed window is only {trace.window_us:.1f} us (under 1 ms): no cause was judged; "
+                              "capture a few whole training steps")
     return Report(trace=_trace_section(trace), steps=_steps_section(trace),
                   breakdown=_breakdown(trace), findings=findings, skipped=skipped, failures=failures,
                   warnings=list(trace.warnings), verdict=_verdict(trace, findings),
