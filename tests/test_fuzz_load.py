@@ -31,7 +31,7 @@ def _check(path):
 
 @pytest.mark.parametrize("gz", [False, True])
 def test_cut_anywhere(tmp_path, doc_bytes, gz, monkeypatch):
-    monkeypatch.setattr(stream, "BLOCK_BYTES", 4096)
+    monkeypatch.setattr(stream.L, "BLOCK_BYTES", 4096)
     monkeypatch.setattr(stream, "CHUNK_BYTES", 8192)
     data = gzip.compress(doc_bytes) if gz else doc_bytes
     rng = random.Random(7)
@@ -43,7 +43,7 @@ def test_cut_anywhere(tmp_path, doc_bytes, gz, monkeypatch):
 
 @pytest.mark.parametrize("gz", [False, True])
 def test_flipped_bytes(tmp_path, doc_bytes, monkeypatch, gz):
-    monkeypatch.setattr(stream, "BLOCK_BYTES", 4096)
+    monkeypatch.setattr(stream.L, "BLOCK_BYTES", 4096)
     monkeypatch.setattr(stream, "CHUNK_BYTES", 8192)
     rng = random.Random(11)
     for i in range(60):
@@ -57,7 +57,7 @@ def test_flipped_bytes(tmp_path, doc_bytes, monkeypatch, gz):
 
 def test_no_reader_thread_left_behind_after_an_early_exit(tmp_path, monkeypatch):
     """If parsing fails mid-file, the gunzip reader thread (blocked on its full queue) is stopped."""
-    monkeypatch.setattr(stream, "BLOCK_BYTES", 4096)
+    monkeypatch.setattr(stream.L, "BLOCK_BYTES", 4096)
     monkeypatch.setattr(stream, "CHUNK_BYTES", 8192)
 
     def boom(_):

@@ -14,7 +14,7 @@ from traceinspect.trace.model import from_loaded
 @pytest.fixture
 def tiny_chunks(monkeypatch):
     # a few KB per chunk, so that a small builder trace is cut into many chunks
-    monkeypatch.setattr(stream, "BLOCK_BYTES", 3000)
+    monkeypatch.setattr(stream.L, "BLOCK_BYTES", 3000)
     monkeypatch.setattr(stream, "CHUNK_BYTES", 5000)
 
 

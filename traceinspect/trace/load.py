@@ -11,7 +11,7 @@ import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Iterator, Union
 
 import msgspec
 from msgspec import Raw, Struct
@@ -19,6 +19,8 @@ from msgspec import Raw, Struct
 from ..errors import TraceError
 
 GZIP_MAGIC = b"\x1f\x8b"
+BLOCK_BYTES = 8 << 20          # read / decompress granularity
+COMPRESSED_READ = 1 << 20      # gzip input read per call
 _EMPTY_RAW = Raw(b"")
 
 
@@ -109,45 +111,74 @@ class Loaded:
     partials: list | None = None    # columns extracted chunk by chunk (streaming path), else None
 
 
+def read_blocks(path: Path, warnings: list[str], progress=None) -> Iterator[bytes]:
+    """Decompressed bytes of the file in blocks; gzip is sniffed from the magic number.
+    progress(fraction of the file read) is called as blocks are read, when given."""
+    f = open(path, "rb")
+    if progress is not None:
+        size = max(1, os.fstat(f.fileno()).st_size)
+        raw_read = f.read
+
+        def read(n):
+            b = raw_read(n)
+            progress(min(1.0, f.tell() / size))
+            return b
+    else:
+        read = f.read
+    with f:
+        first = read(2)
+        if first != GZIP_MAGIC:
+            while first:
+                yield first
+                first = read(BLOCK_BYTES)
+            return
+        d = zlib.decompressobj(wbits=31)
+        data = first + read(COMPRESSED_READ)
+        produced = 0
+        while True:
+            try:
+                # bounded output per call: a highly compressed trace must not inflate all at once
+                out = d.decompress(data, BLOCK_BYTES)
+            except zlib.error as e:
+                if produced == 0:
+                    raise TraceError(str(path), f"starts like a gzip file but cannot be decompressed ({e})",
+                                     hint="re-download or re-copy the file; it is corrupt") from None
+                warnings.append(f"the gzip stream is corrupt after {produced} bytes ({e}); "
+                                "the complete events before it were kept")
+                return
+            if out:
+                produced += len(out)
+                yield out
+            if d.eof:
+                rest = d.unused_data + read(COMPRESSED_READ)
+                if rest[:2] == GZIP_MAGIC:  # another gzip member follows
+                    d = zlib.decompressobj(wbits=31)
+                    data = rest
+                    continue
+                return
+            data = d.unconsumed_tail
+            if not data:
+                data = read(COMPRESSED_READ)
+                if not data:
+                    tail = d.flush()
+                    if tail:
+                        yield tail
+                    warnings.append("the gzip stream is truncated (the file was cut off while being written); "
+                                    "the complete events before the cut were kept")
+                    return
+
+
 def read_bytes(path: Path, warnings: list[str]) -> tuple[bytes, int]:
-    """The file's JSON bytes; gzip detected by its magic number, not by the extension."""
+    """The whole file's JSON bytes (the same blocks the streaming reader consumes, joined)."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        size = os.path.getsize(path)
     except OSError as e:
         raise TraceError(str(path), f"cannot read the file ({e.strerror or e})",
                          hint="check the path and its permissions") from None
-    size = len(data)
-    if not data:
+    if size == 0:
         raise TraceError(str(path), "the file is empty (0 bytes)",
                          hint="the profiler probably crashed before writing; capture the trace again")
-    if data[:2] == GZIP_MAGIC:
-        data = _gunzip(path, data, warnings)
-    return data, size
-
-
-def _gunzip(path: Path, data: bytes, warnings: list[str]) -> bytes:
-    out: list[bytes] = []
-    rest = data
-    try:
-        while rest:
-            d = zlib.decompressobj(wbits=31)
-            out.append(d.decompress(rest))
-            if not d.eof:
-                warnings.append(
-                    "the gzip stream is truncated (the file was cut off while being written); "
-                    "the complete events before the cut were kept")
-                break
-            rest = d.unused_data
-            if rest and rest[:2] != GZIP_MAGIC:
-                break  # trailing garbage after the last member: ignore it like gzip(1) does
-    except zlib.error as e:
-        if not out or not any(out):
-            raise TraceError(str(path), f"starts like a gzip file but cannot be decompressed ({e})",
-                             hint="re-download or re-copy the file; it is corrupt") from None
-        warnings.append(f"the gzip stream is corrupt after {sum(map(len, out))} bytes ({e}); "
-                        "the complete events before it were kept")
-    return b"".join(out)
+    return b"".join(read_blocks(path, warnings)), size
 
 
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")

@@ -14,7 +14,6 @@ import os
 import queue
 import re
 import threading
-import zlib
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import Iterator
@@ -25,71 +24,12 @@ from ..errors import TraceError
 from . import load as L
 from .tables import extract
 
-BLOCK_BYTES = 8 << 20          # read / decompress granularity
 CHUNK_BYTES = 24 << 20         # events decoded per chunk
-COMPRESSED_READ = 1 << 20      # gzip input read per call
 # `}, {"`: the quote after the brace cannot occur unescaped inside a JSON string, so this only matches
 # between objects (between events, or rarely between objects nested in one event's args: then the
 # chunk fails to parse and the file is read in one piece)
 _BOUNDARY = re.compile(rb'\}\s*,\s*\{\s*"')
 _KEY = b'"traceEvents"'
-
-
-def _blocks(path: Path, warnings: list[str], progress=None) -> Iterator[bytes]:
-    """Decompressed bytes of the file in blocks; gzip is sniffed from the magic number.
-    progress(fraction of the file read) is called as blocks are read, when given."""
-    f = open(path, "rb")
-    if progress is not None:
-        size = max(1, os.fstat(f.fileno()).st_size)
-        raw_read = f.read
-
-        def read(n):
-            b = raw_read(n)
-            progress(min(1.0, f.tell() / size))
-            return b
-    else:
-        read = f.read
-    with f:
-        first = read(2)
-        if first != L.GZIP_MAGIC:
-            while first:
-                yield first
-                first = read(BLOCK_BYTES)
-            return
-        d = zlib.decompressobj(wbits=31)
-        data = first + read(COMPRESSED_READ)
-        produced = 0
-        while True:
-            try:
-                # bounded output per call: a highly compressed trace must not inflate all at once
-                out = d.decompress(data, BLOCK_BYTES)
-            except zlib.error as e:
-                if produced == 0:
-                    raise TraceError(str(path), f"starts like a gzip file but cannot be decompressed ({e})",
-                                     hint="re-download or re-copy the file; it is corrupt") from None
-                warnings.append(f"the gzip stream is corrupt after {produced} bytes ({e}); "
-                                "the complete events before it were kept")
-                return
-            if out:
-                produced += len(out)
-                yield out
-            if d.eof:
-                rest = d.unused_data + read(COMPRESSED_READ)
-                if rest[:2] == L.GZIP_MAGIC:  # another gzip member follows
-                    d = zlib.decompressobj(wbits=31)
-                    data = rest
-                    continue
-                return
-            data = d.unconsumed_tail
-            if not data:
-                data = read(COMPRESSED_READ)
-                if not data:
-                    tail = d.flush()
-                    if tail:
-                        yield tail
-                    warnings.append("the gzip stream is truncated (the file was cut off while being written); "
-                                    "the complete events before the cut were kept")
-                    return
 
 
 def _threaded(gen: Iterator[bytes], depth: int = 3) -> Iterator[bytes]:
@@ -168,7 +108,7 @@ def load_streaming(path: str | os.PathLike, jobs: int = 1, progress=None) -> L.L
         raise TraceError(str(p), "the file is empty (0 bytes)",
                          hint="the profiler probably crashed before writing; capture the trace again")
     warnings: list[str] = []
-    blocks = _threaded(_blocks(p, warnings, progress))
+    blocks = _threaded(L.read_blocks(p, warnings, progress))
     try:
         return _load(p, size, blocks, warnings, jobs)
     finally:
