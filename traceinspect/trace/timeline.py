@@ -46,18 +46,20 @@ _COMM = re.compile(r"nccl|rccl|cross_device_reduce|all_reduce|allreduce|all_gath
 _DATALOADER = re.compile(r"^enumerate\((DataLoader|DataPipe)\)#")
 
 
-def is_comm_kernel(names: pd.Series) -> np.ndarray:
+def _name_flags(names: pd.Series, match) -> np.ndarray:
+    """match(name) for each row, evaluated once per distinct name."""
     cats = pd.Categorical(names)
-    flags = np.array([bool(_COMM.search(str(c))) for c in cats.categories], dtype=bool)
+    flags = np.array([bool(match(str(c))) for c in cats.categories], dtype=bool)
     codes = cats.codes
     return np.where(codes >= 0, flags[np.maximum(codes, 0)] if flags.size else False, False)
+
+
+def is_comm_kernel(names: pd.Series) -> np.ndarray:
+    return _name_flags(names, _COMM.search)
 
 
 def is_dataloader(names: pd.Series) -> np.ndarray:
-    cats = pd.Categorical(names)
-    flags = np.array([bool(_DATALOADER.match(str(c))) for c in cats.categories], dtype=bool)
-    codes = cats.codes
-    return np.where(codes >= 0, flags[np.maximum(codes, 0)] if flags.size else False, False)
+    return _name_flags(names, _DATALOADER.match)
 
 
 @dataclass
