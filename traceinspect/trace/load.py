@@ -216,6 +216,36 @@ def _recover_truncated(path: str, data: bytes, is_array: bool):
     return None
 
 
+def decode_event_lenient(raw) -> Event | None:
+    """One event's JSON -> Event, keeping what fits the schema: strict first, then with lax type
+    coercion ("128" -> 128), then args dropped, then only the timing fields; None if nothing fits."""
+    try:
+        return _EVENT_DECODER.decode(raw)
+    except msgspec.DecodeError:
+        pass
+    try:
+        obj = _ANY_DECODER.decode(raw)
+        args = obj.pop("args", None) if isinstance(obj, dict) else None
+        ev = msgspec.convert(obj, Event, strict=False)
+        if isinstance(args, dict):
+            for k in ("Input Dims", "Input dims", "Input type"):
+                if k in args:
+                    args[k] = Raw(msgspec.json.encode(args[k]))
+            try:
+                ev.args = msgspec.convert(args, Args, strict=False)
+            except (msgspec.ValidationError, TypeError):
+                ev.args = None
+        return ev
+    except (msgspec.DecodeError, msgspec.ValidationError, TypeError, ValueError):
+        try:
+            obj = _ANY_DECODER.decode(raw)
+            slim = {k: obj.get(k) for k in ("ph", "cat", "name", "pid", "tid", "ts", "dur")
+                    if isinstance(obj, dict) and obj.get(k) is not None}
+            return msgspec.convert(slim, Event, strict=False)
+        except Exception:
+            return None
+
+
 def _decode_lenient(path: str, data: bytes, is_array: bool, warnings: list[str]):
     """Slow path for documents whose events do not fit the typed schema: decode event by event."""
     if is_array:
@@ -232,32 +262,11 @@ def _decode_lenient(path: str, data: bytes, is_array: bool, warnings: list[str])
     events: list[Event] = []
     dropped = 0
     for raw in raws:
-        try:
-            events.append(_EVENT_DECODER.decode(raw))
-            continue
-        except msgspec.DecodeError:
-            pass
-        try:
-            obj = _ANY_DECODER.decode(raw)
-            args = obj.pop("args", None) if isinstance(obj, dict) else None
-            ev = msgspec.convert(obj, Event, strict=False)
-            if isinstance(args, dict):
-                for k in ("Input Dims", "Input dims", "Input type"):
-                    if k in args:
-                        args[k] = Raw(msgspec.json.encode(args[k]))
-                try:
-                    ev.args = msgspec.convert(args, Args, strict=False)
-                except (msgspec.ValidationError, TypeError):
-                    ev.args = None
+        ev = decode_event_lenient(raw)
+        if ev is None:
+            dropped += 1
+        else:
             events.append(ev)
-        except (msgspec.DecodeError, msgspec.ValidationError, TypeError, ValueError):
-            try:
-                obj = _ANY_DECODER.decode(raw)
-                slim = {k: obj.get(k) for k in ("ph", "cat", "name", "pid", "tid", "ts", "dur")
-                        if isinstance(obj, dict) and obj.get(k) is not None}
-                events.append(msgspec.convert(slim, Event, strict=False))
-            except Exception:
-                dropped += 1
     if dropped:
         warnings.append(f"{dropped} events had fields of unexpected types and were dropped")
     return doc, events, dropped

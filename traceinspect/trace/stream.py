@@ -14,7 +14,7 @@ import os
 import queue
 import re
 import threading
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterator
 
@@ -22,7 +22,17 @@ import msgspec
 
 from ..errors import TraceError
 from . import load as L
-from .tables import extract
+from .tables import extract, extract_scanned
+
+try:  # the optional native scanner (setup.py builds it where a C compiler exists)
+    from . import _scan
+except ImportError:  # pragma: no cover - depends on the install
+    _scan = None
+
+
+def native_enabled() -> bool:
+    """True when chunks are decoded by the native scanner (TRACEINSPECT_NATIVE=0 turns it off)."""
+    return _scan is not None and os.environ.get("TRACEINSPECT_NATIVE", "1") != "0"
 
 CHUNK_BYTES = 24 << 20         # events decoded per chunk
 # `}, {"`: the quote after the brace cannot occur unescaped inside a JSON string, so this only matches
@@ -78,6 +88,10 @@ def _parse_chunk(data) -> dict:
     was = gc.isenabled()
     gc.disable()
     try:
+        if native_enabled():
+            part = _native_chunk(data)
+            if part is not None:
+                return part
         try:
             events = L._LIST_DECODER.decode(data)
             dropped = 0
@@ -95,6 +109,22 @@ def _parse_chunk(data) -> dict:
     finally:
         if was:
             gc.enable()
+
+
+def _native_chunk(data, whole: bool = True) -> dict | None:
+    """The native scanner's columns for one chunk (a JSON array; with whole=False, an array followed
+    by anything, whose end offset is returned as part["end"]), or None where it defers to the
+    Python path (anything it is not sure about: see _scan.c)."""
+    scanned = _scan.scan(data)
+    if scanned is None or (whole and scanned[1] != len(data)):
+        return None
+    try:
+        part = extract_scanned(scanned)
+    except (UnicodeDecodeError, msgspec.DecodeError, OverflowError, ValueError, TypeError):
+        return None  # a value the columns cannot hold: the Python path decides
+    if not whole:
+        part["end"] = scanned[1]
+    return part
 
 
 def load_streaming(path: str | os.PathLike, jobs: int = 1, progress=None) -> L.Loaded:
@@ -138,7 +168,7 @@ def _load(p: Path, size: int, blocks, warnings: list[str], jobs: int) -> L.Loade
     buf = bytearray(b" ") + head[head_end:]
     del head
 
-    pool = ProcessPoolExecutor(max_workers=jobs) if jobs > 1 else None
+    pool, workers = _chunk_pool(jobs)
     pending: list[Future | dict] = []
     dropped = 0
     try:
@@ -162,29 +192,38 @@ def _load(p: Path, size: int, blocks, warnings: list[str], jobs: int) -> L.Loade
             end, rest = cut
             buf[0] = 0x5B   # '['
             buf[end] = 0x5D  # ']' over the separator after the chunk's last event
-            if pool is not None:
-                pending.append(pool.submit(_parse_chunk, bytes(buf[: end + 1])))
-                if len(pending) > jobs + 1:  # bound the chunks in flight
-                    _wait_oldest(pending)
-            else:
+            if pool is None:
                 with memoryview(buf) as mv:
                     pending.append(_parse_chunk(mv[: end + 1]))
-            del buf[: rest - 1]  # keep one byte before the next event for its '['
+                del buf[: rest - 1]  # keep one byte before the next event for its '['
+                continue
+            if isinstance(pool, ThreadPoolExecutor):
+                # the chunk's buffer is handed over as it is (no copy) and never touched again
+                chunk = memoryview(buf)[: end + 1]
+            else:
+                chunk = bytes(buf[: end + 1])
+            pending.append(pool.submit(_parse_chunk, chunk))
+            buf = bytearray(1) + buf[rest:]  # one spare byte before the next event for its '['
+            if len(pending) > workers + 1:  # bound the chunks in flight
+                _wait_oldest(pending)
         # 2. the tail: last events, the closing bracket and the trailing metadata keys
-        tail = (b"[" if is_array else b'{"traceEvents":[') + bytes(buf[1:])
-        del buf
         parts = [f.result() if isinstance(f, Future) else f for f in pending]
         if any("error" in part for part in parts):
             # an event boundary was misread (or the middle of the file is corrupt): the whole-buffer
             # path parses the file in one piece and reports any real error precisely
             return L.load_file(p)
-        last = L.decode(str(p), tail, size, warnings)
+        last = _native_tail(p, buf, is_array, size, warnings)
+        if last is None:
+            tail = (b"[" if is_array else b'{"traceEvents":[') + bytes(buf[1:])
+            del buf
+            last = L.decode(str(p), tail, size, warnings)
+            last.partials = [extract(last.events)]
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+    parts += last.partials
     for part in parts:
         dropped += part.pop("dropped", 0)
-    parts.append(extract(last.events))
     doc = head_doc if head_doc is not None else L.Document()
     for k in L.Document.__struct_fields__:
         v = getattr(last.doc, k)
@@ -196,6 +235,43 @@ def _load(p: Path, size: int, blocks, warnings: list[str], jobs: int) -> L.Loade
     loaded = L.Loaded(path=str(p), events=[], doc=doc, file_bytes=size, json_bytes=json_bytes,
                       warnings=last.warnings, lost_bytes=lost, dropped_events=dropped + last.dropped_events)
     loaded.partials = parts
+    return loaded
+
+
+def _chunk_pool(jobs: int) -> tuple[Executor | None, int]:
+    """Where chunks are decoded: worker processes when asked for (-j N); else, with the native
+    scanner, two threads (it parses without the GIL) where there are two cores; else inline."""
+    if jobs > 1:
+        return ProcessPoolExecutor(max_workers=jobs), jobs
+    if native_enabled() and (os.cpu_count() or 1) >= 2:
+        return ThreadPoolExecutor(max_workers=2, thread_name_prefix="traceinspect-scan"), 2
+    return None, 1
+
+
+def _native_tail(p: Path, buf: bytearray, is_array: bool, size: int, warnings: list[str]) -> L.Loaded | None:
+    """The last events (buf[1:] up to the array's closing bracket) by the native scanner, and the
+    top-level keys after it by msgspec; None where the Python path must decide (a truncated or
+    malformed tail, metadata of unexpected types)."""
+    if not native_enabled():
+        return None
+    buf[0] = 0x5B  # '['
+    with memoryview(buf) as mv:
+        part = _native_chunk(mv, whole=False)
+    if part is None:
+        return None
+    rest = bytes(buf[part.pop("end"):])
+    try:
+        if is_array:
+            if rest.strip():
+                return None
+            doc = L.Document()
+        else:
+            doc = L._DOC_DECODER.decode(b'{"traceEvents":[]' + rest)
+    except msgspec.DecodeError:
+        return None
+    loaded = L.Loaded(path=str(p), events=[], doc=doc, file_bytes=size, json_bytes=len(buf),
+                      warnings=warnings, dropped_events=0)
+    loaded.partials = [part]
     return loaded
 
 

@@ -244,6 +244,266 @@ def extract(events: list[Event]) -> dict:
             "n_events": len(events)}
 
 
+
+# ---- the native path: traceinspect.trace._scan columns -> the same partial as extract() ----
+
+_NONE = np.iinfo(np.int64).min   # _scan's marker for an absent int
+
+
+def _strings(raw: list[bytes]) -> list[str]:
+    """_scan's raw string spans -> str, with JSON escapes decoded by the same decoder as the
+    Python path. Raises UnicodeDecodeError / msgspec.DecodeError where that path would fail too."""
+    import msgspec
+    out = []
+    for b in raw:
+        out.append(msgspec.json.decode(b'"' + b + b'"') if b"\\" in b else b.decode("utf-8"))
+    return out
+
+
+_SCAN_DTYPES = {"ph": np.uint8, "has_args": np.uint8, "ts": np.float64, "dur": np.float64,
+                "nbytes": np.float64, "mem_bytes": np.float64, "total_allocated": np.float64,
+                "total_reserved": np.float64}
+_SCAN_INT_FIELDS = {"correlation": "correlation", "external_id": "external_id",
+                    "external_id_old": "external_id_old", "device": "device", "stream": "stream",
+                    "cbid": "cbid", "cid": "cid", "in_msg_nelems": "in_msg_nelems",
+                    "out_msg_nelems": "out_msg_nelems", "group_size": "group_size",
+                    "device_type": "device_type"}
+_SCAN_FLOAT_FIELDS = {"nbytes": "nbytes", "mem_bytes": "mem_bytes", "total_allocated": "total_allocated",
+                      "total_reserved": "total_reserved"}
+
+
+def _scan_dtype(name: str):
+    if name in _SCAN_DTYPES:
+        return _SCAN_DTYPES[name]
+    return np.int32 if name.endswith(("_idx", "_str")) else np.int64
+
+
+def _fill_row(a: dict, i: int, ev: Event, strings: list, dims: list, types: list) -> None:
+    """Write one event decoded by the Python path into row i of the scanner's columns."""
+    def sid(v):
+        if v is None:
+            return -1
+        strings.append(v)
+        return len(strings) - 1
+
+    def int_or_str(key, v, absent):
+        if v is None:
+            a[key][i], a[key + "_str"][i] = absent, -1
+        elif isinstance(v, str):
+            a[key][i], a[key + "_str"][i] = 0, sid(v)
+        else:
+            a[key][i], a[key + "_str"][i] = v, -1
+
+    p = ev.ph
+    a["ph"][i] = ord(p) if len(p) == 1 and ord(p) < 128 else (0 if p == "" else 1)
+    a["cat_idx"][i], a["name_idx"][i] = sid(ev.cat), sid(ev.name)
+    int_or_str("pid", ev.pid, 0)
+    int_or_str("tid", ev.tid, 0)
+    int_or_str("id", ev.id, _NONE)
+    a["ts"][i] = ev.ts
+    a["dur"][i] = np.nan if ev.dur is None else ev.dur
+    g = ev.args
+    a["has_args"][i] = g is not None
+    for col_, attr in _SCAN_INT_FIELDS.items():
+        v = getattr(g, attr) if g is not None else None
+        a[col_][i] = _NONE if v is None else v
+    for col_, attr in _SCAN_FLOAT_FIELDS.items():
+        v = getattr(g, attr) if g is not None else None
+        a[col_][i] = np.nan if v is None else v
+    a["grid"][i] = _prod(g.grid) if g is not None and g.grid is not None else 0
+    a["block"][i] = _prod(g.block) if g is not None and g.block is not None else 0
+    a["collective_idx"][i] = sid(g.collective) if g is not None else -1
+    a["dtype_idx"][i] = sid(g.dtype) if g is not None else -1
+    a["arg_name_idx"][i] = sid(g.name) if g is not None else -1
+    dims[i] = None if g is None else (bytes(g.input_dims) if len(g.input_dims) else
+                                      (bytes(g.input_dims_old) if len(g.input_dims_old) else None))
+    types[i] = None if g is None or not len(g.input_type) else bytes(g.input_type)
+
+
+def extract_scanned(scanned) -> dict:
+    """A `_scan.scan` result -> the partial `extract` makes from the same events (same columns,
+    same order, same dtypes, same counters), plus "dropped": deferred events the Python decoder
+    could not keep either."""
+    from .load import decode_event_lenient
+
+    n, _end, raw_cols, raw_strings, dims_list, types_list, deferred = scanned
+    strings = _strings(raw_strings)
+    arrays = {k: np.frombuffer(v, dtype=_scan_dtype(k)) for k, v in raw_cols.items()}
+    dropped = 0
+    if deferred:
+        # events the scanner was not sure about: decoded exactly as the Python path does, in place
+        arrays = {k: v.copy() for k, v in arrays.items()}
+        keep = np.ones(n, dtype=bool)
+        for row, raw in deferred:
+            ev = decode_event_lenient(raw)
+            if ev is None:
+                keep[row] = False
+                dropped += 1
+            else:
+                _fill_row(arrays, row, ev, strings, dims_list, types_list)
+        if dropped:
+            arrays = {k: v[keep] for k, v in arrays.items()}
+            dims_list = [d for d, k in zip(dims_list, keep) if k]
+            types_list = [t for t, k in zip(types_list, keep) if k]
+            n = int(keep.sum())
+    strings.append("")                                         # id -1 ("absent") -> ""
+    # two raw spans can decode to one string (an escape): one canonical id per distinct string
+    canon, uniq = pd.factorize(np.array(strings, dtype=object), use_na_sentinel=False)
+    uniq = list(uniq)
+    canon = canon.astype(np.int64)
+
+    def col(name, dtype=None):
+        return arrays[name]
+
+    def sid(name):  # canonical string ids, "absent" -> the id of ""
+        return canon[col(name)]
+
+    ph = col("ph")
+    has_args = col("has_args").astype(bool)
+    cat = sid("cat_idx")
+    name = sid("name_idx")
+    dur = col("dur")
+
+    # kind per distinct category, as extract() resolves it
+    kinds = sorted(set(CATEGORY.values()))
+    kind_code = {k: i for i, k in enumerate(kinds)}
+    cat_kind = np.array([kind_code.get(CATEGORY.get(c.lower()), -1) for c in uniq], dtype=np.int64)
+    kind = cat_kind[cat] if n else np.empty(0, dtype=np.int64)
+    is_x = ph == ord("X")
+    has_dur = ~np.isnan(dur)
+    x_ok = is_x & (kind >= 0) & has_dur
+    x_ok &= ~(dur < 0)
+    no_dur = int(np.count_nonzero(is_x & (kind >= 0) & ~has_dur))
+    neg_dur = int(np.count_nonzero(is_x & (kind >= 0) & has_dur & (dur < 0)))
+    unknown: dict[str, int] = {}
+    unk = is_x & (kind < 0)
+    if unk.any():
+        ucodes, ucats = pd.factorize(cat[unk])
+        counts = np.bincount(ucodes)
+        for c, k in zip(ucats, counts):
+            if uniq[c]:
+                unknown[uniq[c]] = int(k)
+    mem_name = uniq.index("[memory]") if "[memory]" in uniq else -2
+    thread_name = uniq.index("thread_name") if "thread_name" in uniq else -2
+
+    def sel(k: str) -> np.ndarray:
+        m = x_ok & (kind == kind_code[k])
+        if k == "flow":
+            m |= ((ph == ord("s")) | (ph == ord("f"))) & (kind == kind_code["flow"])
+        elif k == "instant":
+            m |= ((ph == ord("i")) | (ph == ord("I"))) & (name == mem_name)
+        return np.flatnonzero(m)
+
+    ts = col("ts", np.float64)
+
+    def opt(name_, idx, default=-1):
+        v = col(name_, np.int64)[idx]
+        return np.where(v == _NONE, default, v)
+
+    def ids(name_, idx, absent=None):
+        """pid/tid/id columns: ints as they are, strings through _tid (per distinct string)."""
+        v = col(name_, np.int64)[idx]
+        s_ = col(name_ + "_str", np.int32)[idx]
+        if absent is not None:
+            v = np.where(v == _NONE, absent, v)
+        if (s_ >= 0).any():
+            ustr = np.unique(s_[s_ >= 0])
+            lut = {int(u): _tid(strings[u]) for u in ustr}
+            v = v.copy()
+            for u, t in lut.items():
+                v[s_ == u] = t
+        return v
+
+    def base(idx):
+        codes, u = pd.factorize(name[idx], use_na_sentinel=False)
+        return {"ts_us": ts[idx].copy(), "dur_us": dur[idx].copy(),
+                "name": (codes.astype(np.int64), [uniq[c] for c in u])}
+
+    def ext(idx):
+        e = col("external_id", np.int64)[idx]
+        old = col("external_id_old", np.int64)[idx]
+        e = np.where(e != _NONE, e, np.where(old != _NONE, old, -1))
+        return np.where(has_args[idx], e, -1)
+
+    def gpu(idx):
+        dev = col("device", np.int64)[idx]
+        stream = col("stream", np.int64)[idx]
+        pid0 = col("pid", np.int64)[idx]   # string pids are 0 here, as in extract()
+        return {"device": np.where(dev != _NONE, dev, pid0),
+                "stream": np.where(stream != _NONE, stream, ids("tid", idx)) if (stream == _NONE).any()
+                else stream.copy(),
+                "correlation": opt("correlation", idx), "external_id": ext(idx)}
+
+    def strs(name_, idx):
+        v = col(name_, np.int32)[idx]
+        out = np.array(strings, dtype=object)[v]
+        out[v < 0] = None
+        return out
+
+    out: dict = {}
+    k = sel("kernel")
+    coll = col("collective_idx", np.int32)[k]
+    kern = {**base(k), **gpu(k), "grid_blocks": col("grid", np.int64)[k].copy(),
+            "block_threads": col("block", np.int64)[k].copy()}
+    if (coll < 0).all():
+        kern.update({"collective": np.full(len(k), None, dtype=object),
+                     "in_msg_nelems": np.full(len(k), -1, dtype=np.int64),
+                     "out_msg_nelems": np.full(len(k), -1, dtype=np.int64),
+                     "group_size": np.full(len(k), -1, dtype=np.int64),
+                     "comm_dtype": np.full(len(k), None, dtype=object)})
+    else:
+        kern.update({"collective": strs("collective_idx", k), "in_msg_nelems": opt("in_msg_nelems", k),
+                     "out_msg_nelems": opt("out_msg_nelems", k), "group_size": opt("group_size", k),
+                     "comm_dtype": strs("dtype_idx", k)})
+    out["kernel"] = kern
+    mc, ms = sel("memcpy"), sel("memset")
+    m = np.concatenate([mc, ms])
+    nb = col("nbytes", np.float64)[m]
+    out["memcpy"] = {**base(m), **gpu(m), "size_bytes": np.where(np.isnan(nb), 0.0, nb),
+                     "is_memset": np.arange(len(m)) >= len(mc)}
+    g = sel("gpu_annotation")
+    out["gpu_annotation"] = {**base(g), **gpu(g)}
+    sy = sel("sync")
+    out["sync"] = {**base(sy), **gpu(sy)}
+    r = sel("runtime")
+    cb = col("cbid", np.int64)[r]
+    cb = np.where(cb != _NONE, cb, col("cid", np.int64)[r])
+    out["runtime"] = {**base(r), "tid": ids("tid", r), "correlation": opt("correlation", r),
+                      "external_id": ext(r), "cbid": np.where(cb != _NONE, cb, -1)}
+    co, an = sel("cpu_op"), sel("annotation")
+    c = np.concatenate([co, an])
+    dims = np.array(dims_list, dtype=object)[c] if len(c) else np.empty(0, dtype=object)
+    types = np.array(types_list, dtype=object)[c] if len(c) else np.empty(0, dtype=object)
+    out["cpu_op"] = {**base(c), "tid": ids("tid", c), "external_id": ext(c),
+                     "is_annotation": np.arange(len(c)) >= len(co),
+                     "input_dims_raw": dims, "input_type_raw": types}
+    p = sel("python")
+    out["python"] = {**base(p), "tid": ids("tid", p)}
+    i = sel("instant")
+
+    def zero_nan(name_):
+        v = col(name_, np.float64)[i]
+        return np.where(np.isnan(v), 0.0, v)
+
+    out["memory"] = {"ts_us": ts[i].copy(), "alloc_bytes": zero_nan("mem_bytes"),
+                     "total_allocated_bytes": zero_nan("total_allocated"),
+                     "total_reserved_bytes": zero_nan("total_reserved"),
+                     "device_type": opt("device_type", i)}
+    f = sel("flow")
+    out["flow"] = {"id": ids("id", f, absent=-1), "is_start": ph[f] == ord("s"), "ts_us": ts[f].copy(),
+                   "tid": ids("tid", f)}
+    threads = {}
+    tm = np.flatnonzero((ph == ord("M")) & (name == thread_name))
+    if len(tm):
+        an_ = col("arg_name_idx", np.int32)[tm]
+        pids, tids = ids("pid", tm), ids("tid", tm)
+        for a, pv, tv in zip(an_.tolist(), pids.tolist(), tids.tolist()):
+            if a >= 0 and strings[a]:
+                threads[(pv, tv)] = strings[a]
+    return {"tables": out, "threads": threads, "unknown": unknown, "no_dur": no_dur, "neg_dur": neg_dur,
+            "n_events": int(n), "dropped": dropped}
+
+
 _TIMED = ("kernel", "memcpy", "cpu_op", "runtime", "gpu_annotation", "python")
 _KINDS = ("kernel", "memcpy", "gpu_annotation", "sync", "runtime", "cpu_op", "python", "memory", "flow")
 

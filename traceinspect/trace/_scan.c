@@ -1,0 +1,825 @@
+/* Columnar scanner for the events array of a Kineto trace: one pass over the JSON bytes, no Python
+ * object per event.
+ *
+ * scan(buffer) takes a JSON array of event objects (bytes, bytearray or memoryview) and returns
+ * (n_events, end_offset, columns, strings, dims, types, deferred), where `columns` maps a column name to the
+ * raw bytes of a fixed-width array (numpy.frombuffer reads them without a copy), `strings` lists
+ * the distinct raw string spans (still JSON-escaped) that the *_idx columns index, and dims/types
+ * are lists holding the raw bytes of args["Input Dims"] / args["Input type"] or None per event.
+ *
+ * It reads exactly the fields that traceinspect.trace.load.Event / Args declare, with the same
+ * type rules as the typed msgspec decoder. An event it is not sure about (an escaped key, a field
+ * of an unexpected type, a number that does not fit) gets a placeholder row and is listed in
+ * `deferred` as (row, raw bytes) for the caller to decode with the exact Python path; malformed
+ * JSON or a truncated buffer makes it return None, and the caller decodes the whole buffer in
+ * Python, which reports the problem. It never guesses, so both paths give identical tables
+ * (tests/test_native_scan.py holds them to that).
+ * The byte loop runs without the GIL and touches no Python object.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#define NONE_I64 INT64_MIN
+#define MAX_DEPTH 512
+
+typedef struct {
+    char *p;
+    size_t n, cap, item;
+} vec;
+
+static int vgrow(vec *v) {
+    size_t cap = v->cap ? v->cap * 2 : 4096;
+    char *q = (char *)realloc(v->p, cap * v->item);
+    if (!q) return -1;
+    v->p = q;
+    v->cap = cap;
+    return 0;
+}
+
+#define VPUSH(v, T, x) do { if ((v)->n == (v)->cap && vgrow(v)) return -2; ((T *)(v)->p)[(v)->n++] = (x); } while (0)
+
+/* ---- string interning: raw spans of the buffer -> dense ids ---- */
+typedef struct {
+    int64_t off;
+    int32_t len;
+    int32_t id;   /* -1: empty slot */
+    uint64_t hash;
+} slot;
+
+typedef struct {
+    slot *slots;
+    size_t cap, count;
+    vec spans;    /* int64 pairs (offset, length), in id order */
+} interner;
+
+static uint64_t hash_bytes(const unsigned char *s, size_t n) {
+    uint64_t h = 1469598103934665603ULL;  /* FNV-1a */
+    for (size_t i = 0; i < n; i++) {
+        h ^= s[i];
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+static int intern_init(interner *t) {
+    t->cap = 1024;
+    t->count = 0;
+    t->slots = (slot *)malloc(t->cap * sizeof(slot));
+    if (!t->slots) return -1;
+    for (size_t i = 0; i < t->cap; i++) t->slots[i].id = -1;
+    t->spans.p = NULL;
+    t->spans.n = t->spans.cap = 0;
+    t->spans.item = sizeof(int64_t);
+    return 0;
+}
+
+static void intern_free(interner *t) {
+    free(t->slots);
+    free(t->spans.p);
+}
+
+static int intern_rehash(interner *t) {
+    size_t cap = t->cap * 2;
+    slot *s = (slot *)malloc(cap * sizeof(slot));
+    if (!s) return -1;
+    for (size_t i = 0; i < cap; i++) s[i].id = -1;
+    for (size_t i = 0; i < t->cap; i++) {
+        if (t->slots[i].id < 0) continue;
+        size_t j = t->slots[i].hash & (cap - 1);
+        while (s[j].id >= 0) j = (j + 1) & (cap - 1);
+        s[j] = t->slots[i];
+    }
+    free(t->slots);
+    t->slots = s;
+    t->cap = cap;
+    return 0;
+}
+
+/* id of the span [off, off+len) of base; -2 on allocation failure */
+static int32_t intern(interner *t, const unsigned char *base, int64_t off, int32_t len) {
+    const unsigned char *s = base + off;
+    uint64_t h = hash_bytes(s, (size_t)len);
+    size_t j = h & (t->cap - 1);
+    while (t->slots[j].id >= 0) {
+        slot *sl = &t->slots[j];
+        if (sl->hash == h && sl->len == len && memcmp(base + sl->off, s, (size_t)len) == 0) return sl->id;
+        j = (j + 1) & (t->cap - 1);
+    }
+    if (t->count >= INT32_MAX - 1) return -2;
+    int32_t id = (int32_t)t->count;
+    t->slots[j].off = off;
+    t->slots[j].len = len;
+    t->slots[j].id = id;
+    t->slots[j].hash = h;
+    t->count++;
+    vec *v = &t->spans;
+    if (v->n + 2 > v->cap && vgrow(v)) return -2;
+    ((int64_t *)v->p)[v->n++] = off;
+    ((int64_t *)v->p)[v->n++] = len;
+    if (t->count * 2 > t->cap && intern_rehash(t)) return -2;
+    return id;
+}
+
+/* ---- columns ---- */
+enum {
+    C_PH, C_HAS_ARGS,                                            /* uint8 */
+    C_CAT, C_NAME, C_PID_S, C_TID_S, C_ID_S,                     /* int32 string ids, -1 none */
+    C_COLL, C_DTYPE, C_ANAME,
+    C_PID, C_TID, C_ID,                                          /* int64 */
+    C_CORR, C_EXT, C_EXT_OLD, C_DEVICE, C_STREAM, C_CBID, C_CID,
+    C_IN_NEL, C_OUT_NEL, C_GROUP, C_DEVTYPE, C_GRID, C_BLOCK,
+    C_DIMS_OFF, C_DIMS_LEN, C_TYPE_OFF, C_TYPE_LEN,
+    C_TS, C_DUR, C_NBYTES, C_MEMB, C_TALLOC, C_TRES,             /* float64, NaN none */
+    N_COLS
+};
+
+static const char *COL_NAMES[N_COLS] = {
+    "ph", "has_args",
+    "cat_idx", "name_idx", "pid_str", "tid_str", "id_str",
+    "collective_idx", "dtype_idx", "arg_name_idx",
+    "pid", "tid", "id",
+    "correlation", "external_id", "external_id_old", "device", "stream", "cbid", "cid",
+    "in_msg_nelems", "out_msg_nelems", "group_size", "device_type", "grid", "block",
+    "dims_off", "dims_len", "type_off", "type_len",
+    "ts", "dur", "nbytes", "mem_bytes", "total_allocated", "total_reserved",
+};
+
+static size_t col_item(int c) {
+    if (c <= C_HAS_ARGS) return 1;
+    if (c <= C_ANAME) return 4;
+    return 8;
+}
+
+/* one event's values before they are pushed */
+typedef struct {
+    uint8_t ph, has_args;
+    int32_t s[8];     /* C_CAT .. C_ANAME */
+    int64_t i[20];    /* C_PID .. C_TYPE_LEN */
+    double f[6];      /* C_TS .. C_TRES */
+    int64_t old_off, old_len;  /* args["Input dims"], the old spelling */
+    int seen_args;
+} row;
+
+#define S(c) ((c) - C_CAT)
+#define I(c) ((c) - C_PID)
+#define F(c) ((c) - C_TS)
+
+/* numbers that need a correctly rounded slow conversion after the GIL is back */
+typedef struct {
+    int64_t off;
+    int32_t len;
+    int32_t col;
+    int64_t row;
+} slow_num;
+
+typedef struct {
+    const unsigned char *base, *p, *end;
+    interner strs;
+    vec cols[N_COLS];
+    vec slow;
+    vec deferred;  /* int64 triples (row, offset, length) */
+    int64_t n;
+    int depth;
+} scanner;
+
+/* ---- lexing ---- */
+static inline void ws(scanner *s) {
+    while (s->p < s->end && (*s->p == ' ' || *s->p == '\n' || *s->p == '\r' || *s->p == '\t')) s->p++;
+}
+
+/* first byte at or after q that ends a plain run inside a string: '"', '\\' or a control character */
+static inline const unsigned char *string_special(const unsigned char *q, const unsigned char *end) {
+#if defined(__SSE2__)
+    const __m128i quote = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\'), ctl = _mm_set1_epi8(0x1F);
+    while (end - q >= 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)q);
+        __m128i m = _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bs));
+        m = _mm_or_si128(m, _mm_cmpeq_epi8(_mm_min_epu8(v, ctl), v));
+        int mask = _mm_movemask_epi8(m);
+        if (mask) return q + __builtin_ctz((unsigned)mask);
+        q += 16;
+    }
+#endif
+    while (q < end && *q != '"' && *q != '\\' && *q >= 0x20) q++;
+    return q;
+}
+
+/* a string at s->p (on the opening quote); sets the span of its raw contents; *esc if it holds a
+ * backslash. Rejects raw control characters, as JSON does. */
+static int lex_string(scanner *s, int64_t *off, int32_t *len, int *esc) {
+    const unsigned char *q = s->p + 1;
+    int e = 0;
+    for (;;) {
+        q = string_special(q, s->end);
+        if (q >= s->end) break;
+        unsigned char c = *q;
+        if (c == '"') {
+            int64_t n = q - (s->p + 1);
+            if (n > INT32_MAX) return -1;
+            *off = (s->p + 1) - s->base;
+            *len = (int32_t)n;
+            if (esc) *esc = e;
+            s->p = q + 1;
+            return 0;
+        }
+        if (c == '\\') {
+            e = 1;
+            q += 2;
+            continue;
+        }
+        return -1;  /* a raw control character */
+    }
+    return -1;
+}
+
+static int skip_value(scanner *s);
+
+static int skip_container(scanner *s, unsigned char close) {
+    if (++s->depth > MAX_DEPTH) return -1;
+    s->p++;
+    ws(s);
+    if (s->p < s->end && *s->p == close) {
+        s->p++;
+        s->depth--;
+        return 0;
+    }
+    for (;;) {
+        if (close == '}') {
+            int64_t o; int32_t l;
+            if (s->p >= s->end || *s->p != '"' || lex_string(s, &o, &l, NULL)) return -1;
+            ws(s);
+            if (s->p >= s->end || *s->p != ':') return -1;
+            s->p++;
+            ws(s);
+        }
+        if (skip_value(s)) return -1;
+        ws(s);
+        if (s->p >= s->end) return -1;
+        if (*s->p == ',') {
+            s->p++;
+            ws(s);
+            continue;
+        }
+        if (*s->p == close) {
+            s->p++;
+            s->depth--;
+            return 0;
+        }
+        return -1;
+    }
+}
+
+/* number syntax per RFC 8259; *is_int when it has no fraction or exponent */
+static int lex_number(scanner *s, int *is_int) {
+    const unsigned char *q = s->p;
+    if (q < s->end && *q == '-') q++;
+    if (q >= s->end) return -1;
+    if (*q == '0') q++;
+    else if (*q >= '1' && *q <= '9') { while (q < s->end && *q >= '0' && *q <= '9') q++; }
+    else return -1;
+    int integral = 1;
+    if (q < s->end && *q == '.') {
+        integral = 0;
+        q++;
+        if (q >= s->end || *q < '0' || *q > '9') return -1;
+        while (q < s->end && *q >= '0' && *q <= '9') q++;
+    }
+    if (q < s->end && (*q == 'e' || *q == 'E')) {
+        integral = 0;
+        q++;
+        if (q < s->end && (*q == '+' || *q == '-')) q++;
+        if (q >= s->end || *q < '0' || *q > '9') return -1;
+        while (q < s->end && *q >= '0' && *q <= '9') q++;
+    }
+    if (q >= s->end) return -1;  /* a value is always followed by , ] or } in an array of events */
+    *is_int = integral;
+    s->p = q;
+    return 0;
+}
+
+static int skip_literal(scanner *s, const char *lit, size_t n) {
+    if ((size_t)(s->end - s->p) < n || memcmp(s->p, lit, n) != 0) return -1;
+    s->p += n;
+    return 0;
+}
+
+static int skip_value(scanner *s) {
+    if (s->p >= s->end) return -1;
+    int64_t o; int32_t l; int isi;
+    switch (*s->p) {
+    case '"': return lex_string(s, &o, &l, NULL);
+    case '{': return skip_container(s, '}');
+    case '[': return skip_container(s, ']');
+    case 't': return skip_literal(s, "true", 4);
+    case 'f': return skip_literal(s, "false", 5);
+    case 'n': return skip_literal(s, "null", 4);
+    default: return lex_number(s, &isi);
+    }
+}
+
+static int is_null(scanner *s) {
+    if (s->end - s->p >= 4 && memcmp(s->p, "null", 4) == 0) {
+        s->p += 4;
+        return 1;
+    }
+    return 0;
+}
+
+/* a JSON integer that fits int64 (and is not INT64_MIN, the "none" marker) */
+static int parse_int(scanner *s, int64_t *out) {
+    const unsigned char *start = s->p;
+    int isi;
+    if (lex_number(s, &isi) || !isi) return -1;
+    const unsigned char *q = start;
+    int neg = 0;
+    if (*q == '-') { neg = 1; q++; }
+    uint64_t v = 0;
+    for (; q < s->p; q++) {
+        unsigned d = *q - '0';
+        if (v > (UINT64_MAX - d) / 10) return -1;
+        v = v * 10 + d;
+    }
+    if (neg) {
+        if (v > (uint64_t)INT64_MAX) return -1;
+        *out = -(int64_t)v;
+    } else {
+        if (v > (uint64_t)INT64_MAX) return -1;
+        *out = (int64_t)v;
+    }
+    return 0;
+}
+
+static const double POW10[23] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+                                 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* any JSON number as a double, correctly rounded: the exact fast path when the decimal mantissa
+ * and exponent allow it (Clinger), else queued for PyOS_string_to_double once the GIL is back */
+static int parse_float(scanner *s, double *out, int col, int64_t rowi) {
+    const unsigned char *start = s->p;
+    int isi;
+    if (lex_number(s, &isi)) return -1;
+    const unsigned char *q = start, *e = s->p;
+    int neg = 0;
+    if (*q == '-') { neg = 1; q++; }
+    uint64_t m = 0;
+    int digits = 0, exp10 = 0, ok = 1;
+    for (; q < e && *q >= '0' && *q <= '9'; q++) {
+        if (m || *q != '0') digits++;
+        if (digits > 19) { ok = 0; break; }
+        m = m * 10 + (uint64_t)(*q - '0');
+    }
+    if (ok && q < e && *q == '.') {
+        q++;
+        for (; q < e && *q >= '0' && *q <= '9'; q++) {
+            if (m || *q != '0') digits++;
+            if (digits > 19) { ok = 0; break; }
+            m = m * 10 + (uint64_t)(*q - '0');
+            exp10--;
+        }
+    }
+    if (ok && q < e && (*q == 'e' || *q == 'E')) {
+        q++;
+        int eneg = 0, ev = 0;
+        if (*q == '+' || *q == '-') { eneg = *q == '-'; q++; }
+        for (; q < e; q++) {
+            if (ev > 100000) { ok = 0; break; }
+            ev = ev * 10 + (*q - '0');
+        }
+        exp10 += eneg ? -ev : ev;
+    }
+    if (ok && m <= (1ULL << 53) && exp10 >= -22 && exp10 <= 22) {
+        double d = (double)m;
+        d = exp10 < 0 ? d / POW10[-exp10] : d * POW10[exp10];
+        *out = neg ? -d : d;
+        return 0;
+    }
+    if (e - start > 400) return -1;
+    slow_num sn = {start - s->base, (int32_t)(e - start), col, rowi};
+    VPUSH(&s->slow, slow_num, sn);
+    *out = 0.0;
+    return 0;
+}
+
+/* product of a list of integers (grid / block dims); anything else is "not sure" */
+static int parse_dims_product(scanner *s, int64_t *out) {
+    if (*s->p != '[') return -1;
+    s->p++;
+    ws(s);
+    if (s->p < s->end && *s->p == ']') return -1;  /* empty: leave it to the Python path */
+    int64_t prod = 1;
+    for (;;) {
+        int64_t v;
+        if (parse_int(s, &v)) return -1;
+        if (v < 0 || (v && prod > INT64_MAX / v)) return -1;
+        prod *= v;
+        ws(s);
+        if (s->p >= s->end) return -1;
+        if (*s->p == ',') { s->p++; ws(s); continue; }
+        if (*s->p == ']') { s->p++; break; }
+        return -1;
+    }
+    *out = prod;
+    return 0;
+}
+
+/* k[0:n] == lit, with the literal's length known at compile time */
+#define key_is(k, n, lit) ((size_t)(n) == sizeof(lit) - 1 && memcmp((k), (lit), sizeof(lit) - 1) == 0)
+
+/* an optional string field: string -> interned id, null -> -1 */
+static int opt_string(scanner *s, int32_t *out) {
+    if (is_null(s)) { *out = -1; return 0; }
+    if (s->p >= s->end || *s->p != '"') return -1;
+    int64_t o; int32_t l;
+    if (lex_string(s, &o, &l, NULL)) return -1;
+    int32_t id = intern(&s->strs, s->base, o, l);
+    if (id < 0) return -2;
+    *out = id;
+    return 0;
+}
+
+static int opt_int(scanner *s, int64_t *out) {
+    if (is_null(s)) { *out = NONE_I64; return 0; }
+    return parse_int(s, out);
+}
+
+static int opt_float(scanner *s, double *out, int col, int64_t rowi) {
+    if (is_null(s)) { *out = NAN; return 0; }
+    return parse_float(s, out, col, rowi);
+}
+
+static int raw_span(scanner *s, int64_t *off, int64_t *len) {
+    const unsigned char *st = s->p;
+    if (skip_value(s)) return -1;
+    *off = st - s->base;
+    *len = s->p - st;
+    return 0;
+}
+
+static int parse_args(scanner *s, row *r) {
+    if (is_null(s)) return 0;
+    if (s->p >= s->end || *s->p != '{') return -1;
+    r->has_args = 1;
+    s->p++;
+    ws(s);
+    if (s->p < s->end && *s->p == '}') { s->p++; return 0; }
+    for (;;) {
+        int64_t ko; int32_t kl; int esc;
+        if (s->p >= s->end || *s->p != '"' || lex_string(s, &ko, &kl, &esc) || esc) return -1;
+        const unsigned char *k = s->base + ko;
+        ws(s);
+        if (s->p >= s->end || *s->p != ':') return -1;
+        s->p++;
+        ws(s);
+        if (s->p >= s->end) return -1;
+        int rc = 0;
+        if (key_is(k, kl, "correlation")) rc = opt_int(s, &r->i[I(C_CORR)]);
+        else if (key_is(k, kl, "External id")) rc = opt_int(s, &r->i[I(C_EXT)]);
+        else if (key_is(k, kl, "external id")) rc = opt_int(s, &r->i[I(C_EXT_OLD)]);
+        else if (key_is(k, kl, "device")) rc = opt_int(s, &r->i[I(C_DEVICE)]);
+        else if (key_is(k, kl, "stream")) rc = opt_int(s, &r->i[I(C_STREAM)]);
+        else if (key_is(k, kl, "cbid")) rc = opt_int(s, &r->i[I(C_CBID)]);
+        else if (key_is(k, kl, "cid")) rc = opt_int(s, &r->i[I(C_CID)]);
+        else if (key_is(k, kl, "bytes")) rc = opt_float(s, &r->f[F(C_NBYTES)], C_NBYTES, s->n);
+        else if (key_is(k, kl, "grid")) {
+            if (is_null(s)) r->i[I(C_GRID)] = 0;
+            else rc = parse_dims_product(s, &r->i[I(C_GRID)]);
+        } else if (key_is(k, kl, "block")) {
+            if (is_null(s)) r->i[I(C_BLOCK)] = 0;
+            else rc = parse_dims_product(s, &r->i[I(C_BLOCK)]);
+        }
+        else if (key_is(k, kl, "Collective name")) rc = opt_string(s, &r->s[S(C_COLL)]);
+        else if (key_is(k, kl, "In msg nelems")) rc = opt_int(s, &r->i[I(C_IN_NEL)]);
+        else if (key_is(k, kl, "Out msg nelems")) rc = opt_int(s, &r->i[I(C_OUT_NEL)]);
+        else if (key_is(k, kl, "Group size")) rc = opt_int(s, &r->i[I(C_GROUP)]);
+        else if (key_is(k, kl, "dtype")) rc = opt_string(s, &r->s[S(C_DTYPE)]);
+        else if (key_is(k, kl, "Input Dims")) rc = raw_span(s, &r->i[I(C_DIMS_OFF)], &r->i[I(C_DIMS_LEN)]);
+        else if (key_is(k, kl, "Input dims")) rc = raw_span(s, &r->old_off, &r->old_len);
+        else if (key_is(k, kl, "Input type")) rc = raw_span(s, &r->i[I(C_TYPE_OFF)], &r->i[I(C_TYPE_LEN)]);
+        else if (key_is(k, kl, "name")) rc = opt_string(s, &r->s[S(C_ANAME)]);
+        else if (key_is(k, kl, "Bytes")) rc = opt_float(s, &r->f[F(C_MEMB)], C_MEMB, s->n);
+        else if (key_is(k, kl, "Total Allocated")) rc = opt_float(s, &r->f[F(C_TALLOC)], C_TALLOC, s->n);
+        else if (key_is(k, kl, "Total Reserved")) rc = opt_float(s, &r->f[F(C_TRES)], C_TRES, s->n);
+        else if (key_is(k, kl, "Device Type")) rc = opt_int(s, &r->i[I(C_DEVTYPE)]);
+        else rc = skip_value(s);
+        if (rc) return rc;
+        ws(s);
+        if (s->p >= s->end) return -1;
+        if (*s->p == ',') { s->p++; ws(s); continue; }
+        if (*s->p == '}') { s->p++; return 0; }
+        return -1;
+    }
+}
+
+/* pid / tid / id: an int, or a string (interned; the caller maps it like _tid) */
+static int int_or_str(scanner *s, int64_t *iv, int32_t *sv, int nullable) {
+    if (nullable && is_null(s)) { *iv = NONE_I64; *sv = -1; return 0; }
+    if (s->p < s->end && *s->p == '"') {
+        *iv = 0;
+        return opt_string(s, sv);
+    }
+    *sv = -1;
+    return parse_int(s, iv);
+}
+
+static void init_row_slow(row *rp) {
+    row r;
+    r.ph = 0;
+    r.has_args = 0;
+    for (int c = 0; c < 8; c++) r.s[c] = -1;
+    for (int c = 0; c < 20; c++) r.i[c] = NONE_I64;
+    r.i[I(C_PID)] = 0;
+    r.i[I(C_TID)] = 0;
+    r.i[I(C_GRID)] = 0;
+    r.i[I(C_BLOCK)] = 0;
+    r.i[I(C_DIMS_OFF)] = r.i[I(C_DIMS_LEN)] = r.i[I(C_TYPE_OFF)] = r.i[I(C_TYPE_LEN)] = -1;
+    for (int c = 0; c < 6; c++) r.f[c] = NAN;
+    r.f[F(C_TS)] = 0.0;
+    r.old_off = r.old_len = -1;
+    r.seen_args = 0;
+    *rp = r;
+}
+
+static row ROW_TEMPLATE;
+
+static inline void init_row(row *rp) {
+    *rp = ROW_TEMPLATE;
+}
+
+static int push_row(scanner *s, const row *rp) {
+    VPUSH(&s->cols[C_PH], uint8_t, rp->ph);
+    VPUSH(&s->cols[C_HAS_ARGS], uint8_t, rp->has_args);
+    for (int c = C_CAT; c <= C_ANAME; c++) VPUSH(&s->cols[c], int32_t, rp->s[S(c)]);
+    for (int c = C_PID; c <= C_TYPE_LEN; c++) VPUSH(&s->cols[c], int64_t, rp->i[I(c)]);
+    for (int c = C_TS; c <= C_TRES; c++) VPUSH(&s->cols[c], double, rp->f[F(c)]);
+    s->n++;
+    return 0;
+}
+
+static int parse_event(scanner *s) {
+    row r;
+    init_row(&r);
+    if (s->p >= s->end || *s->p != '{') return -1;
+    s->p++;
+    ws(s);
+    if (s->p < s->end && *s->p == '}') {
+        s->p++;
+    } else {
+        for (;;) {
+            int64_t ko; int32_t kl; int esc;
+            if (s->p >= s->end || *s->p != '"' || lex_string(s, &ko, &kl, &esc) || esc) return -1;
+            const unsigned char *k = s->base + ko;
+            ws(s);
+            if (s->p >= s->end || *s->p != ':') return -1;
+            s->p++;
+            ws(s);
+            if (s->p >= s->end) return -1;
+            int rc = 0;
+            if (key_is(k, kl, "ph")) {
+                int64_t o; int32_t l; int e;
+                if (*s->p != '"' || lex_string(s, &o, &l, &e) || e) return -1;
+                r.ph = l == 1 ? s->base[o] : (l == 0 ? 0 : 1);
+            } else if (key_is(k, kl, "cat") || key_is(k, kl, "name")) {
+                int32_t *dst = kl == 3 ? &r.s[S(C_CAT)] : &r.s[S(C_NAME)];
+                if (*s->p != '"') return -1;
+                rc = opt_string(s, dst);
+            } else if (key_is(k, kl, "pid")) rc = int_or_str(s, &r.i[I(C_PID)], &r.s[S(C_PID_S)], 0);
+            else if (key_is(k, kl, "tid")) rc = int_or_str(s, &r.i[I(C_TID)], &r.s[S(C_TID_S)], 0);
+            else if (key_is(k, kl, "id")) rc = int_or_str(s, &r.i[I(C_ID)], &r.s[S(C_ID_S)], 1);
+            else if (key_is(k, kl, "ts")) {
+                if (is_null(s)) return -1;
+                rc = parse_float(s, &r.f[F(C_TS)], C_TS, s->n);
+            } else if (key_is(k, kl, "dur")) rc = opt_float(s, &r.f[F(C_DUR)], C_DUR, s->n);
+            else if (key_is(k, kl, "args")) {
+                if (r.seen_args++) return -1;  /* a repeated "args": leave it to the Python path */
+                rc = parse_args(s, &r);
+            } else rc = skip_value(s);
+            if (rc) return rc;
+            ws(s);
+            if (s->p >= s->end) return -1;
+            if (*s->p == ',') { s->p++; ws(s); continue; }
+            if (*s->p == '}') { s->p++; break; }
+            return -1;
+        }
+    }
+    /* Input Dims wins; the old spelling counts only where it is absent (Args in load.py) */
+    if (r.i[I(C_DIMS_LEN)] < 0 && r.old_len >= 0) {
+        r.i[I(C_DIMS_OFF)] = r.old_off;
+        r.i[I(C_DIMS_LEN)] = r.old_len;
+    }
+    return push_row(s, &r);
+}
+
+/* An event the scanner is not sure about (a field of an unexpected type, an escaped key, ...):
+ * a placeholder row, and its span for the caller's exact Python decode. Malformed JSON is not
+ * deferred: the whole buffer goes back to the Python path, which reports it. */
+static int defer_event(scanner *s, const unsigned char *start, size_t slow_mark) {
+    s->p = start;
+    s->depth = 0;
+    s->slow.n = slow_mark;   /* numbers queued by the abandoned parse */
+    if (skip_value(s)) return -1;
+    row r;
+    init_row(&r);
+    int64_t span[3] = {s->n, start - s->base, s->p - start};
+    for (int k = 0; k < 3; k++) VPUSH(&s->deferred, int64_t, span[k]);
+    return push_row(s, &r);
+}
+
+/* the array at s->p: '[' event (',' event)* ']' */
+static int scan_array(scanner *s) {
+    ws(s);
+    if (s->p >= s->end || *s->p != '[') return -1;
+    s->p++;
+    ws(s);
+    if (s->p < s->end && *s->p == ']') { s->p++; return 0; }
+    for (;;) {
+        const unsigned char *start = s->p;
+        size_t slow_mark = s->slow.n;
+        int rc = parse_event(s);
+        if (rc == -1) rc = defer_event(s, start, slow_mark);
+        if (rc) return rc;
+        ws(s);
+        if (s->p >= s->end) return -1;
+        if (*s->p == ',') { s->p++; ws(s); continue; }
+        if (*s->p == ']') { s->p++; return 0; }
+        return -1;
+    }
+}
+
+/* ---- a column handed to Python without a copy: owns the malloc'd array, exports it as bytes ---- */
+typedef struct {
+    PyObject_HEAD
+    char *data;
+    Py_ssize_t len;
+} Column;
+
+static void column_dealloc(Column *c) {
+    free(c->data);
+    Py_TYPE(c)->tp_free((PyObject *)c);
+}
+
+static int column_getbuffer(Column *c, Py_buffer *view, int flags) {
+    return PyBuffer_FillInfo(view, (PyObject *)c, c->data ? c->data : (char *)"", c->len, 1, flags);
+}
+
+static PyBufferProcs COLUMN_BUFFER = {(getbufferproc)column_getbuffer, NULL};
+
+static PyTypeObject ColumnType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "traceinspect.trace._scan.Column",
+    .tp_basicsize = sizeof(Column),
+    .tp_dealloc = (destructor)column_dealloc,
+    .tp_as_buffer = &COLUMN_BUFFER,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A read-only column of the scan (buffer protocol); numpy.frombuffer reads it in place.",
+};
+
+/* takes the vector's memory */
+static PyObject *column_from(vec *v) {
+    Column *c = PyObject_New(Column, &ColumnType);
+    if (!c) return NULL;
+    c->data = v->p;
+    c->len = (Py_ssize_t)(v->n * v->item);
+    v->p = NULL;
+    v->n = v->cap = 0;
+    return (PyObject *)c;
+}
+
+static PyObject *raw_list(const unsigned char *base, vec *off, vec *len, int64_t n) {
+    PyObject *out = PyList_New((Py_ssize_t)n);
+    if (!out) return NULL;
+    const int64_t *o = (const int64_t *)off->p, *l = (const int64_t *)len->p;
+    for (int64_t i = 0; i < n; i++) {
+        PyObject *v;
+        if (l[i] < 0) {
+            v = Py_None;
+            Py_INCREF(v);
+        } else {
+            v = PyBytes_FromStringAndSize((const char *)base + o[i], (Py_ssize_t)l[i]);
+            if (!v) { Py_DECREF(out); return NULL; }
+        }
+        PyList_SET_ITEM(out, (Py_ssize_t)i, v);
+    }
+    return out;
+}
+
+static PyObject *scan(PyObject *self, PyObject *arg) {
+    (void)self;
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    scanner s;
+    memset(&s, 0, sizeof s);
+    s.base = (const unsigned char *)view.buf;
+    s.p = s.base;
+    s.end = s.base + view.len;
+    PyObject *result = NULL;
+    int rc = 0;
+    if (intern_init(&s.strs)) {
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    /* room for one event per 128 bytes up front: no copying regrowth on real traces (events are
+     * hundreds of bytes), and pages that stay unused are never touched */
+    size_t guess = (size_t)view.len / 128 + 64;
+    for (int c = 0; c < N_COLS; c++) {
+        s.cols[c].item = col_item(c);
+        s.cols[c].p = (char *)malloc(guess * s.cols[c].item);
+        if (!s.cols[c].p) { rc = -2; break; }
+        s.cols[c].cap = guess;
+    }
+    s.slow.item = sizeof(slow_num);
+    s.deferred.item = sizeof(int64_t);
+
+    if (rc == 0) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = scan_array(&s);
+        Py_END_ALLOW_THREADS
+    }
+
+    if (rc == -2) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (rc) {
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
+    }
+    /* correctly rounded conversion of the numbers the fast path left */
+    for (size_t k = 0; k < s.slow.n; k++) {
+        slow_num *sn = &((slow_num *)s.slow.p)[k];
+        char buf[512];
+        memcpy(buf, s.base + sn->off, (size_t)sn->len);
+        buf[sn->len] = 0;
+        char *endp = NULL;
+        double d = PyOS_string_to_double(buf, &endp, NULL);
+        /* out of range (1e400) is a decode error for msgspec: the Python path reports it */
+        if ((d == -1.0 && PyErr_Occurred()) || endp != buf + sn->len || !isfinite(d)) {
+            PyErr_Clear();
+            result = Py_None;
+            Py_INCREF(result);
+            goto done;
+        }
+        ((double *)s.cols[sn->col].p)[sn->row] = d;
+    }
+    {
+        PyObject *cols = PyDict_New();
+        if (!cols) goto done;
+        for (int c = 0; c < N_COLS; c++) {
+            if (c == C_DIMS_OFF || c == C_DIMS_LEN || c == C_TYPE_OFF || c == C_TYPE_LEN) continue;
+            PyObject *b = column_from(&s.cols[c]);
+            if (!b || PyDict_SetItemString(cols, COL_NAMES[c], b)) { Py_XDECREF(b); Py_DECREF(cols); goto done; }
+            Py_DECREF(b);
+        }
+        PyObject *strs = PyList_New((Py_ssize_t)s.strs.count);
+        if (!strs) { Py_DECREF(cols); goto done; }
+        const int64_t *sp = (const int64_t *)s.strs.spans.p;
+        for (size_t k = 0; k < s.strs.count; k++) {
+            PyObject *b = PyBytes_FromStringAndSize((const char *)s.base + sp[2 * k], (Py_ssize_t)sp[2 * k + 1]);
+            if (!b) { Py_DECREF(cols); Py_DECREF(strs); goto done; }
+            PyList_SET_ITEM(strs, (Py_ssize_t)k, b);
+        }
+        PyObject *dims = raw_list(s.base, &s.cols[C_DIMS_OFF], &s.cols[C_DIMS_LEN], s.n);
+        PyObject *types = dims ? raw_list(s.base, &s.cols[C_TYPE_OFF], &s.cols[C_TYPE_LEN], s.n) : NULL;
+        if (!types) { Py_XDECREF(dims); Py_DECREF(cols); Py_DECREF(strs); goto done; }
+        size_t nd = s.deferred.n / 3;
+        PyObject *deferred = PyList_New((Py_ssize_t)nd);
+        const int64_t *dp = (const int64_t *)s.deferred.p;
+        for (size_t k = 0; deferred && k < nd; k++) {
+            PyObject *t = Py_BuildValue("(Ly#)", (long long)dp[3 * k], (const char *)s.base + dp[3 * k + 1],
+                                        (Py_ssize_t)dp[3 * k + 2]);
+            if (!t) { Py_CLEAR(deferred); break; }
+            PyList_SET_ITEM(deferred, (Py_ssize_t)k, t);
+        }
+        if (!deferred) { Py_DECREF(dims); Py_DECREF(types); Py_DECREF(cols); Py_DECREF(strs); goto done; }
+        result = Py_BuildValue("(LnNNNNN)", (long long)s.n, (Py_ssize_t)(s.p - s.base), cols, strs, dims, types,
+                               deferred);
+    }
+done:
+    for (int c = 0; c < N_COLS; c++) free(s.cols[c].p);
+    free(s.slow.p);
+    free(s.deferred.p);
+    intern_free(&s.strs);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static PyMethodDef METHODS[] = {
+    {"scan", scan, METH_O,
+     "scan(buffer) -> (n_events, end_offset, columns, strings, dims, types, deferred) or None when the buffer "
+     "needs the pure-Python decoder."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_scan", NULL, -1, METHODS, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__scan(void) {
+    if (PyType_Ready(&ColumnType) < 0) return NULL;
+    init_row_slow(&ROW_TEMPLATE);
+    return PyModule_Create(&MODULE);
+}
