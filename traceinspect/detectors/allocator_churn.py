@@ -8,6 +8,7 @@ import pandas as pd
 
 from ..findings import Evidence
 from ..trace import intervals as iv
+from ..trace.tables import name_flags
 from .base import Detector, events_from, fmt_us, in_steps, option, pct, window_label
 
 # blocking driver allocations; stream-ordered cudaMallocAsync/cudaFreeAsync are not churn
@@ -27,8 +28,8 @@ CLAIMED_PARTS = ("idle_launch", "idle_cpu", "idle_unknown")
 def _alloc_rows(rt: pd.DataFrame) -> pd.DataFrame:
     if not len(rt):
         return rt
-    names = rt["name"].astype(object)
-    mask = names.isin(ALLOC_CALLS).to_numpy() | ((names == "INVALID").to_numpy() & rt["cbid"].isin(_ALLOC_CBIDS).to_numpy())
+    mask = name_flags(rt["name"], ALLOC_CALLS) | (name_flags(rt["name"], {"INVALID"})
+                                                  & rt["cbid"].isin(_ALLOC_CBIDS).to_numpy())
     return rt[mask]
 
 

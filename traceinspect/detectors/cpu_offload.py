@@ -13,6 +13,7 @@ import pandas as pd
 
 from ..findings import Evidence
 from ..trace import intervals as iv
+from ..trace.tables import name_flags
 from ..trace.timeline import IDLE_PARTS, is_dataloader
 from .base import Detector, events_from, fmt_us, in_steps, option, pct, window_label
 
@@ -101,8 +102,8 @@ def _input_copy_mask(trace, hc: pd.DataFrame) -> np.ndarray:
     if len(ops):
         # FSDP2 names its parameter transfers (FSDP::pre_forward ...) and its input move
         # (FSDP::inputs_to_device): a copy under any other FSDP:: annotation is never an input batch
-        names = ops["name"].astype(str)
-        fsdp = ops[(names.str.startswith("FSDP::") & ~names.str.startswith("FSDP::inputs_to_device")).to_numpy()]
+        fsdp = ops[name_flags(ops["name"], lambda n: n.startswith("FSDP::")
+                              and not n.startswith("FSDP::inputs_to_device"))]
         if len(fsdp):
             is_htod &= ~iv.contains(iv.union(fsdp["ts_us"], fsdp["end_us"]), t)
     for th in np.unique(tid):
@@ -225,7 +226,7 @@ class CpuOffload(Detector):
         ops = trace.cpu_ops
         if not len(ops):
             return ops
-        opt = ops[ops["name"].astype(str).str.startswith(_OPT_STEP).to_numpy()]
+        opt = ops[name_flags(ops["name"], lambda n: n.startswith(_OPT_STEP))]
         opt = in_steps(opt, trace)
         opt = opt[opt["dur_us"] >= self.min_cpu_opt_us]
         if not len(opt):

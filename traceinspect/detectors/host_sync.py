@@ -10,6 +10,7 @@ import pandas as pd
 
 from ..findings import EventRef, Evidence
 from ..trace import intervals as iv
+from ..trace.tables import name_flags
 from ..trace.timeline import SYNC_CALLS, SYNC_RELAUNCH_US
 from .base import Detector, fmt_us, in_steps, option, pct, window_label
 
@@ -134,7 +135,7 @@ class HostSync(Detector):
         if not len(rt):
             yield self.skip("no CUDA/HIP runtime events: synchronising calls are not visible")
             return
-        syncs = rt[rt["name"].astype(object).isin(SYNC_CALLS).to_numpy()]
+        syncs = rt[name_flags(rt["name"], SYNC_CALLS)]
         if not len(syncs):
             return
         ps, pe = starved_sync_pieces(trace)

@@ -8,6 +8,7 @@ import numpy as np
 
 from ..findings import Evidence
 from ..trace import intervals as iv
+from ..trace.tables import name_flags
 from .allocator_churn import steady_alloc_set
 from .base import Detector, events_from, fmt_us, in_steps, option, pct, window_label
 from .unfused_optimizer import _matching, unfused_windows
@@ -24,8 +25,8 @@ SHORT_KERNEL_US = 10.0
 
 
 def _launch_rows(rt):
-    names = rt["name"].astype(object)
-    mask = names.isin(LAUNCH_CALLS).to_numpy() | ((names == "INVALID").to_numpy() & rt["cbid"].isin(_LAUNCH_CBIDS).to_numpy())
+    mask = name_flags(rt["name"], LAUNCH_CALLS) | (name_flags(rt["name"], {"INVALID"})
+                                                   & rt["cbid"].isin(_LAUNCH_CBIDS).to_numpy())
     return rt[mask]
 
 

@@ -9,6 +9,7 @@ import pandas as pd
 
 from ..findings import EventRef, Evidence
 from ..trace import intervals as iv
+from ..trace.tables import name_flags
 from .base import Detector, fmt_us, in_steps, option, pct, window_label
 
 OPT_PREFIX = "Optimizer.step#"
@@ -29,12 +30,7 @@ BANDWIDTH_EFFICIENCY = 0.8    # a fused multi-tensor kernel reaches ~80% of peak
 
 def _matching(names: pd.Series, rx: re.Pattern) -> np.ndarray:
     """Vectorised regex test over a (categorical) name column: each distinct name is tested once."""
-    cats = pd.Categorical(names)
-    flags = np.array([bool(rx.search(str(c))) for c in cats.categories], dtype=bool)
-    codes = cats.codes
-    if not flags.size:
-        return np.zeros(len(names), dtype=bool)
-    return np.where(codes >= 0, flags[np.maximum(codes, 0)], False)
+    return name_flags(names, rx.search)
 
 
 def _class_of(span_name: str) -> str:
@@ -47,6 +43,10 @@ def optimizer_steps(trace) -> pd.DataFrame:
     """One row per outermost `Optimizer.step#...` span in the analysed steps, with the kernels it
     launched: ts_us, end_us, window_end_us (last of its kernels done), tid, opt_class, impl
     ("fused" | "foreach" | "for-loop" | "cpu"), n_kernels, kernel_us, busy_us, median_kernel_us."""
+    return trace.memo("optimizer_steps", lambda: _optimizer_steps(trace))
+
+
+def _optimizer_steps(trace) -> pd.DataFrame:
     cols = ["ts_us", "end_us", "window_end_us", "tid", "name", "opt_class", "impl", "n_kernels",
             "kernel_us", "busy_us", "median_kernel_us"]
     ops = trace.cpu_ops
@@ -88,12 +88,12 @@ def optimizer_steps(trace) -> pd.DataFrame:
     foreach_op = _matching(ops["name"], _FOREACH_OP)
     op_tid = ops["tid"].to_numpy()
 
+    k_ts, k_end, k_dur = (k[c].to_numpy() for c in ("ts_us", "end_us", "dur_us"))
     rows = []
     for s in kept:
         a, b = np.searchsorted(l_sorted, [s["ts_us"], s["end_us"]], side="left")
         idx = order[a:b]
         idx = idx[k_tid[idx] == s["tid"]]
-        kk = k.iloc[idx]
         oa, ob = np.searchsorted(op_ts, [s["ts_us"], s["end_us"]], side="left")
         same = op_tid[oa:ob] == s["tid"]
         cls = s["opt_class"]
@@ -105,12 +105,13 @@ def optimizer_steps(trace) -> pd.DataFrame:
             impl = "foreach"
         else:
             impl = "for-loop"
-        busy = iv.total(iv.union(kk["ts_us"], kk["end_us"])) if len(kk) else 0.0
+        n = len(idx)
+        busy = iv.total(iv.union(k_ts[idx], k_end[idx])) if n else 0.0
         rows.append({"ts_us": s["ts_us"], "end_us": s["end_us"],
-                     "window_end_us": max(s["end_us"], float(kk["end_us"].max()) if len(kk) else 0.0),
-                     "tid": s["tid"], "name": s["name"], "opt_class": cls, "impl": impl, "n_kernels": len(kk),
-                     "kernel_us": float(kk["dur_us"].sum()), "busy_us": busy,
-                     "median_kernel_us": float(kk["dur_us"].median()) if len(kk) else 0.0})
+                     "window_end_us": max(s["end_us"], float(k_end[idx].max()) if n else 0.0),
+                     "tid": s["tid"], "name": s["name"], "opt_class": cls, "impl": impl, "n_kernels": n,
+                     "kernel_us": float(k_dur[idx].sum()), "busy_us": busy,
+                     "median_kernel_us": float(np.median(k_dur[idx])) if n else 0.0})
     return pd.DataFrame(rows, columns=cols)
 
 

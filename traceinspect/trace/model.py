@@ -19,7 +19,7 @@ import pandas as pd
 from ..errors import TraceError, UsageError
 from . import load as _load
 from .hardware import Peaks, peaks_for
-from .tables import Tables, assemble, extract
+from .tables import Tables, assemble, extract, name_flags
 from .timeline import Timeline, build_timeline
 
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
@@ -197,18 +197,17 @@ def find_steps(tables: Tables) -> tuple[pd.DataFrame, str]:
     ops = tables.cpu_ops
     cols = ["step", "start_us", "end_us", "dur_us"]
     if len(ops):
-        names = ops["name"].astype(str)
-        is_step = names.str.startswith("ProfilerStep#")
+        is_step = name_flags(ops["name"], lambda n: n.startswith("ProfilerStep#"))
         if is_step.any():
             st = ops[is_step].copy()
-            st["step"] = names[is_step].str.slice(len("ProfilerStep#")).astype(int)
+            st["step"] = st["name"].astype(str).str.slice(len("ProfilerStep#")).astype(int)
             st = st.sort_values(["step", "dur_us"]).drop_duplicates("step", keep="last")
             st = st.sort_values("ts_us")
             df = pd.DataFrame({"step": st["step"].to_numpy(), "start_us": st["ts_us"].to_numpy(),
                                "end_us": st["end_us"].to_numpy()})
             df["dur_us"] = df["end_us"] - df["start_us"]
             return df[df["dur_us"] > 0].reset_index(drop=True)[cols], "ProfilerStep"
-        is_opt = names.str.startswith("Optimizer.step#")
+        is_opt = name_flags(ops["name"], lambda n: n.startswith("Optimizer.step#"))
         if is_opt.sum() >= 2:
             ends = np.sort(ops.loc[is_opt, "end_us"].to_numpy())
             df = pd.DataFrame({"step": np.arange(1, len(ends)), "start_us": ends[:-1], "end_us": ends[1:]})

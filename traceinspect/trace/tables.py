@@ -53,6 +53,18 @@ class Tables:
     warnings: list
 
 
+def name_flags(names: pd.Series, match) -> np.ndarray:
+    """match(name) for each row of a name column, evaluated once per distinct name (a categorical
+    of millions of rows holds a few thousand distinct names); match may also be a set."""
+    if isinstance(match, (set, frozenset)):
+        members = match
+        match = members.__contains__
+    cats = names.array if isinstance(names.dtype, pd.CategoricalDtype) else pd.Categorical(names)
+    flags = np.array([bool(match(str(c))) for c in cats.categories], dtype=bool)
+    codes = np.asarray(cats.codes)
+    return np.where(codes >= 0, flags[np.maximum(codes, 0)] if flags.size else False, False)
+
+
 def _tid(t) -> int:
     if isinstance(t, int):
         return t
@@ -635,5 +647,22 @@ def _link(gpu: pd.DataFrame, runtime: pd.DataFrame, cpu_ops: pd.DataFrame) -> No
             keyed = by_tid.reindex(lkey).fillna(-1).to_numpy(dtype=np.int64)
             op_idx = np.where(ok & (keyed >= 0), keyed, op_idx)
     gpu["op_idx"] = op_idx
-    names = cpu_ops["name"].astype(object).to_numpy() if len(cpu_ops) else np.array([], dtype=object)
-    gpu["op_name"] = pd.Categorical([names[i] if i >= 0 else "" for i in op_idx]) if n else pd.Categorical([])
+    gpu["op_name"] = _names_at(cpu_ops["name"], op_idx) if n else pd.Categorical([])
+
+
+def _names_at(names: pd.Series, idx: np.ndarray) -> pd.Categorical:
+    """names[idx] ("" where idx < 0) as a categorical with sorted categories, as
+    pd.Categorical(list of str) builds it, without a Python pass per row."""
+    codes = names.cat.codes.to_numpy() if len(names) else np.empty(0, dtype=np.int64)
+    cats = names.cat.categories if len(names) else pd.Index([], dtype=object)
+    sel = np.where(idx >= 0, codes[np.maximum(idx, 0)] if len(codes) else -1, -1)
+    used, inv = np.unique(sel, return_inverse=True)
+    labels = np.array(["" if c < 0 else cats[c] for c in used], dtype=object)
+    order = np.argsort(labels, kind="stable")
+    # distinct codes can share a label only through "" (a real op named ""): merge them
+    sorted_labels = labels[order]
+    first = np.r_[True, sorted_labels[1:] != sorted_labels[:-1]] if len(labels) else np.empty(0, dtype=bool)
+    pos_sorted = np.cumsum(first) - 1
+    pos = np.empty(len(labels), dtype=np.int64)
+    pos[order] = pos_sorted
+    return pd.Categorical.from_codes(pos[inv.ravel()], categories=pd.Index(list(sorted_labels[first])))

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from . import intervals as iv
+from .tables import name_flags
 
 LAUNCH_GAP_MAX_US = 100.0     # HTA's launch-delay cutoff; longer host-late gaps are "cpu"
 SYNC_RELAUNCH_US = LAUNCH_GAP_MAX_US  # after a sync returns, this much idle is the drain's relaunch cost
@@ -46,20 +47,12 @@ _COMM = re.compile(r"nccl|rccl|cross_device_reduce|all_reduce|allreduce|all_gath
 _DATALOADER = re.compile(r"^enumerate\((DataLoader|DataPipe)\)#")
 
 
-def _name_flags(names: pd.Series, match) -> np.ndarray:
-    """match(name) for each row, evaluated once per distinct name."""
-    cats = pd.Categorical(names)
-    flags = np.array([bool(match(str(c))) for c in cats.categories], dtype=bool)
-    codes = cats.codes
-    return np.where(codes >= 0, flags[np.maximum(codes, 0)] if flags.size else False, False)
-
-
 def is_comm_kernel(names: pd.Series) -> np.ndarray:
-    return _name_flags(names, _COMM.search)
+    return name_flags(names, _COMM.search)
 
 
 def is_dataloader(names: pd.Series) -> np.ndarray:
-    return _name_flags(names, _DATALOADER.match)
+    return name_flags(names, _DATALOADER.match)
 
 
 @dataclass
