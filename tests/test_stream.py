@@ -34,7 +34,9 @@ def _same(a, b):
 
 @pytest.mark.parametrize("gz", [False, True])
 @pytest.mark.parametrize("jobs", [1, 2])
-def test_chunked_equals_whole_buffer(tmp_path, tiny_chunks, gz, jobs):
+@pytest.mark.parametrize("native", ["1", "0"])   # jobs=2: scanner threads, or decoder processes
+def test_chunked_equals_whole_buffer(tmp_path, tiny_chunks, gz, jobs, native, monkeypatch):
+    monkeypatch.setenv("TRACEINSPECT_NATIVE", native)
     b = build_healthy(steps=6)
     b.rank, b.world_size = 3, 8
     p = b.write(tmp_path / ("t.json.gz" if gz else "t.json"))

@@ -177,8 +177,9 @@ _FORMATS = ["text", "md", "json", "html"]
 @click.option("--fail-on", type=float, default=None,
               help="Exit 1 if a finding loses at least this fraction of the step time (e.g. 0.1).")
 @click.option("--strict", is_flag=True, help="Exit 4 if a detector fails instead of reporting the failure.")
-@click.option("-j", "--jobs", type=int, default=None, help="Worker processes: rank files in parallel (default: cores), or chunks of one large file "
-                   "(default: 1 below 4 cores, where they do not pay).")
+@click.option("-j", "--jobs", type=int, default=None, help="Parallel workers (1: none): processes for rank files (default: cores); for one "
+                   "file, chunk decoders: threads with the native scanner (default: cores, up to 4), "
+                   "else processes (default: 1 below 4 cores, where they do not pay).")
 @click.option("--assets", default=None, type=click.Path(), help="With --format md: also write charts as image files here.")
 @click.option("--tensorboard", "tb_logdir", default=None, type=click.Path(),
               help="Also write the report and key numbers into a TensorBoard event file in this directory.")

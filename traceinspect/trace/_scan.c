@@ -729,8 +729,12 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
     for (int c = 0; c < N_COLS; c++) {
         s.cols[c].item = col_item(c);
         s.cols[c].p = (char *)malloc(guess * s.cols[c].item);
-        if (!s.cols[c].p) { rc = -2; break; }
         s.cols[c].cap = guess;
+        if (!s.cols[c].p) {  /* no room for the guess: start small and grow */
+            s.cols[c].p = (char *)malloc(4096 * s.cols[c].item);
+            s.cols[c].cap = 4096;
+        }
+        if (!s.cols[c].p) { rc = -2; break; }
     }
     s.slow.item = sizeof(slow_num);
     s.deferred.item = sizeof(int64_t);

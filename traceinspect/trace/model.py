@@ -320,10 +320,15 @@ PARALLEL_MIN_BYTES = 48 << 20   # below this, worker processes cost more than th
 
 def load_trace(path: str | os.PathLike, *, warn_default_rank: bool = False, jobs: int | None = None,
                progress=None) -> Trace:
-    """Load one trace file. jobs: processes that parse chunks (default: cores, for large files);
-    progress: an optional callable taking the fraction of the file read so far."""
-    from .stream import load_streaming
-    if jobs is None:
+    """Load one trace file. jobs: parallel chunk decoders (threads with the native scanner, else
+    processes; 1: none; default: see below); progress: an optional callable taking the fraction of
+    the file read so far."""
+    from .stream import load_streaming, native_enabled
+    if jobs is None and native_enabled():
+        # the native scanner runs without the GIL: one thread per core (up to 4) pays from the
+        # second chunk on, and costs nothing on a one-chunk file
+        jobs = min(os.cpu_count() or 1, 4)
+    elif jobs is None:
         try:
             size = Path(path).stat().st_size
             with open(path, "rb") as f:
@@ -332,8 +337,8 @@ def load_trace(path: str | os.PathLike, *, warn_default_rank: bool = False, jobs
             size, gz = 0, False
         big = size * (8 if gz else 1) >= PARALLEL_MIN_BYTES
         cores = os.cpu_count() or 1
-        # measured on a 2-vCPU machine: chunk workers gave at most 1.2x (decoding is memory-bound)
-        # and cost more than that in transfers, so only wider machines use them by default
+        # Python decoder, measured on a 2-vCPU machine: chunk worker processes gave at most 1.2x and
+        # cost more than that in transfers, so only wider machines use them by default
         jobs = min(cores, 4) if big and cores >= 4 else 1
     was = gc.isenabled()
     gc.disable()  # millions of short-lived objects, no cycles: the collector only costs time here

@@ -239,13 +239,14 @@ def _load(p: Path, size: int, blocks, warnings: list[str], jobs: int) -> L.Loade
 
 
 def _chunk_pool(jobs: int) -> tuple[Executor | None, int]:
-    """Where chunks are decoded: worker processes when asked for (-j N); else, with the native
-    scanner, two threads (it parses without the GIL) where there are two cores; else inline."""
-    if jobs > 1:
-        return ProcessPoolExecutor(max_workers=jobs), jobs
-    if native_enabled() and (os.cpu_count() or 1) >= 2:
-        return ThreadPoolExecutor(max_workers=2, thread_name_prefix="traceinspect-scan"), 2
-    return None, 1
+    """Where chunks are decoded: inline for jobs <= 1; else `jobs` threads with the native scanner
+    (it parses without the GIL, and chunks need no copying), or `jobs` worker processes for the
+    Python decoder (which holds the GIL)."""
+    if jobs <= 1:
+        return None, 1
+    if native_enabled():
+        return ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="traceinspect-scan"), jobs
+    return ProcessPoolExecutor(max_workers=jobs), jobs
 
 
 def _native_tail(p: Path, buf: bytearray, is_array: bool, size: int, warnings: list[str]) -> L.Loaded | None:
@@ -309,9 +310,11 @@ def _events_start(buf: bytes):
 
 
 def _last_boundary(buf: bytes):
-    """(end of the chunk, start of the rest) at the last `}, {` between events, or None."""
-    lo = max(0, len(buf) - (4 << 20))
+    """(end of the chunk, start of the rest) at the last `}, {` between events, or None. Looks at
+    a short tail window first and widens it only when the window holds no boundary."""
+    window = 64 << 10
     while True:
+        lo = max(0, len(buf) - window)
         m = None
         for m in _BOUNDARY.finditer(buf, lo):
             pass
@@ -320,4 +323,4 @@ def _last_boundary(buf: bytes):
             return m.start() + 1, brace
         if lo == 0:
             return None
-        lo = max(0, lo - (16 << 20))
+        window *= 4
