@@ -29,7 +29,7 @@ def cache_dir() -> Path:
 def _code_hash() -> str:
     h = hashlib.sha256()
     pkg = Path(__file__).resolve().parent
-    for f in sorted(pkg.rglob("*.py")):
+    for f in sorted(p for p in pkg.rglob("*") if p.suffix in (".py", ".c")):
         h.update(str(f.relative_to(pkg)).encode())
         h.update(f.read_bytes())
     return h.hexdigest()[:16]

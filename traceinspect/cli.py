@@ -131,13 +131,17 @@ def build_report(path: str, *, rank: str | None = None, steps: str | None = None
     from .errors import DetectorFailed
     from .report import Report
     from .trace.model import load_trace
+    from .trace.stream import native_enabled
     paths = _trace_paths(path)
     if len(paths) == 1:
         size = Path(paths[0]).stat().st_size
         with open(paths[0], "rb") as f:
             gz = f.read(2) == b"\x1f\x8b"
         json_size = size * (10 if gz else 1)  # estimate
-        key = cache.key_for(paths[0], {"steps": steps}) if use_cache and json_size >= cache.MIN_BYTES else None
+        # the reader is part of the key: both give the same tables, but a cached report must never
+        # hide a difference between them
+        key = (cache.key_for(paths[0], {"steps": steps, "native": native_enabled()})
+               if use_cache and json_size >= cache.MIN_BYTES else None)
         cached = cache.load(key)
         if cached is not None:
             report = Report.from_dict(cached)

@@ -318,28 +318,34 @@ def _quality_checks(trace: Trace) -> None:
 PARALLEL_MIN_BYTES = 48 << 20   # below this, worker processes cost more than they save
 
 
+def default_jobs(path: str | os.PathLike) -> int:
+    """Parallel chunk decoders for one file when -j is not given."""
+    from .stream import native_enabled
+    if native_enabled():
+        # the native scanner runs without the GIL: one thread per core (up to 4) pays from the
+        # second chunk on, and costs nothing on a one-chunk file
+        return min(os.cpu_count() or 1, 4)
+    try:
+        size = Path(path).stat().st_size
+        with open(path, "rb") as f:
+            gz = f.read(2) == _load.GZIP_MAGIC
+    except OSError:
+        size, gz = 0, False
+    big = size * (8 if gz else 1) >= PARALLEL_MIN_BYTES
+    cores = os.cpu_count() or 1
+    # Python decoder, measured on a 2-vCPU machine: chunk worker processes gave at most 1.2x and
+    # cost more than that in transfers, so only wider machines use them by default
+    return min(cores, 4) if big and cores >= 4 else 1
+
+
 def load_trace(path: str | os.PathLike, *, warn_default_rank: bool = False, jobs: int | None = None,
                progress=None) -> Trace:
     """Load one trace file. jobs: parallel chunk decoders (threads with the native scanner, else
-    processes; 1: none; default: see below); progress: an optional callable taking the fraction of
-    the file read so far."""
-    from .stream import load_streaming, native_enabled
-    if jobs is None and native_enabled():
-        # the native scanner runs without the GIL: one thread per core (up to 4) pays from the
-        # second chunk on, and costs nothing on a one-chunk file
-        jobs = min(os.cpu_count() or 1, 4)
-    elif jobs is None:
-        try:
-            size = Path(path).stat().st_size
-            with open(path, "rb") as f:
-                gz = f.read(2) == _load.GZIP_MAGIC
-        except OSError:
-            size, gz = 0, False
-        big = size * (8 if gz else 1) >= PARALLEL_MIN_BYTES
-        cores = os.cpu_count() or 1
-        # Python decoder, measured on a 2-vCPU machine: chunk worker processes gave at most 1.2x and
-        # cost more than that in transfers, so only wider machines use them by default
-        jobs = min(cores, 4) if big and cores >= 4 else 1
+    processes; 1: none; default: default_jobs); progress: an optional callable taking the
+    fraction of the file read so far."""
+    from .stream import load_streaming
+    if jobs is None:
+        jobs = default_jobs(path)
     was = gc.isenabled()
     gc.disable()  # millions of short-lived objects, no cycles: the collector only costs time here
     try:
