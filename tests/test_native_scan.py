@@ -196,3 +196,29 @@ def test_scanner_rejects_what_it_cannot_read_without_crashing():
     n, end, cols, strings, dims, types, deferred = scan(b'[{"ts": 1.5, "dur": 2}, 7]')
     assert n == 2 and [r for r, _ in deferred] == [1]
     assert np.frombuffer(cols["ts"], dtype=np.float64)[0] == 1.5
+
+
+def test_scanner_survives_random_mutations():
+    """Thousands of mutated event arrays straight into the scanner: it returns None or columns whose
+    lengths agree, never crashes. (Run under AddressSanitizer during development, see
+    docs/benchmarks.md; here it guards the plain build.)"""
+    scan = stream._scan.scan
+    rng = random.Random(5)
+    src = json.dumps(build_healthy(steps=2).build()["traceEvents"], indent=1).encode()
+    for _ in range(1500):
+        b = bytearray(src)
+        for _ in range(rng.randint(1, 6)):
+            pos = rng.randrange(len(b))
+            op = rng.random()
+            if op < 0.5:
+                b[pos] = rng.choice(b'{}[],:"0123456789.eE+-\\ \nntfaxu\x00\x1f\xff')
+            elif op < 0.75:
+                del b[pos:pos + rng.randint(1, 40)]
+            else:
+                b[pos:pos] = bytes(rng.choice(b'{}[],:"0\\e-') for _ in range(rng.randint(1, 5)))
+        r = scan(bytes(b))
+        if r is not None:
+            n, end, cols, strings, dims, types, deferred = r
+            assert 0 <= end <= len(b) and len(dims) == len(types) == n
+            assert memoryview(cols["ts"]).nbytes == 8 * n and memoryview(cols["ph"]).nbytes == n
+            assert all(0 <= row < n for row, _ in deferred)
