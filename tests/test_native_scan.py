@@ -191,9 +191,9 @@ def test_scanner_rejects_what_it_cannot_read_without_crashing():
     for bad in (b"", b"[", b"[{", b'[{"ph":"X",}]', b"[1 2]", b'[{"a":[1,2}]', b"[" * 100000,
                 b'[{"name":"\x01"}]', b'[{"ts":1e}]', b'[{"ts":-}]', b'{"ph":"X"}'):
         assert scan(bad) is None, bad
-    n, end, cols, strings, dims, types, deferred = scan(b' [ ] , "x"')
+    n, end, cols, strings, raws, deferred = scan(b' [ ] , "x"')
     assert (n, end) == (0, 4)
-    n, end, cols, strings, dims, types, deferred = scan(b'[{"ts": 1.5, "dur": 2}, 7]')
+    n, end, cols, strings, raws, deferred = scan(b'[{"ts": 1.5, "dur": 2}, 7]')
     assert n == 2 and [r for r, _ in deferred] == [1]
     assert np.frombuffer(cols["ts"], dtype=np.float64)[0] == 1.5
 
@@ -218,7 +218,10 @@ def test_scanner_survives_random_mutations():
                 b[pos:pos] = bytes(rng.choice(b'{}[],:"0\\e-') for _ in range(rng.randint(1, 5)))
         r = scan(bytes(b))
         if r is not None:
-            n, end, cols, strings, dims, types, deferred = r
-            assert 0 <= end <= len(b) and len(dims) == len(types) == n
+            n, end, cols, strings, raws, deferred = r
+            assert 0 <= end <= len(b)
+            for c in ("dims_idx", "type_idx"):
+                ids = np.frombuffer(cols[c], dtype=np.int32)
+                assert len(ids) == n and ((ids >= -1) & (ids < len(raws))).all()
             assert memoryview(cols["ts"]).nbytes == 8 * n and memoryview(cols["ph"]).nbytes == n
             assert all(0 <= row < n for row, _ in deferred)

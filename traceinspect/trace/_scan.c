@@ -2,10 +2,11 @@
  * object per event.
  *
  * scan(buffer) takes a JSON array of event objects (bytes, bytearray or memoryview) and returns
- * (n_events, end_offset, columns, strings, dims, types, deferred), where `columns` maps a column name to the
- * raw bytes of a fixed-width array (numpy.frombuffer reads them without a copy), `strings` lists
- * the distinct raw string spans (still JSON-escaped) that the *_idx columns index, and dims/types
- * are lists holding the raw bytes of args["Input Dims"] / args["Input type"] or None per event.
+ * (n_events, end_offset, columns, strings, raws, deferred), where `columns` maps a column name to
+ * a fixed-width array exported through the buffer protocol (numpy.frombuffer reads it without a
+ * copy), `strings` lists the distinct raw string spans (still JSON-escaped) that the string-id
+ * columns index, and `raws` the distinct raw JSON values of args["Input Dims"] / args["Input type"]
+ * that dims_idx / type_idx index (-1: absent).
  *
  * It reads exactly the fields that traceinspect.trace.load.Event / Args declare, with the same
  * type rules as the typed msgspec decoder. An event it is not sure about (an escaped key, a field
@@ -59,11 +60,20 @@ typedef struct {
 } interner;
 
 static uint64_t hash_bytes(const unsigned char *s, size_t n) {
-    uint64_t h = 1469598103934665603ULL;  /* FNV-1a */
-    for (size_t i = 0; i < n; i++) {
-        h ^= s[i];
-        h *= 1099511628211ULL;
+    /* eight bytes a step, multiply-xorshift mixing (the table index uses the low bits) */
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ (uint64_t)n;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, s, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdULL;
+        h ^= h >> 32;
+        s += 8;
+        n -= 8;
     }
+    uint64_t w = 0;
+    memcpy(&w, s, n);
+    h = (h ^ w) * 0xc4ceb9fe1a85ec53ULL;
+    h ^= h >> 29;
     return h;
 }
 
@@ -181,6 +191,8 @@ typedef struct {
 typedef struct {
     const unsigned char *base, *p, *end;
     interner strs;
+    interner raws;     /* distinct raw values of Input Dims / Input type */
+    vec dims_ids, type_ids;  /* int32 per event, -1 none */
     vec cols[N_COLS];
     vec slow;
     vec deferred;  /* int64 triples (row, offset, length) */
@@ -555,8 +567,22 @@ static int push_row(scanner *s, const row *rp) {
     VPUSH(&s->cols[C_PH], uint8_t, rp->ph);
     VPUSH(&s->cols[C_HAS_ARGS], uint8_t, rp->has_args);
     for (int c = C_CAT; c <= C_ANAME; c++) VPUSH(&s->cols[c], int32_t, rp->s[S(c)]);
-    for (int c = C_PID; c <= C_TYPE_LEN; c++) VPUSH(&s->cols[c], int64_t, rp->i[I(c)]);
+    for (int c = C_PID; c <= C_BLOCK; c++) VPUSH(&s->cols[c], int64_t, rp->i[I(c)]);
     for (int c = C_TS; c <= C_TRES; c++) VPUSH(&s->cols[c], double, rp->f[F(c)]);
+    /* shapes repeat every step: one id per distinct raw value instead of one bytes object per event */
+    int32_t d = -1, t = -1;
+    if (rp->i[I(C_DIMS_LEN)] >= 0) {
+        if (rp->i[I(C_DIMS_LEN)] > INT32_MAX) return -1;
+        d = intern(&s->raws, s->base, rp->i[I(C_DIMS_OFF)], (int32_t)rp->i[I(C_DIMS_LEN)]);
+        if (d < 0) return -2;
+    }
+    if (rp->i[I(C_TYPE_LEN)] >= 0) {
+        if (rp->i[I(C_TYPE_LEN)] > INT32_MAX) return -1;
+        t = intern(&s->raws, s->base, rp->i[I(C_TYPE_OFF)], (int32_t)rp->i[I(C_TYPE_LEN)]);
+        if (t < 0) return -2;
+    }
+    VPUSH(&s->dims_ids, int32_t, d);
+    VPUSH(&s->type_ids, int32_t, t);
     s->n++;
     return 0;
 }
@@ -690,20 +716,15 @@ static PyObject *column_from(vec *v) {
     return (PyObject *)c;
 }
 
-static PyObject *raw_list(const unsigned char *base, vec *off, vec *len, int64_t n) {
-    PyObject *out = PyList_New((Py_ssize_t)n);
+/* the interned spans as a list of bytes, in id order */
+static PyObject *span_list(const unsigned char *base, interner *t) {
+    PyObject *out = PyList_New((Py_ssize_t)t->count);
     if (!out) return NULL;
-    const int64_t *o = (const int64_t *)off->p, *l = (const int64_t *)len->p;
-    for (int64_t i = 0; i < n; i++) {
-        PyObject *v;
-        if (l[i] < 0) {
-            v = Py_None;
-            Py_INCREF(v);
-        } else {
-            v = PyBytes_FromStringAndSize((const char *)base + o[i], (Py_ssize_t)l[i]);
-            if (!v) { Py_DECREF(out); return NULL; }
-        }
-        PyList_SET_ITEM(out, (Py_ssize_t)i, v);
+    const int64_t *sp = (const int64_t *)t->spans.p;
+    for (size_t k = 0; k < t->count; k++) {
+        PyObject *b = PyBytes_FromStringAndSize((const char *)base + sp[2 * k], (Py_ssize_t)sp[2 * k + 1]);
+        if (!b) { Py_DECREF(out); return NULL; }
+        PyList_SET_ITEM(out, (Py_ssize_t)k, b);
     }
     return out;
 }
@@ -719,15 +740,19 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
     s.end = s.base + view.len;
     PyObject *result = NULL;
     int rc = 0;
-    if (intern_init(&s.strs)) {
+    if (intern_init(&s.strs) || intern_init(&s.raws)) {
+        intern_free(&s.strs);
+        intern_free(&s.raws);
         PyBuffer_Release(&view);
         return PyErr_NoMemory();
     }
     /* room for one event per 128 bytes up front: no copying regrowth on real traces (events are
      * hundreds of bytes), and pages that stay unused are never touched */
     size_t guess = (size_t)view.len / 128 + 64;
+    s.dims_ids.item = s.type_ids.item = sizeof(int32_t);
     for (int c = 0; c < N_COLS; c++) {
         s.cols[c].item = col_item(c);
+        if (c >= C_DIMS_OFF && c <= C_TYPE_LEN) continue;  /* never pushed: see push_row */
         s.cols[c].p = (char *)malloc(guess * s.cols[c].item);
         s.cols[c].cap = guess;
         if (!s.cols[c].p) {  /* no room for the guess: start small and grow */
@@ -780,17 +805,17 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
             if (!b || PyDict_SetItemString(cols, COL_NAMES[c], b)) { Py_XDECREF(b); Py_DECREF(cols); goto done; }
             Py_DECREF(b);
         }
-        PyObject *strs = PyList_New((Py_ssize_t)s.strs.count);
-        if (!strs) { Py_DECREF(cols); goto done; }
-        const int64_t *sp = (const int64_t *)s.strs.spans.p;
-        for (size_t k = 0; k < s.strs.count; k++) {
-            PyObject *b = PyBytes_FromStringAndSize((const char *)s.base + sp[2 * k], (Py_ssize_t)sp[2 * k + 1]);
-            if (!b) { Py_DECREF(cols); Py_DECREF(strs); goto done; }
-            PyList_SET_ITEM(strs, (Py_ssize_t)k, b);
+        PyObject *ids[2] = {column_from(&s.dims_ids), column_from(&s.type_ids)};
+        if (!ids[0] || !ids[1] || PyDict_SetItemString(cols, "dims_idx", ids[0]) ||
+            PyDict_SetItemString(cols, "type_idx", ids[1])) {
+            Py_XDECREF(ids[0]); Py_XDECREF(ids[1]); Py_DECREF(cols); goto done;
         }
-        PyObject *dims = raw_list(s.base, &s.cols[C_DIMS_OFF], &s.cols[C_DIMS_LEN], s.n);
-        PyObject *types = dims ? raw_list(s.base, &s.cols[C_TYPE_OFF], &s.cols[C_TYPE_LEN], s.n) : NULL;
-        if (!types) { Py_XDECREF(dims); Py_DECREF(cols); Py_DECREF(strs); goto done; }
+        Py_DECREF(ids[0]);
+        Py_DECREF(ids[1]);
+        PyObject *strs = span_list(s.base, &s.strs);
+        if (!strs) { Py_DECREF(cols); goto done; }
+        PyObject *raws = span_list(s.base, &s.raws);
+        if (!raws) { Py_DECREF(cols); Py_DECREF(strs); goto done; }
         size_t nd = s.deferred.n / 3;
         PyObject *deferred = PyList_New((Py_ssize_t)nd);
         const int64_t *dp = (const int64_t *)s.deferred.p;
@@ -800,22 +825,24 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
             if (!t) { Py_CLEAR(deferred); break; }
             PyList_SET_ITEM(deferred, (Py_ssize_t)k, t);
         }
-        if (!deferred) { Py_DECREF(dims); Py_DECREF(types); Py_DECREF(cols); Py_DECREF(strs); goto done; }
-        result = Py_BuildValue("(LnNNNNN)", (long long)s.n, (Py_ssize_t)(s.p - s.base), cols, strs, dims, types,
-                               deferred);
+        if (!deferred) { Py_DECREF(raws); Py_DECREF(cols); Py_DECREF(strs); goto done; }
+        result = Py_BuildValue("(LnNNNN)", (long long)s.n, (Py_ssize_t)(s.p - s.base), cols, strs, raws, deferred);
     }
 done:
     for (int c = 0; c < N_COLS; c++) free(s.cols[c].p);
     free(s.slow.p);
     free(s.deferred.p);
+    free(s.dims_ids.p);
+    free(s.type_ids.p);
     intern_free(&s.strs);
+    intern_free(&s.raws);
     PyBuffer_Release(&view);
     return result;
 }
 
 static PyMethodDef METHODS[] = {
     {"scan", scan, METH_O,
-     "scan(buffer) -> (n_events, end_offset, columns, strings, dims, types, deferred) or None when the buffer "
+     "scan(buffer) -> (n_events, end_offset, columns, strings, raws, deferred) or None when the buffer "
      "needs the pure-Python decoder."},
     {NULL, NULL, 0, NULL},
 };

@@ -290,13 +290,19 @@ def _scan_dtype(name: str):
     return np.int32 if name.endswith(("_idx", "_str")) else np.int64
 
 
-def _fill_row(a: dict, i: int, ev: Event, strings: list, dims: list, types: list) -> None:
+def _fill_row(a: dict, i: int, ev: Event, strings: list, raws: list) -> None:
     """Write one event decoded by the Python path into row i of the scanner's columns."""
     def sid(v):
         if v is None:
             return -1
         strings.append(v)
         return len(strings) - 1
+
+    def rid(v):
+        if v is None:
+            return -1
+        raws.append(v)
+        return len(raws) - 1
 
     def int_or_str(key, v, absent):
         if v is None:
@@ -327,9 +333,9 @@ def _fill_row(a: dict, i: int, ev: Event, strings: list, dims: list, types: list
     a["collective_idx"][i] = sid(g.collective) if g is not None else -1
     a["dtype_idx"][i] = sid(g.dtype) if g is not None else -1
     a["arg_name_idx"][i] = sid(g.name) if g is not None else -1
-    dims[i] = None if g is None else (bytes(g.input_dims) if len(g.input_dims) else
-                                      (bytes(g.input_dims_old) if len(g.input_dims_old) else None))
-    types[i] = None if g is None or not len(g.input_type) else bytes(g.input_type)
+    a["dims_idx"][i] = rid(None if g is None else (bytes(g.input_dims) if len(g.input_dims) else
+                                                   (bytes(g.input_dims_old) if len(g.input_dims_old) else None)))
+    a["type_idx"][i] = rid(None if g is None or not len(g.input_type) else bytes(g.input_type))
 
 
 def extract_scanned(scanned) -> dict:
@@ -338,8 +344,9 @@ def extract_scanned(scanned) -> dict:
     could not keep either."""
     from .load import decode_event_lenient
 
-    n, _end, raw_cols, raw_strings, dims_list, types_list, deferred = scanned
+    n, _end, raw_cols, raw_strings, raw_values, deferred = scanned
     strings = _strings(raw_strings)
+    raws = list(raw_values)
     arrays = {k: np.frombuffer(v, dtype=_scan_dtype(k)) for k, v in raw_cols.items()}
     dropped = 0
     if deferred:
@@ -352,11 +359,9 @@ def extract_scanned(scanned) -> dict:
                 keep[row] = False
                 dropped += 1
             else:
-                _fill_row(arrays, row, ev, strings, dims_list, types_list)
+                _fill_row(arrays, row, ev, strings, raws)
         if dropped:
             arrays = {k: v[keep] for k, v in arrays.items()}
-            dims_list = [d for d, k in zip(dims_list, keep) if k]
-            types_list = [t for t, k in zip(types_list, keep) if k]
             n = int(keep.sum())
     strings.append("")                                         # id -1 ("absent") -> ""
     # two raw spans can decode to one string (an escape): one canonical id per distinct string
@@ -484,8 +489,10 @@ def extract_scanned(scanned) -> dict:
                       "external_id": ext(r), "cbid": np.where(cb != _NONE, cb, -1)}
     co, an = sel("cpu_op"), sel("annotation")
     c = np.concatenate([co, an])
-    dims = np.array(dims_list, dtype=object)[c] if len(c) else np.empty(0, dtype=object)
-    types = np.array(types_list, dtype=object)[c] if len(c) else np.empty(0, dtype=object)
+    raw_obj = np.empty(len(raws) + 1, dtype=object)   # shared bytes objects; id -1 -> None (last)
+    raw_obj[:len(raws)] = raws
+    dims = raw_obj[col("dims_idx")[c]]
+    types = raw_obj[col("type_idx")[c]]
     out["cpu_op"] = {**base(c), "tid": ids("tid", c), "external_id": ext(c),
                      "is_annotation": np.arange(len(c)) >= len(co),
                      "input_dims_raw": dims, "input_type_raw": types}
