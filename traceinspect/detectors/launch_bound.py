@@ -11,7 +11,7 @@ from ..trace import intervals as iv
 from ..trace.tables import name_flags
 from .allocator_churn import steady_alloc_set
 from .base import Detector, events_from, fmt_us, in_steps, option, pct, window_label
-from .unfused_optimizer import _matching, unfused_windows
+from .unfused_optimizer import unfused_windows
 
 LAUNCH_CALLS = {
     "cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchCooperativeKernel",
@@ -186,7 +186,7 @@ class LaunchBound(Detector):
         factor = 8 if busy <= 0.125 else 4 if busy <= 0.25 else 2
         ops = trace.cpu_ops
         training = (ctx.framework in ("hf_trainer", "trl", "lightning")
-                    or (bool(len(ops)) and bool(_matching(ops["name"], _TRAINING).any())))
+                    or (bool(len(ops)) and bool(name_flags(ops["name"], _TRAINING.search).any())))
         yield self.finding(ctx, title=title, time_lost_us=lost,
                            confidence="high" if frac >= 0.25 and short >= 0.5 else "medium",
                            evidence=ev, fix=self._fix(trace, ctx, factor, training, graphs > 0),

@@ -28,11 +28,6 @@ _ADAM_BYTES_PER_PARAM = 28.0
 BANDWIDTH_EFFICIENCY = 0.8    # a fused multi-tensor kernel reaches ~80% of peak memory bandwidth
 
 
-def _matching(names: pd.Series, rx: re.Pattern) -> np.ndarray:
-    """Vectorised regex test over a (categorical) name column: each distinct name is tested once."""
-    return name_flags(names, rx.search)
-
-
 def _class_of(span_name: str) -> str:
     """'Optimizer.step#AdamW.step' -> 'AdamW'."""
     rest = span_name[len(OPT_PREFIX):]
@@ -52,7 +47,7 @@ def _optimizer_steps(trace) -> pd.DataFrame:
     ops = trace.cpu_ops
     if not len(ops):
         return pd.DataFrame(columns=cols)
-    is_opt = _matching(ops["name"], re.compile("^" + re.escape(OPT_PREFIX)))
+    is_opt = name_flags(ops["name"], lambda n: n.startswith(OPT_PREFIX))
     spans = in_steps(ops[is_opt], trace)
     if not len(spans):
         return pd.DataFrame(columns=cols)
@@ -82,10 +77,10 @@ def _optimizer_steps(trace) -> pd.DataFrame:
         k_tid = np.full(len(k), -1)
     order = np.argsort(k["launch_ts_us"].to_numpy(), kind="stable") if len(k) else np.zeros(0, dtype=int)
     l_sorted = k["launch_ts_us"].to_numpy()[order] if len(k) else np.zeros(0)
-    fused_kernel = _matching(k["name"], _FUSED_KERNEL) if len(k) else np.zeros(0, dtype=bool)
+    fused_kernel = name_flags(k["name"], _FUSED_KERNEL.search) if len(k) else np.zeros(0, dtype=bool)
     op_ts = ops["ts_us"].to_numpy()
-    fused_op = _matching(ops["name"], _FUSED_OP)
-    foreach_op = _matching(ops["name"], _FOREACH_OP)
+    fused_op = name_flags(ops["name"], _FUSED_OP.search)
+    foreach_op = name_flags(ops["name"], _FOREACH_OP.search)
     op_tid = ops["tid"].to_numpy()
 
     k_ts, k_end, k_dur = (k[c].to_numpy() for c in ("ts_us", "end_us", "dur_us"))

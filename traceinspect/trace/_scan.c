@@ -250,41 +250,64 @@ static int lex_string(scanner *s, int64_t *off, int32_t *len, int *esc) {
     return -1;
 }
 
-static int skip_value(scanner *s);
+/* ---- the shape shared by arrays and objects ---- */
 
-static int skip_container(scanner *s, unsigned char close) {
-    if (++s->depth > MAX_DEPTH) return -1;
+/* s->p on `open`: consumes it and the whitespace after. 0: the container is empty (its closing
+ * bracket consumed too); 1: an element follows; -1: `open` is not there */
+static int open_container(scanner *s, unsigned char open, unsigned char close) {
+    if (s->p >= s->end || *s->p != open) return -1;
     s->p++;
     ws(s);
     if (s->p < s->end && *s->p == close) {
         s->p++;
-        s->depth--;
         return 0;
     }
-    for (;;) {
-        if (close == '}') {
-            int64_t o; int32_t l;
-            if (s->p >= s->end || *s->p != '"' || lex_string(s, &o, &l, NULL)) return -1;
-            ws(s);
-            if (s->p >= s->end || *s->p != ':') return -1;
-            s->p++;
-            ws(s);
-        }
-        if (skip_value(s)) return -1;
+    return 1;
+}
+
+/* after an element: 1 when a ',' (consumed) announces another, 0 at `close` (consumed), else -1 */
+static int next_element(scanner *s, unsigned char close) {
+    ws(s);
+    if (s->p >= s->end) return -1;
+    if (*s->p == ',') {
+        s->p++;
         ws(s);
-        if (s->p >= s->end) return -1;
-        if (*s->p == ',') {
-            s->p++;
-            ws(s);
-            continue;
-        }
-        if (*s->p == close) {
-            s->p++;
-            s->depth--;
-            return 0;
-        }
-        return -1;
+        return 1;
     }
+    if (*s->p == close) {
+        s->p++;
+        return 0;
+    }
+    return -1;
+}
+
+/* an object member's key (its raw span at *k, *kl; *esc when it holds an escape) and the ':' after
+ * it; s->p is left on the value */
+static int member_key(scanner *s, const unsigned char **k, int32_t *kl, int *esc) {
+    int64_t ko;
+    if (s->p >= s->end || *s->p != '"' || lex_string(s, &ko, kl, esc)) return -1;
+    *k = s->base + ko;
+    ws(s);
+    if (s->p >= s->end || *s->p != ':') return -1;
+    s->p++;
+    ws(s);
+    return s->p < s->end ? 0 : -1;
+}
+
+static int skip_value(scanner *s);
+
+static int skip_container(scanner *s, unsigned char open, unsigned char close) {
+    if (++s->depth > MAX_DEPTH) return -1;
+    int more = open_container(s, open, close);
+    while (more == 1) {
+        const unsigned char *k; int32_t kl; int esc;
+        if (close == '}' && member_key(s, &k, &kl, &esc)) return -1;
+        if (skip_value(s)) return -1;
+        more = next_element(s, close);
+    }
+    if (more < 0) return -1;
+    s->depth--;
+    return 0;
 }
 
 /* number syntax per RFC 8259; *is_int when it has no fraction or exponent */
@@ -326,8 +349,8 @@ static int skip_value(scanner *s) {
     int64_t o; int32_t l; int isi;
     switch (*s->p) {
     case '"': return lex_string(s, &o, &l, NULL);
-    case '{': return skip_container(s, '}');
-    case '[': return skip_container(s, ']');
+    case '{': return skip_container(s, '{', '}');
+    case '[': return skip_container(s, '[', ']');
     case 't': return skip_literal(s, "true", 4);
     case 'f': return skip_literal(s, "false", 5);
     case 'n': return skip_literal(s, "null", 4);
@@ -420,22 +443,17 @@ static int parse_float(scanner *s, double *out, int col, int64_t rowi) {
 
 /* product of a list of integers (grid / block dims); anything else is "not sure" */
 static int parse_dims_product(scanner *s, int64_t *out) {
-    if (*s->p != '[') return -1;
-    s->p++;
-    ws(s);
-    if (s->p < s->end && *s->p == ']') return -1;  /* empty: leave it to the Python path */
+    int more = open_container(s, '[', ']');
+    if (more != 1) return -1;  /* not a list, or empty: leave it to the Python path */
     int64_t prod = 1;
-    for (;;) {
+    while (more == 1) {
         int64_t v;
         if (parse_int(s, &v)) return -1;
         if (v < 0 || (v && prod > INT64_MAX / v)) return -1;
         prod *= v;
-        ws(s);
-        if (s->p >= s->end) return -1;
-        if (*s->p == ',') { s->p++; ws(s); continue; }
-        if (*s->p == ']') { s->p++; break; }
-        return -1;
+        more = next_element(s, ']');
     }
+    if (more < 0) return -1;
     *out = prod;
     return 0;
 }
@@ -475,20 +493,12 @@ static int raw_span(scanner *s, int64_t *off, int64_t *len) {
 
 static int parse_args(scanner *s, row *r) {
     if (is_null(s)) return 0;
-    if (s->p >= s->end || *s->p != '{') return -1;
+    int more = open_container(s, '{', '}');
+    if (more < 0) return -1;
     r->has_args = 1;
-    s->p++;
-    ws(s);
-    if (s->p < s->end && *s->p == '}') { s->p++; return 0; }
-    for (;;) {
-        int64_t ko; int32_t kl; int esc;
-        if (s->p >= s->end || *s->p != '"' || lex_string(s, &ko, &kl, &esc) || esc) return -1;
-        const unsigned char *k = s->base + ko;
-        ws(s);
-        if (s->p >= s->end || *s->p != ':') return -1;
-        s->p++;
-        ws(s);
-        if (s->p >= s->end) return -1;
+    while (more == 1) {
+        const unsigned char *k; int32_t kl; int esc;
+        if (member_key(s, &k, &kl, &esc) || esc) return -1;
         int rc = 0;
         if (key_is(k, kl, "correlation")) rc = opt_int(s, &r->i[I(C_CORR)]);
         else if (key_is(k, kl, "External id")) rc = opt_int(s, &r->i[I(C_EXT)]);
@@ -520,12 +530,9 @@ static int parse_args(scanner *s, row *r) {
         else if (key_is(k, kl, "Device Type")) rc = opt_int(s, &r->i[I(C_DEVTYPE)]);
         else rc = skip_value(s);
         if (rc) return rc;
-        ws(s);
-        if (s->p >= s->end) return -1;
-        if (*s->p == ',') { s->p++; ws(s); continue; }
-        if (*s->p == '}') { s->p++; return 0; }
-        return -1;
+        more = next_element(s, '}');
     }
+    return more;
 }
 
 /* pid / tid / id: an int, or a string (interned; the caller maps it like _tid) */
@@ -590,49 +597,34 @@ static int push_row(scanner *s, const row *rp) {
 static int parse_event(scanner *s) {
     row r;
     init_row(&r);
-    if (s->p >= s->end || *s->p != '{') return -1;
-    s->p++;
-    ws(s);
-    if (s->p < s->end && *s->p == '}') {
-        s->p++;
-    } else {
-        for (;;) {
-            int64_t ko; int32_t kl; int esc;
-            if (s->p >= s->end || *s->p != '"' || lex_string(s, &ko, &kl, &esc) || esc) return -1;
-            const unsigned char *k = s->base + ko;
-            ws(s);
-            if (s->p >= s->end || *s->p != ':') return -1;
-            s->p++;
-            ws(s);
-            if (s->p >= s->end) return -1;
-            int rc = 0;
-            if (key_is(k, kl, "ph")) {
-                int64_t o; int32_t l; int e;
-                if (*s->p != '"' || lex_string(s, &o, &l, &e) || e) return -1;
-                r.ph = l == 1 ? s->base[o] : (l == 0 ? 0 : 1);
-            } else if (key_is(k, kl, "cat") || key_is(k, kl, "name")) {
-                int32_t *dst = kl == 3 ? &r.s[S(C_CAT)] : &r.s[S(C_NAME)];
-                if (*s->p != '"') return -1;
-                rc = opt_string(s, dst);
-            } else if (key_is(k, kl, "pid")) rc = int_or_str(s, &r.i[I(C_PID)], &r.s[S(C_PID_S)], 0);
-            else if (key_is(k, kl, "tid")) rc = int_or_str(s, &r.i[I(C_TID)], &r.s[S(C_TID_S)], 0);
-            else if (key_is(k, kl, "id")) rc = int_or_str(s, &r.i[I(C_ID)], &r.s[S(C_ID_S)], 1);
-            else if (key_is(k, kl, "ts")) {
-                if (is_null(s)) return -1;
-                rc = parse_float(s, &r.f[F(C_TS)], C_TS, s->n);
-            } else if (key_is(k, kl, "dur")) rc = opt_float(s, &r.f[F(C_DUR)], C_DUR, s->n);
-            else if (key_is(k, kl, "args")) {
-                if (r.seen_args++) return -1;  /* a repeated "args": leave it to the Python path */
-                rc = parse_args(s, &r);
-            } else rc = skip_value(s);
-            if (rc) return rc;
-            ws(s);
-            if (s->p >= s->end) return -1;
-            if (*s->p == ',') { s->p++; ws(s); continue; }
-            if (*s->p == '}') { s->p++; break; }
-            return -1;
-        }
+    int more = open_container(s, '{', '}');
+    while (more == 1) {
+        const unsigned char *k; int32_t kl; int esc;
+        if (member_key(s, &k, &kl, &esc) || esc) return -1;
+        int rc = 0;
+        if (key_is(k, kl, "ph")) {
+            int64_t o; int32_t l; int e;
+            if (*s->p != '"' || lex_string(s, &o, &l, &e) || e) return -1;
+            r.ph = l == 1 ? s->base[o] : (l == 0 ? 0 : 1);
+        } else if (key_is(k, kl, "cat") || key_is(k, kl, "name")) {
+            int32_t *dst = kl == 3 ? &r.s[S(C_CAT)] : &r.s[S(C_NAME)];
+            if (*s->p != '"') return -1;
+            rc = opt_string(s, dst);
+        } else if (key_is(k, kl, "pid")) rc = int_or_str(s, &r.i[I(C_PID)], &r.s[S(C_PID_S)], 0);
+        else if (key_is(k, kl, "tid")) rc = int_or_str(s, &r.i[I(C_TID)], &r.s[S(C_TID_S)], 0);
+        else if (key_is(k, kl, "id")) rc = int_or_str(s, &r.i[I(C_ID)], &r.s[S(C_ID_S)], 1);
+        else if (key_is(k, kl, "ts")) {
+            if (is_null(s)) return -1;
+            rc = parse_float(s, &r.f[F(C_TS)], C_TS, s->n);
+        } else if (key_is(k, kl, "dur")) rc = opt_float(s, &r.f[F(C_DUR)], C_DUR, s->n);
+        else if (key_is(k, kl, "args")) {
+            if (r.seen_args++) return -1;  /* a repeated "args": leave it to the Python path */
+            rc = parse_args(s, &r);
+        } else rc = skip_value(s);
+        if (rc) return rc;
+        more = next_element(s, '}');
     }
+    if (more < 0) return -1;
     /* Input Dims wins; the old spelling counts only where it is absent (Args in load.py) */
     if (r.i[I(C_DIMS_LEN)] < 0 && r.old_len >= 0) {
         r.i[I(C_DIMS_OFF)] = r.old_off;
@@ -659,22 +651,16 @@ static int defer_event(scanner *s, const unsigned char *start, size_t slow_mark)
 /* the array at s->p: '[' event (',' event)* ']' */
 static int scan_array(scanner *s) {
     ws(s);
-    if (s->p >= s->end || *s->p != '[') return -1;
-    s->p++;
-    ws(s);
-    if (s->p < s->end && *s->p == ']') { s->p++; return 0; }
-    for (;;) {
+    int more = open_container(s, '[', ']');
+    while (more == 1) {
         const unsigned char *start = s->p;
         size_t slow_mark = s->slow.n;
         int rc = parse_event(s);
         if (rc == -1) rc = defer_event(s, start, slow_mark);
         if (rc) return rc;
-        ws(s);
-        if (s->p >= s->end) return -1;
-        if (*s->p == ',') { s->p++; ws(s); continue; }
-        if (*s->p == ']') { s->p++; return 0; }
-        return -1;
+        more = next_element(s, ']');
     }
+    return more < 0 ? -1 : 0;
 }
 
 /* ---- a column handed to Python without a copy: owns the malloc'd array, exports it as bytes ---- */

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -113,15 +114,19 @@ def _grid_product(lists: list) -> np.ndarray:
     return np.array([_prod(g) for g in lists], dtype=np.int64)
 
 
+def _no_collectives(n: int) -> dict:
+    """The collective columns of n kernels none of which is a collective."""
+    return {"collective": np.full(n, None, dtype=object), "in_msg_nelems": np.full(n, -1, dtype=np.int64),
+            "out_msg_nelems": np.full(n, -1, dtype=np.int64), "group_size": np.full(n, -1, dtype=np.int64),
+            "comm_dtype": np.full(n, None, dtype=object)}
+
+
 def _collective_columns(ka: list) -> dict:
     """NCCL/RCCL args of kernels launched under record_param_comms (SIGNATURES.md 1.4); the
     per-kernel passes run only when the chunk has a collective at all."""
     coll = [a.collective if a is not None else None for a in ka]
-    n = len(ka)
     if all(c is None for c in coll):
-        return {"collective": np.full(n, None, dtype=object), "in_msg_nelems": np.full(n, -1, dtype=np.int64),
-                "out_msg_nelems": np.full(n, -1, dtype=np.int64), "group_size": np.full(n, -1, dtype=np.int64),
-                "comm_dtype": np.full(n, None, dtype=object)}
+        return _no_collectives(len(ka))
     return {"collective": np.array(coll, dtype=object),
             "in_msg_nelems": _opt([a.in_msg_nelems if a is not None else None for a in ka]),
             "out_msg_nelems": _opt([a.out_msg_nelems if a is not None else None for a in ka]),
@@ -265,7 +270,6 @@ _NONE = np.iinfo(np.int64).min   # _scan's marker for an absent int
 def _strings(raw: list[bytes]) -> list[str]:
     """_scan's raw string spans -> str, with JSON escapes decoded by the same decoder as the
     Python path. Raises UnicodeDecodeError / msgspec.DecodeError where that path would fail too."""
-    import msgspec
     out = []
     for b in raw:
         out.append(msgspec.json.decode(b'"' + b + b'"') if b"\\" in b else b.decode("utf-8"))
@@ -275,13 +279,10 @@ def _strings(raw: list[bytes]) -> list[str]:
 _SCAN_DTYPES = {"ph": np.uint8, "has_args": np.uint8, "ts": np.float64, "dur": np.float64,
                 "nbytes": np.float64, "mem_bytes": np.float64, "total_allocated": np.float64,
                 "total_reserved": np.float64}
-_SCAN_INT_FIELDS = {"correlation": "correlation", "external_id": "external_id",
-                    "external_id_old": "external_id_old", "device": "device", "stream": "stream",
-                    "cbid": "cbid", "cid": "cid", "in_msg_nelems": "in_msg_nelems",
-                    "out_msg_nelems": "out_msg_nelems", "group_size": "group_size",
-                    "device_type": "device_type"}
-_SCAN_FLOAT_FIELDS = {"nbytes": "nbytes", "mem_bytes": "mem_bytes", "total_allocated": "total_allocated",
-                      "total_reserved": "total_reserved"}
+# Args attributes that are columns of the same name in the scan (int64 / float64)
+_SCAN_INT_FIELDS = ("correlation", "external_id", "external_id_old", "device", "stream", "cbid", "cid",
+                    "in_msg_nelems", "out_msg_nelems", "group_size", "device_type")
+_SCAN_FLOAT_FIELDS = ("nbytes", "mem_bytes", "total_allocated", "total_reserved")
 
 
 def _scan_dtype(name: str):
@@ -322,12 +323,12 @@ def _fill_row(a: dict, i: int, ev: Event, strings: list, raws: list) -> None:
     a["dur"][i] = np.nan if ev.dur is None else ev.dur
     g = ev.args
     a["has_args"][i] = g is not None
-    for col_, attr in _SCAN_INT_FIELDS.items():
-        v = getattr(g, attr) if g is not None else None
-        a[col_][i] = _NONE if v is None else v
-    for col_, attr in _SCAN_FLOAT_FIELDS.items():
-        v = getattr(g, attr) if g is not None else None
-        a[col_][i] = np.nan if v is None else v
+    for f in _SCAN_INT_FIELDS:
+        v = getattr(g, f) if g is not None else None
+        a[f][i] = _NONE if v is None else v
+    for f in _SCAN_FLOAT_FIELDS:
+        v = getattr(g, f) if g is not None else None
+        a[f][i] = np.nan if v is None else v
     a["grid"][i] = _prod(g.grid) if g is not None and g.grid is not None else 0
     a["block"][i] = _prod(g.block) if g is not None and g.block is not None else 0
     a["collective_idx"][i] = sid(g.collective) if g is not None else -1
@@ -369,7 +370,7 @@ def extract_scanned(scanned) -> dict:
     uniq = list(uniq)
     canon = canon.astype(np.int64)
 
-    def col(name, dtype=None):
+    def col(name):
         return arrays[name]
 
     def sid(name):  # canonical string ids, "absent" -> the id of ""
@@ -411,63 +412,56 @@ def extract_scanned(scanned) -> dict:
             m |= ((ph == ord("i")) | (ph == ord("I"))) & (name == mem_name)
         return np.flatnonzero(m)
 
-    ts = col("ts", np.float64)
+    ts = col("ts")
 
     def opt(name_, idx, default=-1):
-        v = col(name_, np.int64)[idx]
+        v = col(name_)[idx]
         return np.where(v == _NONE, default, v)
 
     def ids(name_, idx, absent=None):
         """pid/tid/id columns: ints as they are, strings through _tid (per distinct string)."""
-        v = col(name_, np.int64)[idx]
-        s_ = col(name_ + "_str", np.int32)[idx]
+        v = col(name_)[idx]
+        s_ = col(name_ + "_str")[idx]
         if absent is not None:
             v = np.where(v == _NONE, absent, v)
         if (s_ >= 0).any():
             ustr = np.unique(s_[s_ >= 0])
-            lut = {int(u): _tid(strings[u]) for u in ustr}
-            v = v.copy()
-            for u, t in lut.items():
-                v[s_ == u] = t
+            for u in ustr:   # v is already a copy (fancy indexing)
+                v[s_ == u] = _tid(strings[u])
         return v
 
     def base(idx):
         codes, u = pd.factorize(name[idx], use_na_sentinel=False)
-        return {"ts_us": ts[idx].copy(), "dur_us": dur[idx].copy(),
+        return {"ts_us": ts[idx], "dur_us": dur[idx],
                 "name": (codes.astype(np.int64), [uniq[c] for c in u])}
 
     def ext(idx):
-        e = col("external_id", np.int64)[idx]
-        old = col("external_id_old", np.int64)[idx]
+        e = col("external_id")[idx]
+        old = col("external_id_old")[idx]
         e = np.where(e != _NONE, e, np.where(old != _NONE, old, -1))
         return np.where(has_args[idx], e, -1)
 
     def gpu(idx):
-        dev = col("device", np.int64)[idx]
-        stream = col("stream", np.int64)[idx]
-        pid0 = col("pid", np.int64)[idx]   # string pids are 0 here, as in extract()
+        dev = col("device")[idx]
+        stream = col("stream")[idx]
+        pid0 = col("pid")[idx]   # string pids are 0 here, as in extract()
         return {"device": np.where(dev != _NONE, dev, pid0),
                 "stream": np.where(stream != _NONE, stream, ids("tid", idx)) if (stream == _NONE).any()
-                else stream.copy(),
+                else stream,
                 "correlation": opt("correlation", idx), "external_id": ext(idx)}
 
     def strs(name_, idx):
-        v = col(name_, np.int32)[idx]
+        v = col(name_)[idx]
         out = np.array(strings, dtype=object)[v]
         out[v < 0] = None
         return out
 
     out: dict = {}
     k = sel("kernel")
-    coll = col("collective_idx", np.int32)[k]
-    kern = {**base(k), **gpu(k), "grid_blocks": col("grid", np.int64)[k].copy(),
-            "block_threads": col("block", np.int64)[k].copy()}
+    coll = col("collective_idx")[k]
+    kern = {**base(k), **gpu(k), "grid_blocks": col("grid")[k], "block_threads": col("block")[k]}
     if (coll < 0).all():
-        kern.update({"collective": np.full(len(k), None, dtype=object),
-                     "in_msg_nelems": np.full(len(k), -1, dtype=np.int64),
-                     "out_msg_nelems": np.full(len(k), -1, dtype=np.int64),
-                     "group_size": np.full(len(k), -1, dtype=np.int64),
-                     "comm_dtype": np.full(len(k), None, dtype=object)})
+        kern.update(_no_collectives(len(k)))
     else:
         kern.update({"collective": strs("collective_idx", k), "in_msg_nelems": opt("in_msg_nelems", k),
                      "out_msg_nelems": opt("out_msg_nelems", k), "group_size": opt("group_size", k),
@@ -475,7 +469,7 @@ def extract_scanned(scanned) -> dict:
     out["kernel"] = kern
     mc, ms = sel("memcpy"), sel("memset")
     m = np.concatenate([mc, ms])
-    nb = col("nbytes", np.float64)[m]
+    nb = col("nbytes")[m]
     out["memcpy"] = {**base(m), **gpu(m), "size_bytes": np.where(np.isnan(nb), 0.0, nb),
                      "is_memset": np.arange(len(m)) >= len(mc)}
     g = sel("gpu_annotation")
@@ -483,8 +477,8 @@ def extract_scanned(scanned) -> dict:
     sy = sel("sync")
     out["sync"] = {**base(sy), **gpu(sy)}
     r = sel("runtime")
-    cb = col("cbid", np.int64)[r]
-    cb = np.where(cb != _NONE, cb, col("cid", np.int64)[r])
+    cb = col("cbid")[r]
+    cb = np.where(cb != _NONE, cb, col("cid")[r])
     out["runtime"] = {**base(r), "tid": ids("tid", r), "correlation": opt("correlation", r),
                       "external_id": ext(r), "cbid": np.where(cb != _NONE, cb, -1)}
     co, an = sel("cpu_op"), sel("annotation")
@@ -501,20 +495,20 @@ def extract_scanned(scanned) -> dict:
     i = sel("instant")
 
     def zero_nan(name_):
-        v = col(name_, np.float64)[i]
+        v = col(name_)[i]
         return np.where(np.isnan(v), 0.0, v)
 
-    out["memory"] = {"ts_us": ts[i].copy(), "alloc_bytes": zero_nan("mem_bytes"),
+    out["memory"] = {"ts_us": ts[i], "alloc_bytes": zero_nan("mem_bytes"),
                      "total_allocated_bytes": zero_nan("total_allocated"),
                      "total_reserved_bytes": zero_nan("total_reserved"),
                      "device_type": opt("device_type", i)}
     f = sel("flow")
-    out["flow"] = {"id": ids("id", f, absent=-1), "is_start": ph[f] == ord("s"), "ts_us": ts[f].copy(),
+    out["flow"] = {"id": ids("id", f, absent=-1), "is_start": ph[f] == ord("s"), "ts_us": ts[f],
                    "tid": ids("tid", f)}
     threads = {}
     tm = np.flatnonzero((ph == ord("M")) & (name == thread_name))
     if len(tm):
-        an_ = col("arg_name_idx", np.int32)[tm]
+        an_ = col("arg_name_idx")[tm]
         pids, tids = ids("pid", tm), ids("tid", tm)
         for a, pv, tv in zip(an_.tolist(), pids.tolist(), tids.tolist()):
             if a >= 0 and strings[a]:
