@@ -8,6 +8,7 @@ from builders import build_dataloader_stall
 from traceinspect.analyze import analyze
 from traceinspect.cli import cli
 from traceinspect.errors import UsageError
+from traceinspect.inert import md_text
 from traceinspect.tensorboard import write_report
 from traceinspect.trace.model import load_trace
 
@@ -42,7 +43,7 @@ def test_scalars_and_text_read_back(report, tmp_path):
     assert lost == pytest.approx(stall.time_lost_per_step_us / 1e3, rel=1e-6)
     assert ea.Scalars("traceinspect/breakdown_ms/idle_dataloader")
     verdict = ea.Tensors("traceinspect/verdict")[0].tensor_proto.string_val[0].decode()
-    assert verdict == report.verdict["top_title"]
+    assert verdict == md_text(report.verdict["top_title"])   # TensorBoard renders it as Markdown
     md = ea.Tensors("traceinspect/report")[0].tensor_proto.string_val[0].decode()
     assert md.startswith("## traceinspect") and "dataloader-stall" in md
 

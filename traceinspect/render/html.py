@@ -1,16 +1,18 @@
 """HTML: one self-contained page (inline CSS and SVG charts, no script, no network) for a Report or a diff.
 
-Everything that comes from a trace goes through esc(); a Content-Security-Policy forbids scripts and
-remote loads, so even a missed escape cannot run code. The canonical JSON is embedded as inert data.
-No I/O here.
+Everything that comes from a trace or a saved report goes through esc() (control characters shown as
+escapes, then HTML-escaped), numbers through ms()/pct()/count(), which print only digits and units; a
+Content-Security-Policy forbids scripts and remote loads, so even a missed escape cannot run code. The
+canonical JSON is embedded as inert data. No I/O here.
 """
 from __future__ import annotations
 
 import html
 import json
 
+from ..inert import valid_unicode
 from . import charts
-from .common import BREAKDOWN_ORDER, evidence_value, gpu_line, ms, pct, sev
+from .common import BREAKDOWN_ORDER, count, evidence_value, gpu_line, ms, num, pct, plain, sev
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
@@ -51,7 +53,7 @@ footer{margin-top:36px;color:var(--muted);font-size:12px}
 
 
 def esc(s) -> str:
-    return html.escape("" if s is None else str(s), quote=True)
+    return html.escape("" if s is None else plain(s), quote=True)
 
 
 def render(report, *, width: int = 100, color: bool = False) -> str:
@@ -113,7 +115,7 @@ def render_diff(d, *, width: int = 100, color: bool = False) -> str:
                 "<th class=n>mean</th><th class=n>std</th><th class=n>min</th><th class=n>max</th></tr>")
     for name, side in (("before", d.before), ("after", d.after)):
         s = side["steps"]
-        body.append(f"<tr><td>{name}</td><td class=n>{s['n']}</td><td class=n>{ms(s['median_us'])}</td>"
+        body.append(f"<tr><td>{name}</td><td class=n>{count(s['n'])}</td><td class=n>{ms(s['median_us'])}</td>"
                     f"<td class=n>{ms(s['mean_us'])}</td><td class=n>{ms(s['std_us'])}</td>"
                     f"<td class=n>{ms(s['min_us'])}</td><td class=n>{ms(s['max_us'])}</td></tr>")
     body.append("</table>")
@@ -177,7 +179,7 @@ def _verdict(report) -> str:
             "</section>"])
     if v:
         return (f"<section class=\"verdict ok\" id=\"verdict\"><p class=\"big\">{esc(v.get('headline', ''))}</p>"
-                f"<p class=\"note\">median step {esc(ms(v.get('median_step_us')))} over {st.get('count', 0)} steps</p>"
+                f"<p class=\"note\">median step {esc(ms(v.get('median_step_us')))} over {count(st.get('count', 0))} steps</p>"
                 "</section>")
     return "<section class=\"verdict ok\" id=\"verdict\"><p class=\"big\">No steps to analyse.</p></section>"
 
@@ -193,8 +195,8 @@ def _breakdown(report) -> list[str]:
     o.append("<table><tr><th>part</th><th class=n>per step (mean)</th><th class=n>share</th><th></th></tr>")
     for p in BREAKDOWN_ORDER:
         b = bd.get(p)
-        if b and (b["us"] > 0 or p == "compute"):
-            o.append(f"<tr><td>{_swatch(p)}{esc(b['label'])}</td><td class=n>{ms(b['per_step_us'])}</td>"
+        if b and ((num(b.get("us")) or 0) > 0 or p == "compute"):
+            o.append(f"<tr><td>{_swatch(p)}{esc(b.get('label', p))}</td><td class=n>{ms(b['per_step_us'])}</td>"
                      f"<td class=n>{pct(b['frac'])}</td><td>{_bar(b['frac'], charts.COLORS.get(p))}</td></tr>")
     busy = bd.get("gpu_busy", {})
     o.append(f"<tr><th>GPU busy</th><th class=n>{ms(busy.get('per_step_us'))}</th>"
@@ -213,7 +215,7 @@ def _timeline(report) -> list[str]:
          f"<p class=\"note\">ProfilerStep#{esc(ts.get('step'))}, the {esc(ts.get('choice', 'representative step'))} "
          f"({esc(ms(ts.get('dur_us')))}): GPU busy time by kind of work, and idle gaps coloured by their cause. "
          f"Intervals closer than {esc(ms(ts.get('resolution_us')))} are drawn merged"
-         + (f"; the {int(ts['dropped'])} shortest were left out" if ts.get("dropped") else "") + ".</p>"]
+         + (f"; the {count(ts['dropped'])} shortest were left out" if ts.get("dropped") else "") + ".</p>"]
     svg = charts.step_timeline(report)
     if svg:
         o.append(f"<div class=\"chart\" id=\"chart-timeline\">{svg}</div>")
@@ -335,7 +337,7 @@ def _environment(report) -> list[str]:
 
 def _page(title: str, body: list[str], payload: dict, kind: str) -> str:
     from .. import __version__
-    data = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=_default)
+    data = json.dumps(valid_unicode(payload), sort_keys=True, separators=(",", ":"), default=_default)
     # inert data block: "<" and ">" and "&" as JSON escapes, so no "</script>" can end it early
     data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     return "\n".join([
@@ -368,7 +370,7 @@ def _swatch(part: str) -> str:
 
 
 def _bar(frac, color: str | None = None) -> str:
-    w = max(0.0, min(1.0, float(frac or 0.0))) * 100
+    w = max(0.0, min(1.0, num(frac) or 0.0)) * 100
     style = f"width:{w:.1f}%" + (f";background:{color}" if color else "")
     return f"<div class=\"bar\"><i style=\"{style}\"></i></div>"
 
@@ -383,6 +385,7 @@ def _opt_ms(us) -> str:
 
 
 def _delta(us) -> str:
+    us = num(us)
     if us is None:
         return "–"
     cls = "up" if us > 0 else "down" if us < 0 else ""
@@ -393,7 +396,9 @@ def _delta(us) -> str:
 def _bytes(n) -> str | None:
     if n is None:
         return None
-    n = float(n)
+    n = num(n)
+    if n is None:
+        return "n/a"
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if abs(n) < 1024 or unit == "TB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
