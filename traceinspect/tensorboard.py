@@ -116,7 +116,7 @@ def summary_markdown(report) -> str:
               for p, b in bd.items() if isinstance(b, dict) and b.get("us")]
         o.append("")
     for i, f in enumerate(report.findings, 1):
-        o.append(f"{i}. {md_code(f.name)} ({md_text(f.code)}): {_ms(f.time_lost_per_step_us)} ms/step, "
+        o.append(f"{md_text(i)}. {md_code(f.name)} ({md_text(f.code)}): {_ms(f.time_lost_per_step_us)} ms/step, "
                  f"{_pct(f.time_lost_frac)} of the window. {md_text(f.title)}. Fix: {md_text(f.fix)}")
     if not report.findings:
         o.append("No findings.")
