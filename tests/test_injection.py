@@ -328,6 +328,22 @@ def test_poisoned_report_through_the_cli(hostile_report, tmp_path):
          "html": assert_html_inert}[fmt](r.stdout)
 
 
+@pytest.mark.parametrize("fmt", ["text", "md", "html"])
+def test_poisoned_cache_entry_through_the_cli(hostile_report, tmp_path, monkeypatch, fmt):
+    """A cache entry of the right shape whose strings are hostile (served as is, as a valid entry would be)."""
+    from traceinspect import cache
+    entry = poisoned(hostile_report, numbers=False).to_dict()
+    entry["trace"]["rank"] = "<img src=https://evil.example/r.png>" + REPORT_PAYLOAD
+    monkeypatch.setattr(cache, "MIN_BYTES", 0)
+    monkeypatch.setattr(cache, "load", lambda key: json.loads(json.dumps(entry)))
+    monkeypatch.setattr(cache, "store", lambda key, value: None)
+    path = write_hostile(tmp_path)
+    r = CliRunner().invoke(cli, ["analyze", str(path), "--format", fmt])
+    assert r.exit_code == 0, r.output
+    assert "evil.example/r.png" in r.stdout.replace("\u2060", "")      # the cached report was rendered
+    {"text": assert_text_inert, "md": assert_markdown_inert, "html": assert_html_inert}[fmt](r.stdout)
+
+
 # --- diff ---------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
