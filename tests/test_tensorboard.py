@@ -62,3 +62,16 @@ def test_without_tensorboard_a_clear_usage_error(report, tmp_path, monkeypatch):
         monkeypatch.setitem(sys.modules, name, None)
     with pytest.raises(UsageError, match=r"pip install 'traceinspect\[tensorboard\]'"):
         write_report(report, tmp_path / "tb")
+
+
+def test_summary_markdown_makes_no_image_or_link(report):
+    """TensorBoard renders the text as Markdown and its sanitiser keeps <img> and <a>."""
+    pu = pytest.importorskip("tensorboard.plugin_util")
+    from traceinspect.tensorboard import summary_markdown
+    d = report.to_dict()
+    d["findings"][0]["title"] = "![x](https://evil.example/i.png) <img src=https://evil.example/j.png> [l](https://e.example)"
+    d["trace"]["file"] = "https://evil.example/f www.evil.example a@evil.example"
+    from traceinspect.report import Report
+    out = pu.markdown_to_safe_html(summary_markdown(Report.from_dict(d)))
+    assert "<img" not in out and "<a " not in out and "href" not in out
+    assert "evil.example/i.png" in out                      # shown as text
