@@ -439,3 +439,11 @@ def test_markdown_renderers_interpolate_only_through_the_helpers(path, func):
     bad = [ast.unparse(v.value) for node in ast.walk(fn) if isinstance(node, ast.JoinedStr)
            for v in node.values if isinstance(v, ast.FormattedValue) and not safe(v.value)]
     assert not bad, f"{path.name}:{func} interpolates without md_text/md_code/ms/pct/count: {bad}"
+
+
+def test_inert_is_a_leaf_module():
+    """errors.py (the lowest layer) imports inert.py: it must import nothing from the package."""
+    tree = ast.parse((REPO / "traceinspect/inert.py").read_text())
+    imports = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert not [ast.unparse(n) for n in imports
+                if isinstance(n, ast.ImportFrom) and (n.level or (n.module or "").startswith("traceinspect"))]

@@ -55,15 +55,7 @@ def document(s: str) -> str:
     return text(s, keep="\n\t")
 
 
-def deep(obj):
-    """A copy of a JSON-shaped value with every string (keys too) passed through text()."""
-    if isinstance(obj, str):
-        return text(obj)
-    if isinstance(obj, dict):
-        return {deep(k) if isinstance(k, str) else k: deep(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [deep(v) for v in obj]
-    return obj
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def valid_unicode(obj):
@@ -80,8 +72,6 @@ def valid_unicode(obj):
         return [valid_unicode(v) for v in obj]
     return obj
 
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 # --- Markdown ------------------------------------------------------------------------------------------
 # Backslash escapes: CommonMark allows one before any ASCII punctuation; these are also in Python-Markdown's
