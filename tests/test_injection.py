@@ -240,8 +240,11 @@ def tensorboard_html(md: str) -> str:
 
 # --- the helpers themselves -----------------------------------------------------------------------
 
-@pytest.mark.parametrize("s", [PAYLOAD, REPORT_PAYLOAD, KERNEL, OP, GPU, CFG_VALUE, "`", "``a``", " ` ", "", "|",
-                               "\\", "a\\|b", "1) x", "+ x", "www.x.org", "mailto:a@b.co", "xmpp:a@b.co"])
+HELPER_CASES = [PAYLOAD, REPORT_PAYLOAD, KERNEL, OP, GPU, CFG_VALUE, "`", "``a``", " ` ", "", "|", "\\", "a\\|b",
+                "1) x", "+ x", "www.x.org", "mailto:a@b.co", "xmpp:a@b.co"]
+
+
+@pytest.mark.parametrize("s", HELPER_CASES, ids=[f"case{i}" for i in range(len(HELPER_CASES))])
 def test_helpers_keep_markdown_inert_in_cells_and_lines(s):
     line = f"- {md_code(s)}: {md_text(s)}"
     row = f"| {md_code(s, in_table=True)} | {md_text(s)} |"
