@@ -6,6 +6,7 @@ from .cpu_offload import CpuOffload
 from .dataloader_stall import DataloaderStall
 from .eager_attention import EagerAttention
 from .exposed_communication import ExposedCommunication
+from .far_from_roofline import FarFromRoofline
 from .fp32_gemm import Fp32Gemm
 from .host_sync import HostSync
 from .launch_bound import LaunchBound
@@ -20,6 +21,7 @@ ALL = (
     DataloaderStall,
     CpuOffload,
     Fp32Gemm,
+    FarFromRoofline,
     HostSync,
     UnfusedOptimizer,
     ExposedCommunication,

@@ -12,7 +12,8 @@ import json
 
 from ..inert import valid_unicode
 from . import charts
-from .common import BREAKDOWN_ORDER, count, evidence_value, gpu_line, ms, num, pct, plain, sev
+from .common import (BREAKDOWN_ORDER, count, efficiency_peaks, efficiency_rows, evidence_value, gpu_line, ms, num, pct,
+                     plain, sev)
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
@@ -74,6 +75,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
     body += _timeline(report)
     body += _findings(report)
     body += _kernels(report)
+    body += efficiency_section(report)
     body += _ranks(report)
     body += _problems(report)
     body += _environment(report)
@@ -272,6 +274,25 @@ def _kernels(report) -> list[str]:
                  f"<td class=n>{esc(k['count'])}</td><td class=n>{ms(k['total_us'])}</td>"
                  f"<td class=n>{ms(k.get('median_us'))}</td><td class=n>{pct(k['frac_of_kernel_time'])}</td>"
                  f"<td>{_bar(k['frac_of_kernel_time'])}</td></tr>")
+    o.append("</table></section>")
+    return o
+
+
+def efficiency_section(report, top: int = 15) -> list[str]:
+    """The top rows of the per-shape efficiency table against the roofline."""
+    rows = efficiency_rows(report, top)
+    if not rows:
+        return []
+    o = ["<section id=\"efficiency\"><h2>Efficiency against the roofline, by op and shape</h2>",
+         f"<p class=\"note\">Peaks: {esc(efficiency_peaks(report))}. Share: time at the roofline / measured time.</p>",
+         "<table><tr><th>op</th><th>shapes</th><th>dtype</th><th class=n>calls/step</th><th class=n>GPU time/step</th>"
+         "<th class=n>TFLOP/s</th><th class=n>TB/s</th><th class=n>FLOP/B</th><th>bound</th>"
+         "<th class=n>share of roofline</th></tr>"]
+    for r in rows:
+        o.append(f"<tr><td><code>{esc(r['op'])}</code></td><td>{esc(r['shape'])}</td><td>{esc(r['dtype'])}</td>"
+                 f"<td class=n>{esc(r['calls'])}</td><td class=n>{esc(r['time'])}</td><td class=n>{esc(r['tflops'])}</td>"
+                 f"<td class=n>{esc(r['tbps'])}</td><td class=n>{esc(r['intensity'])}</td><td>{esc(r['bound'])}</td>"
+                 f"<td class=n>{esc(r['share'])}</td></tr>")
     o.append("</table></section>")
     return o
 

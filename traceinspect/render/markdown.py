@@ -1,8 +1,8 @@
 """Markdown for tickets and CI step summaries: names in code spans, every value escaped, bounded size."""
 from __future__ import annotations
 
-from .common import (BREAKDOWN_ORDER, count, evidence_value, gpu_line, md_code, md_text, ms, num, pct,
-                     run_config_items, sev)
+from .common import (BREAKDOWN_ORDER, count, efficiency_peaks, efficiency_rows, evidence_value, gpu_line, md_code,
+                     md_text, ms, num, pct, run_config_items, sev)
 
 MAX_BYTES = 1 << 20  # GitHub step summaries reject more than 1 MiB
 
@@ -76,6 +76,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         o.append("")
         o.append("</details>")
         o.append("")
+    o += efficiency_lines(report)
     items = run_config_items(t)
     if items:
         o.append("<details><summary>Run configuration (recorded by traceinspect.capture)</summary>")
@@ -110,6 +111,23 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         cut = text.encode()[: MAX_BYTES - 200].decode("utf-8", "ignore")
         text = cut.rsplit("\n", 1)[0] + "\n\n_(report truncated to stay under 1 MiB)_\n"
     return text
+
+
+def efficiency_lines(report, top: int = 10) -> list[str]:
+    """The top rows of the per-shape efficiency table (GPU time per step, achieved rates, roofline share)."""
+    rows = efficiency_rows(report, top)
+    if not rows:
+        return []
+    o = ["<details><summary>Efficiency against the roofline, by op and shape</summary>", "",
+         f"Peaks: {md_text(efficiency_peaks(report))}. Share: time at the roofline / measured time.", "",
+         "| op | shapes | dtype | calls/step | GPU time/step | TFLOP/s | TB/s | FLOP/B | bound | share of roofline |",
+         "|---|---|---|---:|---:|---:|---:|---:|---|---:|"]
+    for r in rows:
+        o.append(f"| {md_code(r['op'], 60, in_table=True)} | {md_text(r['shape'])} | {md_text(r['dtype'])} | "
+                 f"{md_text(r['calls'])} | {md_text(r['time'])} | {md_text(r['tflops'])} | {md_text(r['tbps'])} | "
+                 f"{md_text(r['intensity'])} | {md_text(r['bound'])} | {md_text(r['share'])} |")
+    o += ["", "</details>", ""]
+    return o
 
 
 ASSET_FILES = (("step-breakdown.svg", "Where each step goes"), ("step-timeline.svg", "One step on the GPU"))

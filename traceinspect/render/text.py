@@ -9,7 +9,8 @@ from __future__ import annotations
 import textwrap
 
 from ..inert import document
-from .common import BREAKDOWN_ORDER, count, evidence_value, gpu_line, ms, num, pct, plain, run_config_items, sev
+from .common import (BREAKDOWN_ORDER, count, efficiency_peaks, efficiency_rows, evidence_value, gpu_line, ms, num, pct,
+                     plain, run_config_items, sev)
 
 
 def render(report, *, width: int = 100, color: bool = False) -> str:
@@ -61,6 +62,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
     else:
         out.append("No findings.")
         out.append("")
+    out += efficiency_lines(report)
     items = run_config_items(t)
     if items:
         out.append("Run configuration (recorded by traceinspect.capture)")
@@ -86,3 +88,17 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
     if report.skipped:
         out.append(wrap("Not applicable: " + "; ".join(f"{plain(s.name)} ({plain(s.reason)})" for s in report.skipped)))
     return document("\n".join(out).rstrip() + "\n")
+
+
+def efficiency_lines(report, top: int = 8) -> list[str]:
+    """The top rows of the per-shape efficiency table, one line each."""
+    rows = efficiency_rows(report, top)
+    if not rows:
+        return []
+    out = ["Efficiency against the roofline, by op and shape (top by GPU time)",
+           f"  peaks: {plain(efficiency_peaks(report))}"]
+    for r in rows:
+        out.append(f"  {r['time']:>9}/step  {r['share']:>7} of roofline  {r['tflops']:>6} TFLOP/s  {r['tbps']:>6} TB/s"
+                   f"  {plain(r['bound']):<7}  {plain(r['op'])[:40]} {plain(r['shape'])[:60]} {plain(r['dtype'])}")
+    out.append("")
+    return out

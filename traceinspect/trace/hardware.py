@@ -50,7 +50,7 @@ class Peaks:
         return self.fp32_tflops
 
 
-_DS = "vendor datasheet, dense"
+_DS = "dense"
 # (substring of the deviceProperties name, lower case) -> peaks; first match wins, so order matters.
 KNOWN = (
     ("gh200", Peaks("GH200", 67, 494.7, 989.4, 4000, 50, True, fp8_tflops=1978.9, fp64_tflops=67,

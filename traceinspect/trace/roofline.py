@@ -33,7 +33,7 @@ _CONV_FWD = frozenset({"aten::convolution", "aten::_convolution", "aten::cudnn_c
                        "aten::conv3d", "aten::_convolution_mode"})
 _CONV_BWD = "aten::convolution_backward"
 # fused attention, forward: layout of q/k/v ("bhld": [B, H, L, D]; "blhd": [B, L, H, D])
-_ATTN_FWD = {"aten::_scaled_dot_product_flash_attention": "bhld",
+_ATTN_FWD = {"aten::scaled_dot_product_attention": "bhld", "aten::_scaled_dot_product_flash_attention": "bhld",
              "aten::_scaled_dot_product_efficient_attention": "bhld",
              "aten::_scaled_dot_product_cudnn_attention": "bhld",
              "aten::_scaled_dot_product_flash_attention_for_cpu": "bhld",
