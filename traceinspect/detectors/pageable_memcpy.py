@@ -7,6 +7,7 @@ import numpy as np
 
 from ..findings import Evidence
 from ..trace import intervals as iv
+from ..trace.timeline import SYNC_RELAUNCH_US
 from .base import Detector, events_from, fmt_us, in_steps, option, pct, window_label
 from .cpu_offload import CpuOffload
 
@@ -36,13 +37,19 @@ class PageableMemcpy(Detector):
         `non_blocking=True` runs at bus speed while the host keeps launching kernels.
 
     How time lost is estimated
-        For each direction: the GPU time in which only these copies ran (the timeline's memcpy
-        part inside them) times (1 - pageable bandwidth / pinned bandwidth), i.e. the exposed time
-        a copy at pinned speed would save. The pinned bandwidth is what pinned copies of the same
-        direction achieve in this trace when there are enough of them, else the GPU's practical
-        pinned PCIe figure. Only copies of at least `min_copy_bytes` count (smaller ones are
-        latency-bound; host-sync covers their blocking). The overlap pinned copies would
-        additionally allow is not counted, so this is a conservative point estimate.
+        Two parts, added. (1) The GPU idle time during which the host is blocked in these copy
+        calls: a pageable copy call is synchronous, so it is treated as the timeline treats a
+        synchronising call: the idle time inside the call, plus up to SYNC_RELAUNCH_US after it
+        returns (the relaunch), in gaps the timeline blames on the host (idle gaps whose next GPU
+        op was already queued, or that the DataLoader claims, are left out). Pinned memory with
+        `non_blocking=True` returns at once, so the host keeps the GPU fed. (2) For each
+        direction, the GPU time in which only these copies ran (the timeline's memcpy part inside
+        them) times (1 - pageable bandwidth / pinned bandwidth): the exposed time a copy at
+        pinned speed would save. The pinned bandwidth is what pinned copies of the same direction
+        achieve in this trace when there are enough of them, else the GPU's practical pinned PCIe
+        figure. Only copies of at least `min_copy_bytes` count (smaller ones are latency-bound;
+        host-sync covers their blocking). The further overlap pinned copies would allow is not
+        counted, so this is a conservative point estimate.
 
     How to fix
         HF Trainer / TRL (`TrainingArguments` / `SFTConfig`):
@@ -135,12 +142,16 @@ class PageableMemcpy(Detector):
                 Evidence(label=f"GPU busy only with these {label} copies (exposed)",
                          value=round(exposed / n / 1e3, 2), unit="ms/step", window=w),
             ]
+        idle = blocked_idle(trace, big)
+        lost += idle
         frac = lost / ctx.window_us if ctx.window_us else 0.0
         if frac < self.min_frac:
             return
         blocked = float(big["launch_dur_us"].fillna(0.0).sum())
         ev.append(Evidence(label="host blocked in the copy calls", value=round(blocked / n / 1e3, 2),
                            unit="ms/step", window=w))
+        ev.append(Evidence(label="GPU idle while the host is blocked in the copy calls (claimed)",
+                           value=round(idle / n / 1e3, 2), unit="ms/step", window=w))
         small = len(pg) - len(big)
         if small:
             ev.append(Evidence(label="smaller pageable copies (not estimated)", value=round(small / n, 1),
@@ -164,6 +175,20 @@ class PageableMemcpy(Detector):
         if peaks is not None and peaks.host_link_gbps:
             return float(peaks.host_link_gbps), f"{peaks.name} practical PCIe"
         return DEFAULT_PINNED_GBPS, "PCIe Gen3 assumed"
+
+
+def blocked_idle(trace, copies) -> float:
+    """GPU idle time inside the copies' (synchronous) runtime calls, or within SYNC_RELAUNCH_US after
+    they return, in the idle gaps the timeline blames on the host (sync, launch, cpu)."""
+    ok = copies["launch_ts_us"].notna().to_numpy()
+    if not ok.any():
+        return 0.0
+    start = copies["launch_ts_us"].to_numpy()[ok]
+    end = start + copies["launch_dur_us"].fillna(0.0).to_numpy()[ok] + SYNC_RELAUNCH_US
+    sets = trace.timeline.sets
+    host_late = [sets[p] for p in ("idle_sync", "idle_launch", "idle_cpu")]
+    gaps = iv.union(np.concatenate([h[0] for h in host_late]), np.concatenate([h[1] for h in host_late]))
+    return iv.total(iv.intersect(gaps, iv.union(start, end)))
 
 
 def _fix(framework: str, kinds: set) -> str:
