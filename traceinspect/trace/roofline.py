@@ -124,7 +124,18 @@ def _gemm(family, b, m, n, k, es, dtype, extra_bytes, shape, note="") -> Work | 
     return Work(family, flops, byts, dtype, dims, shape, note)
 
 
+def _incomplete(dims, types) -> bool:
+    """An argument with sizes whose type is not a known tensor dtype (a TensorList, a nested list):
+    its bytes cannot be counted, so the op gets no model rather than an undercount."""
+    if not isinstance(dims, list) or not isinstance(types, list):
+        return True
+    return any(isinstance(d, list) and len(d) > 0 and not (isinstance(t, str) and t in DTYPES)
+               for d, t in zip(dims, types))
+
+
 def _work(op: str, dims, types, conv_out: dict) -> Work | None:
+    if _incomplete(dims, types):
+        return None
     ts = _tensors(dims, types)
     if op in _MM:
         i = _MM[op]
