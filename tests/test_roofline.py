@@ -385,3 +385,14 @@ def test_pageable_claim_on_num_workers_4_is_the_blocked_idle_time(shared_dir):
     exposed = next(e for e in f.evidence if "exposed" in e.label).value * 1e3
     assert 0 < bandwidth_part < exposed                      # plus what pinned speed saves on the copy itself
     assert np.isfinite(f.time_lost_us)
+
+
+def test_roofline_doc_lists_the_peak_table_as_coded():
+    from pathlib import Path
+    doc = (Path(__file__).resolve().parents[1] / "docs/roofline.md").read_text()
+    for key, p in hw.KNOWN:
+        line = next((ln for ln in doc.splitlines() if ln.startswith(f"| `{key}` | {p.name}")), None)
+        assert line is not None, f"docs/roofline.md lacks the {key} row"
+        cells = [c.strip() for c in line.split("|")]
+        assert cells[5].split()[0] == f"{p.half_tflops:g}" and cells[8] == f"{p.mem_gbps:g}", line
+        assert cells[9] == p.source
