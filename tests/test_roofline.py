@@ -261,6 +261,10 @@ def test_degenerate_shape_reasons():
     assert shape_issues(row(rl.GEMM, {"M": 4096, "N": 4096, "K": 3137}, "fp32")) == ["K=3137 not a multiple of 4"]
     assert shape_issues(row(rl.GEMM, {"M": 4096, "N": 4096, "K": 4096})) == []
     assert shape_issues(row(rl.CONV, {"C": 3, "K": 64})) == ["C=3 channels: not a multiple of 8"]
+    # 1 x 8 heads x ceil(141 / 128) = 16 output tiles for the MI300X's 304 CUs
+    few = shape_issues(row(rl.ATTENTION, {"B": 1, "H": 8, "Lq": 141, "Lk": 141, "D": 64}), 304)
+    assert few == ["only 16 output tiles of 128 rows for 304 SMs/CUs (too little work per call: a larger batch fills the GPU)"]
+    assert shape_issues(row(rl.GEMM, {"M": 4096, "N": 4096, "K": 4096}), 132) == []   # 32 x 32 tiles
 
 
 # --- the report field and its rendering ------------------------------------------------------------

@@ -11,6 +11,7 @@ from .base import Detector, events_from, fmt_us, in_steps, option, window_label
 from .efficiency import ShapeRow, shape_table
 
 _TILE = 64          # tensor-core GEMM tiles are 64-256 wide: a dimension below this leaves most of a tile idle
+_OUT_TILE = 128    # a typical GEMM / attention output tile edge: one thread block (CTA) per tile
 _ALIGN = {"bf16": 8, "fp16": 8, "fp8": 16, "fp32": 4}   # elements: 16-byte vector loads / tensor-core K steps
 
 
@@ -25,7 +26,8 @@ class FarFromRoofline(Detector):
         (docs/roofline.md gives the model per op family). Each reported shape says why it is
         slow when the shape tells: tiny matrices (a GEMM dimension below a tensor-core tile),
         huge batch counts of such matrices, dimensions that are not multiples of 8 (bf16/fp16)
-        or 16 (fp8), convolutions with a channel count that is not a multiple of 8.
+        or 16 (fp8), convolutions with a channel count that is not a multiple of 8, and calls
+        with fewer 128-row output tiles than the GPU has SMs / CUs (too little work per call).
 
     Why it costs time
         Library kernels reach 30-80% of the roofline on well-shaped problems. A batched matmul
@@ -51,6 +53,10 @@ class FarFromRoofline(Detector):
             # after: one fused kernel (or let the compiler pick one)
             out = F.scaled_dot_product_attention(q, k, v)
             model = torch.compile(model)
+
+        Too little work per call (batch 1, short sequences): a larger batch or micro-batch; when
+        it cannot grow, CUDA graphs (`torch.compile(mode="reduce-overhead")`) at least remove
+        the launch gaps between the small calls.
 
         Odd dimensions: pad them to multiples of 8 (bf16/fp16) or 16 (fp8), e.g. the sequence
         length or vocabulary (`pad_to_multiple_of=8` in HF tokenizers / data collators,
@@ -124,7 +130,7 @@ class FarFromRoofline(Detector):
         peak = dev.peaks
         ev = []
         for gain, r, target in slow[:4]:
-            why = shape_issues(r)
+            why = shape_issues(r, dev.num_sms)
             ev.append(Evidence(
                 label=f"{r.op} {r.shape} ({r.dtype}, {r.calls_per_step:.0f} calls/step, {r.bound}-bound)",
                 value=(f"{_rate(r)} = {100 * r.share_of_peak:.1f}% of roofline; {r.gpu_us_per_step / 1e3:.2f} ms/step, "
@@ -136,7 +142,7 @@ class FarFromRoofline(Detector):
                            value=f"{slow[0][1].peak_tflops:g} TFLOP/s ({slow[0][1].dtype}), "
                                  f"{slow[0][1].peak_tbps:g} TB/s", unit="", window=w))
         _, top, top_target = slow[0]
-        why = shape_issues(top)
+        why = shape_issues(top, dev.num_sms)
         title = (f"{top.op} on {top.shape} ({top.dtype}) runs at {100 * top.share_of_peak:.1f}% of the "
                  f"{peak.name} roofline ({_rate(top)}): {fmt_us(top.gpu_us_per_step)} per step"
                  + (f", {why[0]}" if why else "")
@@ -153,10 +159,19 @@ def _rate(r: ShapeRow) -> str:
     return f"{r.tflops:.2f} TFLOP/s, {1e3 * r.tbps:.0f} GB/s"
 
 
-def shape_issues(r: ShapeRow) -> list[str]:
-    """What in the shape explains a low share: tiny matrices, huge batch counts, odd alignment."""
+def shape_issues(r: ShapeRow, sms: int | None = None) -> list[str]:
+    """What in the shape explains a low share: tiny matrices, huge batch counts, odd alignment, or too
+    few output tiles to give every SM / CU (sms of them) one."""
     d = r.dims
     out = []
+    tiles = None
+    if r.family in (rl.GEMM, rl.BMM) and all(x in d for x in "MNK"):
+        tiles = d.get("B", 1) * -(-d["M"] // _OUT_TILE) * -(-d["N"] // _OUT_TILE)
+    elif r.family == rl.ATTENTION and all(x in d for x in ("B", "H", "Lq")):
+        tiles = d["B"] * d["H"] * -(-d["Lq"] // _OUT_TILE)
+    if tiles is not None and sms and tiles < sms:
+        out.append(f"only {tiles} output tiles of {_OUT_TILE} rows for {sms} SMs/CUs (too little work per call: "
+                   "a larger batch fills the GPU)")
     if r.family in (rl.GEMM, rl.BMM) and all(x in d for x in "MNK"):
         small = [f"{x}={d[x]}" for x in "MNK" if d[x] < _TILE]
         if small:
@@ -178,6 +193,9 @@ def shape_issues(r: ShapeRow) -> list[str]:
 
 
 def _fix(r: ShapeRow, why: list[str]) -> str:
+    if any(w.startswith("only ") for w in why) and not any("batch of" in w for w in why):
+        return ("Give each call more work: a larger batch (or gradient accumulation with a larger micro-batch), "
+                "or CUDA graphs / torch.compile(mode='reduce-overhead') when the batch cannot grow.")
     if r.family in (rl.GEMM, rl.BMM):
         if any("batch of" in w for w in why):
             return ("Reshape the batched matmul so its batch folds into M (one large GEMM), or replace the block with "
