@@ -400,3 +400,17 @@ def test_roofline_doc_lists_the_peak_table_as_coded():
         cells = [c.strip() for c in line.split("|")]
         assert cells[5].split()[0] == f"{p.half_tflops:g}" and cells[8] == f"{p.mem_gbps:g}", line
         assert cells[9] == p.source
+
+
+def test_efficiency_rows_from_a_hostile_saved_report_stay_inert(tmp_path):
+    d = analyze(_load(br.build_tiny_bmm(), tmp_path)).to_dict()
+    evil = "<script>alert(1)</script> | `x` \x1b]0;t\x07"
+    d["efficiency"]["rows"][0].update(op=evil, shape=evil, dtype=evil, bound=evil, tflops="<b>1</b>")
+    d["efficiency"]["peaks"]["name"] = evil
+    r = Report.from_dict(d)
+    html = RENDERERS["html"][0](r)
+    assert "<script>alert(1)</script>" not in html and "<b>1</b>" not in html
+    md = RENDERERS["md"][0](r)
+    rows = [ln for ln in md.splitlines() if ln.startswith("| ") and "alert" in ln]
+    assert rows and all(ln.count(" | ") == 9 for ln in rows)       # the "|" in the values did not add cells
+    assert "\x1b" not in md and "\x1b" not in RENDERERS["text"][0](r)
