@@ -7,7 +7,6 @@ import numpy as np
 
 from ..findings import Evidence
 from ..trace import intervals as iv
-from ..trace.timeline import SYNC_RELAUNCH_US
 from .base import Detector, events_from, fmt_us, in_steps, option, pct, window_label
 from .cpu_offload import CpuOffload
 
@@ -16,6 +15,9 @@ MB = 1e6
 # the trace (pinned copies) nor the GPU table gives one
 DEFAULT_PINNED_GBPS = 12.0
 _DIRS = (("HtoD", "host-to-device"), ("DtoH", "device-to-host"))
+# idle under a blocking copy call that this detector claims (as allocator-churn does for its calls):
+# idle_sync stays host-sync's, idle_dataloader dataloader-stall's, idle_unknown (queued work) nobody's
+CLAIMED_IDLE = ("idle_launch", "idle_cpu")
 
 
 @dataclass(frozen=True)
@@ -37,17 +39,17 @@ class PageableMemcpy(Detector):
         `non_blocking=True` runs at bus speed while the host keeps launching kernels.
 
     How time lost is estimated
-        Two parts, added. (1) The GPU idle time during which the host is blocked in these copy
-        calls: a pageable copy call is synchronous, so it is treated as the timeline treats a
-        synchronising call: the idle time inside the call, plus up to SYNC_RELAUNCH_US after it
-        returns (the relaunch), in gaps the timeline blames on the host (idle gaps whose next GPU
-        op was already queued, or that the DataLoader claims, are left out). Pinned memory with
-        `non_blocking=True` returns at once, so the host keeps the GPU fed. (2) For each
-        direction, the GPU time in which only these copies ran (the timeline's memcpy part inside
-        them) times (1 - pageable bandwidth / pinned bandwidth): the exposed time a copy at
-        pinned speed would save. The pinned bandwidth is what pinned copies of the same direction
-        achieve in this trace when there are enough of them, else the GPU's practical pinned PCIe
-        figure. Only copies of at least `min_copy_bytes` count (smaller ones are latency-bound;
+        Two parts, added. (1) The GPU idle time while the host is blocked in these copy calls: a
+        pageable copy call is synchronous, so it is counted as allocator-churn counts its blocking
+        calls: the idle time inside the call that the timeline attributes to the host being late
+        (its idle_launch and idle_cpu parts; idle of a synchronising call is left to host-sync,
+        DataLoader waits to dataloader-stall, and gaps whose next GPU op was already queued are
+        the GPU's own). Pinned memory with `non_blocking=True` returns at once, so the host keeps
+        the GPU fed. (2) For each direction, the GPU time in which only these copies ran (the
+        timeline's memcpy part inside them) times (1 - pageable bandwidth / pinned bandwidth): the
+        exposed time a copy at pinned speed would save. The pinned bandwidth is what pinned copies
+        of the same direction achieve in this trace when there are enough of them, else the GPU's
+        practical pinned PCIe figure. Only copies of at least `min_copy_bytes` count (smaller ones are latency-bound;
         host-sync covers their blocking). The further overlap pinned copies would allow is not
         counted, so this is a conservative point estimate.
 
@@ -178,15 +180,15 @@ class PageableMemcpy(Detector):
 
 
 def blocked_idle(trace, copies) -> float:
-    """GPU idle time inside the copies' (synchronous) runtime calls, or within SYNC_RELAUNCH_US after
-    they return, in the idle gaps the timeline blames on the host (sync, launch, cpu)."""
+    """GPU idle time inside the copies' (synchronous) runtime calls, in the idle parts the timeline
+    blames on the host being late (launch, cpu)."""
     ok = copies["launch_ts_us"].notna().to_numpy()
     if not ok.any():
         return 0.0
     start = copies["launch_ts_us"].to_numpy()[ok]
-    end = start + copies["launch_dur_us"].fillna(0.0).to_numpy()[ok] + SYNC_RELAUNCH_US
+    end = start + copies["launch_dur_us"].fillna(0.0).to_numpy()[ok]
     sets = trace.timeline.sets
-    host_late = [sets[p] for p in ("idle_sync", "idle_launch", "idle_cpu")]
+    host_late = [sets[p] for p in CLAIMED_IDLE]
     gaps = iv.union(np.concatenate([h[0] for h in host_late]), np.concatenate([h[1] for h in host_late]))
     return iv.total(iv.intersect(gaps, iv.union(start, end)))
 
