@@ -435,3 +435,27 @@ def test_efficiency_rows_from_a_hostile_saved_report_stay_inert(tmp_path):
     rows = [ln for ln in md.splitlines() if ln.startswith("| ") and "alert" in ln]
     assert rows and all(ln.count(" | ") == 9 for ln in rows)       # the "|" in the values did not add cells
     assert "\x1b" not in md and "\x1b" not in RENDERERS["text"][0](r)
+
+
+JUNK = [None, [], {}, "x", -1, 1e300, [[-5, 2]], [[2 ** 40, 2 ** 40, 2 ** 40, 2 ** 40]], [[1.5, 2]], [["a"]],
+        [[[[[]]]]], [[True, False]], [[2, 3], {"k": 1}], [[0, 0], [0, 0]], [[2 ** 39] * 30, [2 ** 39] * 30]]
+JUNK_TYPES = [None, [], "c10::BFloat16", ["TensorList", "TensorList"], [BF, 7], ["float", None], [{}, []],
+              ["c10::Float8_e4m3fn", "c10::Float8_e4m3fn"], [BF, BF, BF, BF, BF]]
+
+
+def test_hostile_shapes_in_a_trace_never_break_the_table_or_the_report(tmp_path):
+    import random
+    rnd = random.Random(19)
+    b = br.build_tiny_bmm()
+    ops = [e for e in b.events if e.get("cat") == "cpu_op" and "Input Dims" in e.get("args", {})]
+    for i, e in enumerate(ops):
+        e["args"]["Input Dims"] = JUNK[i % len(JUNK)] if rnd.random() < 0.8 else e["args"]["Input Dims"]
+        e["args"]["Input type"] = JUNK_TYPES[rnd.randrange(len(JUNK_TYPES))]
+        if rnd.random() < 0.3:
+            e["name"] = rnd.choice(["aten::convolution_backward", "aten::miopen_convolution", "aten::add",
+                                    "aten::_flash_attention_backward", "aten::native_layer_norm", "aten::matmul"])
+    rep = analyze(_load(b, tmp_path))
+    assert not rep.failures
+    json.dumps(rep.to_dict(), allow_nan=False)                      # no NaN or inf reaches the JSON
+    for fmt in ("text", "md", "html"):
+        RENDERERS[fmt][0](rep)

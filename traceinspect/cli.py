@@ -148,8 +148,8 @@ def build_report(path: str, *, rank: str | None = None, steps: str | None = None
     from .analyze import analyze, analyze_many
     from .errors import DetectorFailed
     from .report import Report
-    from .trace.model import load_trace
     from .trace import hardware
+    from .trace.model import load_trace
     from .trace.stream import native_enabled
     paths = _trace_paths(path)
     if len(paths) == 1:
