@@ -211,7 +211,10 @@ _FORMATS = ["text", "md", "json", "html"]
 @click.option("--scheduler", default=None, help="Dask scheduler address for many rank files (optional extra).")
 @click.option("--no-cache", is_flag=True,
               help="Do not read or write the report cache (used for single files of 32 MB of JSON or more).")
-def analyze(path, fmt, output, rank, steps, fail_on, strict, jobs, assets, tb_logdir, scheduler, no_cache):
+@click.option("--annotate", "annotate_out", default=None, type=click.Path(),
+              help="Also write the trace with the findings drawn in as tracks (see 'annotate'), e.g. out.json.gz.")
+def analyze(path, fmt, output, rank, steps, fail_on, strict, jobs, assets, tb_logdir, scheduler, no_cache,
+            annotate_out):
     """Analyse a trace file (.json or .json.gz) or a directory of per-rank traces."""
     if rank not in (None, "all"):
         try:
@@ -220,8 +223,11 @@ def analyze(path, fmt, output, rank, steps, fail_on, strict, jobs, assets, tb_lo
             raise UsageError(f"--rank {rank!r}: expected a rank number or 'all'") from None
     if fail_on is not None and not 0 <= fail_on <= 1:
         raise UsageError("--fail-on takes a fraction between 0 and 1, e.g. 0.1 for 10%")
-    report = build_report(path, rank=rank, steps=steps, strict=strict, jobs=jobs, scheduler=scheduler,
-                          use_cache=not no_cache)
+    if annotate_out:
+        report = _annotate(path, annotate_out, steps=steps, strict=strict, jobs=jobs)
+    else:
+        report = build_report(path, rank=rank, steps=steps, strict=strict, jobs=jobs, scheduler=scheduler,
+                              use_cache=not no_cache)
     fmt = _choose_format(fmt, output)
     renderers = _renderers()
     if fmt not in renderers:
@@ -277,6 +283,35 @@ def diff(before, after, fmt, output, steps, fail_pct):
         click.echo(gate.message, err=True)
         if gate.regressed:
             sys.exit(EXIT_FINDING)
+
+
+def _annotate(path: str, out: str, *, steps: str | None, strict: bool = False, jobs: int | None = None):
+    """Analyse one trace file and write it, findings drawn in, to out; returns the report."""
+    from .analyze import analyze as run
+    from .annotate import annotate_file
+    from .trace.model import load_trace
+    paths = _trace_paths(path)
+    if len(paths) != 1:
+        raise UsageError(f"{path}: annotate takes one trace file, not a directory of {len(paths)} traces")
+    if Path(out).resolve() == Path(paths[0]).resolve():
+        raise UsageError(f"{out}: the annotated trace must not overwrite its source; choose another -o")
+    trace = load_trace(paths[0], jobs=jobs)
+    trace.select_steps(steps)
+    report = run(trace, strict=strict)
+    annotate_file(paths[0], out, trace, report)
+    return report
+
+
+@cli.command()
+@click.argument("trace", type=click.Path())
+@click.option("-o", "--output", required=True, type=click.Path(),
+              help="Where to write the annotated trace (.json, or .json.gz to compress).")
+@click.option("--steps", default=None, help="Steps to analyse, e.g. '1:'.")
+def annotate(trace, output, steps):
+    """Write TRACE with a "traceinspect" process added: one track per finding, slices over the time it
+    claims, and a marker per step; open it in Perfetto or chrome://tracing."""
+    report = _annotate(trace, output, steps=steps)
+    _say(f"wrote {output}: {len(report.findings)} finding track(s) and {report.steps.get('count', 0)} step marker(s)")
 
 
 @cli.command()

@@ -71,6 +71,19 @@ def detect_framework(trace: Trace) -> str:
     return "unknown"
 
 
+@dataclass(frozen=True)
+class Claim:
+    """Where a finding's time lost lies: intervals on the tables' clock (us from the trace origin) and the part of
+    time_lost_us each carries. lost_us sums to the finding's time_lost_us; it equals the interval's duration
+    where the whole interval is lost (idle gaps) and is a share of it where only part is (a kernel that would
+    run faster). Read by `annotate`, which draws the intervals into the trace; never by renderers."""
+
+    what: str               # what the intervals are, e.g. "GPU idle waiting for the DataLoader"
+    start_us: np.ndarray
+    end_us: np.ndarray
+    lost_us: np.ndarray
+
+
 class Detector:
     """Base class. Subclasses are frozen dataclasses whose fields are thresholds made with option()."""
 
@@ -83,6 +96,11 @@ class Detector:
 
     def detect(self, trace: Trace, ctx: Context) -> Iterator[Finding | Skipped]:  # pragma: no cover
         raise NotImplementedError
+
+    def claims(self, trace: Trace, ctx: Context, finding: Finding) -> Claim | None:
+        """The exact intervals behind `finding` (one this detector yielded on this trace), or None where the
+        detector does not itemise its claim (annotate then draws the finding's exemplar events)."""
+        return None
 
     # --- helpers ------------------------------------------------------------------------------------
     def skip(self, reason: str) -> Skipped:

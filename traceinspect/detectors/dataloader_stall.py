@@ -8,7 +8,7 @@ import numpy as np
 from ..findings import Evidence
 from ..trace import intervals as iv
 from ..trace.timeline import is_dataloader
-from .base import Detector, config_value, current, events_from, fmt_us, in_steps, option, pct, window_label
+from .base import Claim, Detector, config_value, current, events_from, fmt_us, in_steps, option, pct, window_label
 
 
 @dataclass(frozen=True)
@@ -124,3 +124,8 @@ class DataloaderStall(Detector):
         yield self.finding(ctx, title=title, time_lost_us=idle,
                            confidence="high" if frac >= 0.1 else "medium", evidence=ev, fix=fix,
                            events=events_from(dl_in, trace, "cpu"))
+
+    def claims(self, trace, ctx, finding):
+        # time lost is the timeline's idle_dataloader part, interval by interval
+        a, b = trace.timeline.sets["idle_dataloader"]
+        return Claim(what="GPU idle waiting for the DataLoader", start_us=a, end_us=b, lost_us=b - a)

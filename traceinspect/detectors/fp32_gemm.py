@@ -12,7 +12,7 @@ from ..trace import intervals as iv
 from ..trace.hardware import KNOWN, peaks_for
 from ..trace.timeline import SYNC_CALLS, is_comm_kernel
 from . import kernels as K
-from .base import Detector, events_from, fmt_us, in_steps, option, pct, window_label
+from .base import Claim, Detector, events_from, fmt_us, in_steps, option, pct, window_label
 
 WAIT_GRACE_US = 20.0     # a blocking call that returned this soon after the GPU went idle was waiting on it
 _ROCM_ISA = re.compile(r"ISA(9[0-9][0-9a-f])", re.I)
@@ -124,22 +124,10 @@ class Fp32Gemm(Detector):
         if not hw["tensor_cores"]:
             yield self.skip(f"{hw['label']} has no tensor cores")
             return
-        kin = in_steps(k, trace)
-        if not len(kin):
+        picked = self._select(trace, k, hw)
+        if picked is None:
             return
-        cls = K.classify(kin["name"])
-        comm = is_comm_kernel(kin["name"])
-        compute_us = float(kin["dur_us"].to_numpy()[~comm].sum())
-        if compute_us <= 0:
-            return
-        kind = cls["kind"].to_numpy()
-        prec = cls["precision"].to_numpy()
-        mm = (kind == K.GEMM) | (kind == K.CONV)
-        by_name = mm & (prec == K.FP32)
-        by_op, op_float, op_total = _by_op_type(trace, kin, mm & (prec == K.UNKNOWN), kind, hw)
-        sel = by_name | by_op
-        if not sel.any():
-            return
+        kin, kind, compute_us, by_name, by_op, op_float, op_total, sel = picked
         dur = kin["dur_us"].to_numpy()
         fp32_us = float(dur[sel].sum())
         share = fp32_us / compute_us
@@ -194,6 +182,43 @@ class Fp32Gemm(Detector):
         yield self.finding(ctx, title=title, time_lost_us=lost, confidence=conf, evidence=ev,
                            fix=_fix(ctx.framework, hw, amp_on), events=events_from(kin[sel], trace, "kernel"))
 
+
+    def _select(self, trace, k, hw):
+        """The fp32 GEMM/convolution kernels inside the steps, and what detect() needs to judge them."""
+        kin = in_steps(k, trace)
+        if not len(kin):
+            return None
+        cls = K.classify(kin["name"])
+        comm = is_comm_kernel(kin["name"])
+        compute_us = float(kin["dur_us"].to_numpy()[~comm].sum())
+        if compute_us <= 0:
+            return None
+        kind = cls["kind"].to_numpy()
+        prec = cls["precision"].to_numpy()
+        mm = (kind == K.GEMM) | (kind == K.CONV)
+        by_name = mm & (prec == K.FP32)
+        by_op, op_float, op_total = _by_op_type(trace, kin, mm & (prec == K.UNKNOWN), kind, hw)
+        sel = by_name | by_op
+        if not sel.any():
+            return None
+        return kin, kind, compute_us, by_name, by_op, op_float, op_total, sel
+
+    def claims(self, trace, ctx, finding):
+        # the fp32 kernels themselves; each carries a share of time lost proportional to the GPU time it
+        # would save (its duration), which is how on_critical_path() adds the savings up per busy run
+        k = trace.kernels
+        if trace.device_id is not None:
+            k = k[k["device"] == trace.device_id]
+        hw = _hardware(trace, k["name"])
+        picked = self._select(trace, k, hw) if hw else None
+        if picked is None:
+            return None
+        kin, sel = picked[0], picked[-1]
+        a = kin["ts_us"].to_numpy()[sel]
+        dur = kin["dur_us"].to_numpy()[sel]
+        total = float(dur.sum())
+        lost = dur * (finding.time_lost_us / total) if total > 0 else np.zeros_like(dur)
+        return Claim(what="fp32 GEMM/convolution kernel", start_us=a, end_us=a + dur, lost_us=lost)
 
 def _hardware(trace, names: pd.Series) -> dict | None:
     """Architecture, tensor-core availability and the fp32 -> tensor peak ratio of the traced GPU."""

@@ -10,7 +10,7 @@ from ..findings import Evidence
 from ..trace import intervals as iv
 from ..trace.tables import name_flags
 from .allocator_churn import steady_alloc_set
-from .base import Detector, events_from, fmt_us, in_steps, option, pct, window_label
+from .base import Claim, Detector, events_from, fmt_us, in_steps, option, pct, window_label
 from .unfused_optimizer import unfused_windows
 
 LAUNCH_CALLS = {
@@ -140,10 +140,8 @@ class LaunchBound(Detector):
         busy = float((per["compute_us"] + per["comm_us"] + per["memcpy_us"]).sum()) / win
         st = trace.steps
         steps_set = iv.union(st["start_us"], st["end_us"])
-        idle = iv.intersect(tl.sets["idle_launch"], steps_set)
+        idle, claimed = _launch_gaps(trace)
         raw = iv.total(idle)
-        opt_win = unfused_windows(trace)
-        claimed = iv.subtract(iv.subtract(idle, opt_win), steady_alloc_set(trace))
         lost = iv.total(claimed)
         frac = lost / win
         if frac < self.min_idle_frac or busy > self.max_busy_frac:
@@ -213,3 +211,15 @@ class LaunchBound(Detector):
         ts = k["ts_us"].to_numpy()
         idx = np.unique(np.minimum(np.searchsorted(ts, claimed[1][top] - 1e-6), len(k) - 1))
         return events_from(k.iloc[idx], trace, "kernel")
+
+    def claims(self, trace, ctx, finding):
+        a, b = _launch_gaps(trace)[1]
+        return Claim(what="GPU idle between kernels the host launched late", start_us=a, end_us=b, lost_us=b - a)
+
+
+def _launch_gaps(trace):
+    """The launch gaps inside the analysed steps, and the part this detector claims (not inside an unfused
+    optimizer step or steady allocator churn, which those detectors claim)."""
+    st = trace.steps
+    idle = iv.intersect(trace.timeline.sets["idle_launch"], iv.union(st["start_us"], st["end_us"]))
+    return idle, iv.subtract(iv.subtract(idle, unfused_windows(trace)), steady_alloc_set(trace))
