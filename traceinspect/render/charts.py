@@ -79,9 +79,9 @@ def step_timeline(report) -> str | None:
         if not spans:
             continue
         y = lanes["GPU busy"] if p in BUSY else lanes["GPU idle"]
-        # a minimum width of ~1/1000 of the step keeps sub-pixel kernels visible
-        w = max(float(ts.get("dur_us", 0.0)) / 1e3 / 1000, 1e-6)
-        ax.broken_barh([(a / 1e3, max((b - a) / 1e3, w)) for a, b in spans], (y - 0.38, 0.76),
+        # true widths: the sample already packs each column's share of every part (timeline_sample._columns);
+        # a minimum width would paint a few us of idle between back-to-back kernels as a solid block
+        ax.broken_barh([(a / 1e3, (b - a) / 1e3) for a, b in spans], (y - 0.38, 0.76),
                        facecolors=COLORS[p], label=SHORT[p], linewidth=0)
     ax.set_yticks(list(lanes.values()))
     ax.set_yticklabels(list(lanes))

@@ -50,6 +50,8 @@ dl.env{display:grid;grid-template-columns:max-content 1fr;gap:2px 16px}dl.env dt
 pre{background:var(--soft);padding:8px;overflow:auto;font-size:12px}
 .up{color:#c44e52}.down{color:#2f8a45}
 footer{margin-top:36px;color:var(--muted);font-size:12px}
+table.ev{table-layout:fixed}table.ev td{overflow-wrap:anywhere}
+table.ev td.v{overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
 """
 
 
@@ -216,7 +218,7 @@ def _timeline(report) -> list[str]:
     o = ["<section id=\"timeline\"><h2>One step on the GPU</h2>",
          f"<p class=\"note\">ProfilerStep#{esc(ts.get('step'))}, the {esc(ts.get('choice', 'representative step'))} "
          f"({esc(ms(ts.get('dur_us')))}): GPU busy time by kind of work, and idle gaps coloured by their cause. "
-         f"Intervals closer than {esc(ms(ts.get('resolution_us')))} are drawn merged"
+         f"Drawn in columns of {esc(ms(ts.get('resolution_us')))}: in each, every part is as wide as its time there"
          + (f"; the {count(ts['dropped'])} shortest were left out" if ts.get("dropped") else "") + ".</p>"]
     svg = charts.step_timeline(report)
     if svg:
@@ -247,9 +249,12 @@ def _findings(report) -> list[str]:
         o.append(f"<p class=\"note\">{esc(ms(f.time_lost_per_step_us))} per step, {esc(pct(f.time_lost_frac))} of the "
                  f"window{esc(ub)}; confidence {esc(f.confidence)}</p>")
         if f.evidence:
-            o.append("<table><tr><th>evidence</th><th class=n>value</th><th>window</th></tr>")
-            o += [f"<tr><td>{esc(e.label)}</td><td class=n>{esc(evidence_value(e))}</td><td>{esc(e.window)}</td></tr>"
-                  for e in f.evidence]
+            # fixed columns: a long kernel name in a value is cut with an ellipsis (full text on hover), so
+            # it cannot push the table past its card
+            o.append("<table class=\"ev\"><col style=\"width:44%\"><col style=\"width:30%\"><col>"
+                     "<tr><th>evidence</th><th class=n>value</th><th>window</th></tr>")
+            o += [f"<tr><td>{esc(e.label)}</td><td class=\"n v\" title=\"{esc(evidence_value(e))}\">"
+                  f"{esc(evidence_value(e))}</td><td>{esc(e.window)}</td></tr>" for e in f.evidence]
             o.append("</table>")
         if f.fix:
             o.append(f"<p class=\"fix\"><b>Fix:</b> {esc(f.fix)}</p>")
@@ -259,6 +264,9 @@ def _findings(report) -> list[str]:
             o += [f"<tr><td><code>{esc(_short(ev.name))}</code></td><td class=n>{ms(ev.ts_us)}</td>"
                   f"<td class=n>{ms(ev.dur_us)}</td><td>{esc(ev.track)}</td></tr>" for ev in f.events]
             o.append("</table>")
+        o.append(f"<p class=\"note annotate\">In a trace written by <code>traceinspect annotate</code>: the track "
+                 f"<code>{i}. {esc(f.name)} ({esc(f.code)})</code> of the <code>traceinspect</code> process; "
+                 f"search <code>{esc(f.name)}</code> for its slices.</p>")
         o.append("</article>")
     o.append("</section>")
     return o
