@@ -87,3 +87,29 @@ def test_diff_page_opens_without_errors(browser, tmp_path):
     assert [e for e in browser.get_log("browser") if e.get("level") == "SEVERE"] == []
     assert "faster" in browser.find_element(By.ID, "verdict").text
     screenshot(browser, "diff.png")
+
+
+CUDNN = ("void cudnn::engines_precompiled::implicit_convolve_sgemm_nchwToNhwcKernel<float, float, float, false, true, (cudnnKernelDataType_t)2>"
+         "(cudnn::engines_precompiled::nchw2nhwc_params_t<float>, float const*, float*)sm80_xmma_fprop_implicit_gemm_"
+         "f32f32_f32f32_f32_nhwckrsc_nhwc_tilesize128x128x8_stage3_warpsize2x2x1_g1_ffma_aligna4_alignc4_execute_kernel")
+
+
+@pytest.mark.parametrize("width", [1400, 900])
+def test_long_kernel_names_stay_inside_their_card(browser, tmp_path, width):
+    """A long cuDNN name as an evidence value (fp32-gemm's 'top fp32 kernel') is cut with an ellipsis inside
+    its finding card, with the full text on hover; the page never scrolls sideways."""
+    from selenium.webdriver.common.by import By
+    from builders_compute import _gemm_steps
+    t = _gemm_steps("A100", CUDNN)        # fp32 (Input type float) GEMM/conv under a cuDNN kernel name
+    browser.set_window_size(width, 1200)
+    assert load_report(browser, tmp_path, t, f"cudnn{width}") == []
+    cards = browser.find_elements(By.CSS_SELECTOR, "article.finding")
+    assert cards
+    overflow = browser.execute_script("""
+        return [...document.querySelectorAll('article.finding table')].map(
+            t => t.getBoundingClientRect().right - t.closest('article').getBoundingClientRect().right);""")
+    assert max(overflow) <= 0.5
+    assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
+    titles = [td.get_attribute("title") for td in browser.find_elements(By.CSS_SELECTOR, "table.ev td.v")]
+    assert any(CUDNN[:100] in (x or "") for x in titles)
+    browser.save_screenshot(str(ARTIFACTS / f"report-cudnn-{width}.png"))
