@@ -117,13 +117,20 @@ def test_a_top_level_array_and_an_ambiguous_key_are_annotated_too(tmp_path):
     arr.write_text(json.dumps(doc["traceEvents"]))
     amb = tmp_path / "amb.json"
     amb.write_text(json.dumps({"meta": {"traceEvents": [1]}, **doc}))
-    for src in (arr, amb):
+    # the top-level key spelled with a JSON escape: the only textual match is the nested one
+    esc = tmp_path / "esc.json"
+    esc.write_text(json.dumps({"meta": {"traceEvents": [1]}, **{k: v for k, v in doc.items() if k != "traceEvents"}})[:-1]
+                   + ', "trace\\u0045vents": ' + json.dumps(doc["traceEvents"]) + "}")
+    assert json.loads(esc.read_text())["meta"] == {"traceEvents": [1]}
+    for src in (arr, amb, esc):
         trace = load_trace(src)
         annotate_file(str(src), str(tmp_path / "o.json"), trace, analyze(trace))
         out = json.loads((tmp_path / "o.json").read_text())
         events = out if isinstance(out, list) else out["traceEvents"]
         assert events[-len(doc["traceEvents"]):] == doc["traceEvents"]
         assert any(e.get("cat") == CATEGORY for e in events)
+        if not isinstance(out, list):
+            assert out["meta"] == {"traceEvents": [1]}          # the nested key is left alone
 
 
 def test_cli_annotate_and_analyze_annotate(tmp_path):

@@ -83,12 +83,14 @@ def annotate_file(src: str, out: str, trace, report) -> int:
     if warnings:
         raise TraceError(src, f"cannot annotate a damaged trace ({warnings[0]})",
                          hint="annotate a complete trace; 'analyze' still reads what this one holds")
+    # validate the whole document without building its events: top-level values stay raw JSON bytes
+    shape = list[msgspec.Raw] if data.lstrip()[:1] == b"[" else dict[str, msgspec.Raw]
     try:
-        doc = msgspec.json.decode(data)
+        doc = msgspec.json.decode(data, type=shape)
     except msgspec.DecodeError as e:
         raise TraceError(src, f"cannot annotate a trace that is not complete JSON ({e})",
                          hint="annotate a complete trace; 'analyze' still reads what this one holds") from None
-    if not isinstance(doc, (dict, list)) or (isinstance(doc, dict) and not isinstance(doc.get("traceEvents"), list)):
+    if isinstance(doc, dict) and not bytes(doc.get("traceEvents", b"")).lstrip().startswith(b"["):
         raise TraceError(src, "cannot annotate: not a Chrome trace (no traceEvents array)",
                          hint="pass the .pt.trace.json[.gz] file torch.profiler wrote")
     extra = annotation_events(trace, report)
@@ -99,10 +101,11 @@ def annotate_file(src: str, out: str, trace, report) -> int:
         sep = b"" if rest.startswith(b"]") else b","
         body = data[:at] + b"\n" + blob[1:-1] + sep + data[at:]
     else:
+        doc = msgspec.json.decode(data)       # only here, where the splice point is ambiguous
         if isinstance(doc, list):
             doc = extra + doc
         else:
-            doc["traceEvents"] = extra + list(doc.get("traceEvents") or [])
+            doc["traceEvents"] = extra + list(doc["traceEvents"])
         body = _encode(doc)
     try:
         if out.endswith(".gz"):
@@ -119,7 +122,7 @@ def _splice_point(data: bytes, doc) -> int | None:
     """The offset just after the `[` that opens the top-level event array, or None if unsure.
 
     In valid JSON an unescaped `"` always delimits a string, so an unescaped `"traceEvents"` followed by
-    `:` is a key; it is the top-level one when it is the only such key and the top-level object has it.
+    `:` is a key; it is the top-level one when it is the only such key and its array is the top-level value.
     """
     head = data.lstrip()
     if head.startswith(b"["):
@@ -127,7 +130,13 @@ def _splice_point(data: bytes, doc) -> int | None:
     hits = [m for m in _KEY.finditer(data) if _unescaped(data, m.start())]
     if len(hits) != 1:
         return None
-    return hits[0].end() if isinstance(doc, dict) and isinstance(doc.get("traceEvents"), list) else None
+    if not isinstance(doc, dict):
+        return None
+    # and it is the top-level one: its array is byte for byte the top-level traceEvents value (a key spelled
+    # with escapes, "trace\u0045vents", would leave a nested one as the only textual match)
+    raw = bytes(doc["traceEvents"])
+    at = hits[0].end() - 1
+    return hits[0].end() if data[at:at + len(raw)] == raw else None
 
 
 def _unescaped(data: bytes, i: int) -> bool:
