@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import time
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -148,6 +147,7 @@ def test_hostile_names_stay_text_in_the_report(client, tmp_path):
 
 
 def test_registered_through_the_tensorboard_plugins_entry_point():
+    tomllib = pytest.importorskip("tomllib", reason="Python 3.11+ reads pyproject.toml with tomllib")
     meta = tomllib.loads((REPO / "pyproject.toml").read_text())
     eps = meta["project"]["entry-points"]["tensorboard_plugins"]
     assert eps == {"traceinspect": "traceinspect.tb_plugin:TraceinspectPlugin"}
