@@ -165,3 +165,35 @@ def test_cli_annotate_bad_input_is_one_line_not_a_traceback(case, code, tmp_path
     r = CliRunner().invoke(cli, ["annotate", str(src), "-o", out])
     assert r.exit_code == code, r.output
     assert "Traceback" not in r.output and str(src) in r.output
+
+
+# --- real traces (skipped where ../shared/traces is absent) ------------------------------------------
+
+def _real_cases():
+    from conftest import SHARED, shared_available
+    if not shared_available():
+        return []
+    judged = [t for t in json.loads((SHARED / "EXPECTED.json").read_text())["traces"] if not t.get("load_only")]
+    # one trace per itemised claim kind is enough to check the invariant on real data (CPU is shared)
+    picked, seen = [], set()
+    for t in judged:
+        new = set(t.get("must", [])) & ITEMISED - seen
+        if new:
+            picked.append(t["path"])
+            seen |= new
+    return picked
+
+
+@pytest.mark.parametrize("rel", _real_cases(), ids=lambda r: r.split("/")[-1][:40])
+def test_real_traces_annotate_with_claims_that_add_up(rel, shared_dir, tmp_path):
+    src = shared_dir / rel
+    trace = load_trace(src)
+    report = analyze(trace)
+    out = tmp_path / (src.name if src.name.endswith(".gz") else src.name + ".gz")   # the rank comes from the name
+    annotate_file(str(src), str(out), trace, report)
+    ours = _ours(json.loads(gzip.decompress(out.read_bytes())))
+    for i, f in enumerate(report.findings, 1):
+        if f.name in ITEMISED:
+            lost = [s["args"]["time_lost_us"] for s in ours if s.get("ph") == "X" and s["tid"] == i]
+            assert sum(lost) == pytest.approx(f.time_lost_us, rel=1e-9, abs=1e-3), f.name
+    assert _comparable(analyze(load_trace(out))) == _comparable(report)
