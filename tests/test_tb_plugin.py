@@ -154,3 +154,41 @@ def test_registered_through_the_tensorboard_plugins_entry_point():
     assert any("static/*" in p for p in meta["tool"]["setuptools"]["package-data"]["traceinspect.tb_plugin"])
     assert TraceinspectPlugin.plugin_name == "traceinspect"
     assert TraceinspectPlugin(base_plugin.TBContext(logdir=None)).frontend_metadata().es_module_path == "/index.js"
+
+
+def test_a_trace_being_read_reports_its_progress(client, monkeypatch):
+    # the reader reports 40% and then waits: the tab is told "reading, 0.4" rather than hanging
+    import threading
+
+    import traceinspect.trace.model as model
+    plugin, get = client
+    reached, release = threading.Event(), threading.Event()
+    real = model.load_trace
+
+    def slow(path, progress=None, **kw):
+        progress(0.4)
+        reached.set()
+        release.wait(30)
+        return real(path, **kw)
+    monkeypatch.setattr(model, "load_trace", slow)
+    tid = _ids(get)["slow/worker0.1700000000000.pt.trace.json.gz"]
+    get("/analyze", trace=tid)
+    assert reached.wait(30)
+    try:
+        st = json.loads(get("/analyze", trace=tid)[1])
+        assert (st["state"], st["phase"], st["progress"]) == ("running", "reading", 0.4)
+        code, body, _ = get("/report", trace=tid)
+        assert code == 409 and json.loads(body)["state"] == "running"     # no half report
+    finally:
+        release.set()
+    assert _wait(get, tid)["state"] == "done"
+
+
+def test_the_report_keeps_a_content_security_policy_that_forbids_scripts(client):
+    _, get = client
+    tid = _ids(get)["slow/worker0.1700000000000.pt.trace.json.gz"]
+    _wait(get, tid)
+    code, page, headers = get("/report", trace=tid)
+    assert code == 200
+    assert "default-src 'none'" in page                       # the report's own policy, inside the page
+    assert "script-src" in headers.get("Content-Security-Policy", "")   # and TensorBoard's header
