@@ -38,15 +38,28 @@ class Finding:
     fix: str = ""
     events: tuple[EventRef, ...] = ()
     upper_bound: bool = False         # the estimate is an upper bound, not a point estimate
+    # GPU idle time (us over the window) this finding claims, per timeline idle part ("idle_cpu": ...).
+    # Part of time_lost_us; the explained-time account adds these up. Empty for busy-time causes.
+    idle_claims_us: dict[str, float] = field(default_factory=dict)
+    # Set when the cause is present but not on the critical path now (a latent cause): the active
+    # findings that hide it, and its cost once they are fixed. time_lost_us is then its cost now.
+    masked_by: tuple[str, ...] = ()
+    projected_lost_us: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @property
+    def masked(self) -> bool:
+        return bool(self.masked_by)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Finding":
         d = dict(d)
         d["evidence"] = tuple(Evidence(**e) for e in d.get("evidence", ()))
         d["events"] = tuple(EventRef(**e) for e in d.get("events", ()))
+        d["masked_by"] = tuple(str(x) for x in d.get("masked_by") or ())
+        d["idle_claims_us"] = {str(k): float(v) for k, v in (d.get("idle_claims_us") or {}).items()}
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in d.items() if k in known})
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from .findings import Failure, Finding, Skipped
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2   # 2: findings ranked by confidence-weighted time lost; account, masked_by, idle claims
 
 
 def severity(frac: float) -> str:
@@ -34,6 +34,7 @@ class Report:
     top_kernels: list[dict] = field(default_factory=list)
     ranks: list[dict] = field(default_factory=list)   # per-rank summaries when several ranks were analysed
     timeline_sample: dict = field(default_factory=dict)  # one representative step's intervals (optional, additive)
+    account: dict = field(default_factory=dict)   # GPU idle time: what each finding claims + unexplained
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -51,6 +52,8 @@ class Report:
             "top_kernels": self.top_kernels,
             "ranks": self.ranks,
         }
+        if self.account:  # absent for CPU-only traces and for reports saved before schema 2
+            d["account"] = self.account
         if self.timeline_sample:  # optional key: reports without it keep their exact shape
             d["timeline_sample"] = self.timeline_sample
         return d
@@ -66,7 +69,7 @@ class Report:
             failures=[Failure(**f) for f in d.get("failures", [])],
             warnings=list(d.get("warnings", [])), verdict=d.get("verdict", {}),
             top_kernels=d.get("top_kernels", []), ranks=d.get("ranks", []),
-            timeline_sample=d.get("timeline_sample") or {},
+            timeline_sample=d.get("timeline_sample") or {}, account=d.get("account") or {},
             schema_version=int(d.get("schema_version", SCHEMA_VERSION)))
 
 

@@ -7,6 +7,7 @@ from .dataloader_stall import DataloaderStall
 from .eager_attention import EagerAttention
 from .exposed_communication import ExposedCommunication
 from .fp32_gemm import Fp32Gemm
+from .host_bound import HostBound
 from .host_sync import HostSync
 from .launch_bound import LaunchBound
 from .padding_waste import PaddingWaste
@@ -21,6 +22,7 @@ ALL = (
     CpuOffload,
     Fp32Gemm,
     HostSync,
+    HostBound,
     UnfusedOptimizer,
     ExposedCommunication,
     PageableMemcpy,

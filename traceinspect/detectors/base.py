@@ -90,13 +90,24 @@ class Detector:
 
     def finding(self, ctx: Context, *, title: str, time_lost_us: float, confidence: str,
                 evidence: Iterable[Evidence], fix: str, events: Iterable[EventRef] = (),
-                upper_bound: bool = False) -> Finding:
+                upper_bound: bool = False, idle_claims: dict[str, float] | None = None,
+                projected_lost_us: float | None = None) -> Finding:
+        """idle_claims: the GPU idle time, per timeline idle part, that time_lost_us consists of (the
+        explained-time account adds these up, so they must not overlap another detector's claim).
+        projected_lost_us: the cost once the GPU is the bottleneck, when it differs from the cost now
+        (analyze marks the finding masked, by the active causes that keep the GPU waiting)."""
         lost = float(max(0.0, min(time_lost_us, ctx.window_us)))  # never more than the window
+        claims = {p: float(v) for p, v in (idle_claims or {}).items() if v > 0}
+        total = sum(claims.values())
+        if total > lost > 0 or (lost == 0 and total > 0):   # a claim never exceeds the time lost
+            claims = {p: v * lost / total for p, v in claims.items()}
+        proj = None if projected_lost_us is None else float(max(0.0, min(projected_lost_us, ctx.window_us)))
         return Finding(code=self.code, name=self.name, title=title, time_lost_us=lost,
                        time_lost_frac=lost / ctx.window_us if ctx.window_us > 0 else 0.0,
                        time_lost_per_step_us=lost / ctx.n_steps if ctx.n_steps else 0.0,
                        confidence=confidence, evidence=tuple(evidence), fix=fix,
-                       events=tuple(events), upper_bound=upper_bound)
+                       events=tuple(events), upper_bound=upper_bound, idle_claims_us=claims,
+                       projected_lost_us=proj)
 
     @classmethod
     def options(cls) -> list[tuple[str, object, str]]:

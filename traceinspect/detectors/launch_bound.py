@@ -147,6 +147,11 @@ class LaunchBound(Detector):
         lost = iv.total(claimed)
         frac = lost / win
         if frac < self.min_idle_frac or busy > self.max_busy_frac:
+            if lost > 0:
+                why = (f"GPU busy {100 * busy:.0f}% (over {100 * self.max_busy_frac:g}%)" if busy > self.max_busy_frac
+                       else f"below the {100 * self.min_idle_frac:g}% threshold")
+                yield self.skip(f"launch gaps present, {fmt_us(lost / max(ctx.n_steps, 1))}/step ({100 * frac:.1f}%), "
+                                f"{why}")
             return
         n = ctx.n_steps
         k = trace.kernels
@@ -190,7 +195,8 @@ class LaunchBound(Detector):
         yield self.finding(ctx, title=title, time_lost_us=lost,
                            confidence="high" if frac >= 0.25 and short >= 0.5 else "medium",
                            evidence=ev, fix=self._fix(trace, ctx, factor, training, graphs > 0),
-                           events=self._events(trace, k, claimed), upper_bound=True)
+                           events=self._events(trace, k, claimed), upper_bound=True,
+                           idle_claims={"idle_launch": lost})
 
     @staticmethod
     def _fix(trace, ctx, factor: int, training: bool, has_graphs: bool) -> str:

@@ -187,6 +187,7 @@ class PaddingWaste(Detector):
                      f"is spent on pad tokens")
         yield self.finding(ctx, title=title, time_lost_us=lost, confidence=conf, evidence=ev,
                            fix=_fix(ctx.framework), upper_bound=upper,
+                           projected_lost_us=gpu_saving if lost < 0.5 * gpu_saving else None,
                            events=events_from(kin, trace, "kernel"))
 
 

@@ -233,6 +233,8 @@ class UnfusedOptimizer(Detector):
         lost = idle_launch + saving
         frac = lost / ctx.window_us if ctx.window_us else 0.0
         if frac < self.min_frac:
+            yield self.skip(f"unfused optimizer steps present ({len(bad)}), wasting {100 * frac:.1f}% of the "
+                            f"window, below the {100 * self.min_frac:g}% threshold")
             return
         impl = str(bad["impl"].mode().iloc[0])
         k_per = float(bad["n_kernels"].mean())
@@ -266,7 +268,8 @@ class UnfusedOptimizer(Detector):
                        for r in bad.nlargest(3, "n_kernels").itertuples(index=False))
         yield self.finding(ctx, title=title, time_lost_us=lost,
                            confidence="high" if frac >= 0.05 and impl == "for-loop" else "medium",
-                           evidence=ev, fix=self._fix(ctx, cls), events=events)
+                           evidence=ev, fix=self._fix(ctx, cls), events=events,
+                           idle_claims={"idle_launch": idle_launch})
 
     @staticmethod
     def _fix(ctx, cls: str) -> str:

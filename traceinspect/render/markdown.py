@@ -34,7 +34,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
                  f"(mean {ms(st['mean_us'])}, min {ms(st['min_us'])}, max {ms(st['max_us'])})")
     o.append("")
     if v.get("top"):
-        o.append(f"**Verdict:** {esc(v['top_title'])}")
+        o.append(f"**Verdict:** {esc(v.get('headline') or v['top_title'])}")
         o.append("")
         o.append(f"Fixing {', '.join(code(n) for n in v['expected_from'])} would bring the step to about "
                  f"**{ms(v['expected_step_us'])}** instead of {ms(v['median_step_us'])} ({esc(v['assumption'])}).")
@@ -51,16 +51,18 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         b = bd.get("gpu_busy", {})
         o.append(f"| **GPU busy** | {ms(b.get('per_step_us'))} | {pct(b.get('frac'))} |")
         o.append("")
-    if report.findings:
-        o.append("### Findings, ranked by time lost")
+    o += account_md(report)
+    active = [f for f in report.findings if not f.masked_by]
+    if active:
+        o.append("### Findings, ranked by time lost weighted by confidence")
         o.append("")
-        o.append("| # | finding | lost per step | share | confidence |")
-        o.append("|---:|---|---:|---:|---|")
-        for i, f in enumerate(report.findings, 1):
+        o.append("| # | finding | lost per step | share | severity | confidence |")
+        o.append("|---:|---|---:|---:|---|---|")
+        for i, f in enumerate(active, 1):
             o.append(f"| {i} | {code(f.name)} {esc(f.title)} | {ms(f.time_lost_per_step_us)} | "
-                     f"{pct(f.time_lost_frac)} | {f.confidence} ({sev(f)}) |")
+                     f"{pct(f.time_lost_frac)} | {sev(f)} | {esc(f.confidence)} |")
         o.append("")
-        for i, f in enumerate(report.findings, 1):
+        for i, f in enumerate(active, 1):
             o.append(f"#### {i}. {code(f.name)} ({f.code})")
             o.append("")
             o.append(esc(f.title))
@@ -75,6 +77,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
     else:
         o.append("No findings.")
         o.append("")
+    o += next_bottlenecks_md(report)
     if report.top_kernels:
         o.append("<details><summary>Top kernels</summary>")
         o.append("")
@@ -118,6 +121,45 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         cut = text.encode()[: MAX_BYTES - 200].decode("utf-8", "ignore")
         text = cut.rsplit("\n", 1)[0] + "\n\n_(report truncated to stay under 1 MiB)_\n"
     return text
+
+
+def account_md(report) -> list[str]:
+    """The explained-time account as a table: GPU idle per finding, then the unexplained rest and why."""
+    a = report.account
+    if not a or not a.get("idle_us"):
+        return []
+    o = [f"### Where the GPU idle time goes (explained: {pct(a['explained_frac_of_idle'])} of GPU idle time)", "",
+         "| claimed by | per step | share of the step |", "|---|---:|---:|"]
+    for p in a["parts"]:
+        o.append(f"| {code(p['name'])} | {ms(p['per_step_us'])} | {pct(p['frac_of_step'])} |")
+    o.append(f"| unexplained | {ms(a['unexplained_per_step_us'])} | {pct(a['unexplained_frac_of_step'])} |")
+    o.append(f"| **GPU idle** | {ms(a['idle_per_step_us'])} | {pct(a['idle_frac_of_step'])} |")
+    o.append("")
+    for r in a.get("unexplained_reasons", []):
+        o.append(f"- unexplained {code(r['part'])} ({ms(r['per_step_us'])}/step): {esc(r['why'])}")
+    if a.get("unexplained_reasons"):
+        o.append("")
+    return o
+
+
+def next_bottlenecks_md(report) -> list[str]:
+    """Masked causes, with their cost now and once the masking causes are fixed."""
+    latent = [f for f in report.findings if f.masked_by]
+    if not latent:
+        return []
+    n = max(int(report.steps.get("count") or 1), 1)
+    o = ["### Next bottlenecks (present, masked now)", "",
+         "| finding | lost per step now | once fixed | masked by | severity | confidence |",
+         "|---|---:|---:|---|---|---|"]
+    for f in latent:
+        o.append(f"| {code(f.name)} {esc(f.title)} | {ms(f.time_lost_per_step_us)} | "
+                 f"{ms((f.projected_lost_us or 0.0) / n)} | {', '.join(code(m) for m in f.masked_by)} | {sev(f)} | "
+                 f"{esc(f.confidence)} |")
+    o.append("")
+    for f in latent:
+        o.append(f"- {code(f.name)} fix: {esc(f.fix)}")
+    o.append("")
+    return o
 
 
 ASSET_FILES = (("step-breakdown.svg", "Where each step goes"), ("step-timeline.svg", "One step on the GPU"))
