@@ -135,7 +135,7 @@ def test_verdict_names_the_same_causes_and_never_a_zero_time_finding():
                _f("dataloader-stall", 10.0, "high")])
     v = _verdict(t, fs, {})
     assert v["top"] == "fp32-gemm" == v["expected_from"][0]
-    assert v["top_title"] == "fp32-gemm title" and v["headline"].startswith("fp32-gemm title")
+    assert v["top_title"] == "fp32-gemm title" and v["headline"].startswith("fp32-gemm title. Also: dataloader-stall")
     assert "padding-waste" not in v["expected_from"]
     for name in v["expected_from"][1:]:
         assert name in v["headline"]

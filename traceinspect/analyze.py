@@ -273,9 +273,10 @@ def _verdict(trace: Trace, findings: list[Finding], account: dict | None = None)
     # causes are assumed independent; never promise more than 90% of the step back
     saved = min(saved, 0.9 * median)
     also = [f"{f.name} ({f.time_lost_per_step_us / 1e3:.1f} ms/step)" for f in fixable[1:]]
-    headline = top.title + (f" Also: {', '.join(also)}." if also else "")
+    headline = top.title.rstrip(".") + (f". Also: {', '.join(also)}" if also else "")
     if unexpl > UNEXPLAINED_MAX_FRAC:
-        headline += f" {100 * unexpl:.0f}% of the step is GPU idle time no finding explains."
+        headline += f". {100 * unexpl:.0f}% of the step is GPU idle time no finding explains"
+    headline += "."
     return {
         **base,
         "top": top.name, "top_title": top.title, "headline": headline,
