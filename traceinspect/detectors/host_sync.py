@@ -165,8 +165,13 @@ class HostSync(Detector):
         lost = float(lost_each.sum())
         frac = lost / ctx.window_us if ctx.window_us else 0.0
         if frac < self.min_frac:
+            queued = iv.total(iv.intersect(trace.timeline.sets["idle_sync"],
+                                           iv.union(trace.steps["start_us"], trace.steps["end_us"]))) - float((pe - ps).sum())
+            more = (f"; GPU idle {fmt_us(queued / max(ctx.n_steps, 1))}/step during syncs had its next op already "
+                    "queued: it waited on a dependency (event, other stream or process), not on the blocked host"
+                    if queued > lost else "")
             yield self.skip(f"{len(syncs)} sync call(s) leave the GPU idle {fmt_us(lost / max(ctx.n_steps, 1))}/step "
-                            f"({100 * frac:.1f}%), below the {100 * self.min_frac:g}% threshold")
+                            f"({100 * frac:.1f}%), below the {100 * self.min_frac:g}% threshold" + more)
             return
         n = ctx.n_steps
         w = window_label(trace)
