@@ -167,8 +167,9 @@ def test_old_report_without_new_fields_still_loads(tmp_path):
 def test_detector_that_declines_says_why(tmp_path):
     # the host-bound builder's syncs are below host-sync's threshold: it must say it looked
     rep = analyze(_load(bh.build_host_bound(), tmp_path))
-    s = {x.name: x.reason for x in rep.skipped}
-    assert "below the" in s["host-sync"]
+    s = {x.name: x for x in rep.skipped}
+    assert "below the" in s["host-sync"].reason and s["host-sync"].checked
+    assert not s["dataloader-stall"].checked          # no DataLoader spans at all: not applicable
     assert any(r["why"].startswith("host-sync looked at it") for r in rep.account["unexplained_reasons"])
 
 

@@ -71,6 +71,7 @@ class Skipped:
     code: str
     name: str
     reason: str
+    checked: bool = False   # True: the signature is present but below the detector's threshold
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -136,7 +136,7 @@ class AllocatorChurn(Detector):
         synced = iv.total(iv.intersect(tl.sets["idle_sync"], under))
         frac = lost / ctx.window_us if ctx.window_us else 0.0
         if frac < self.min_frac:
-            yield self.skip(f"{len(calls)} steady-state allocation call(s), GPU idle under them {100 * frac:.1f}% of "
+            yield self.declined(f"{len(calls)} steady-state allocation call(s), GPU idle under them {100 * frac:.1f}% of "
                             f"the window, below the {100 * self.min_frac:g}% threshold")
             return
         n_steady = len(st) - 1

@@ -88,6 +88,11 @@ class Detector:
     def skip(self, reason: str) -> Skipped:
         return Skipped(code=self.code, name=self.name, reason=reason)
 
+    def declined(self, reason: str) -> Skipped:
+        """The detector saw its signature, measured it, and does not report it (below a threshold): it
+        was checked, so a user (and diff) can tell it from a detector that did not apply."""
+        return Skipped(code=self.code, name=self.name, reason=reason, checked=True)
+
     def finding(self, ctx: Context, *, title: str, time_lost_us: float, confidence: str,
                 evidence: Iterable[Evidence], fix: str, events: Iterable[EventRef] = (),
                 upper_bound: bool = False, idle_claims: dict[str, float] | None = None,

@@ -81,7 +81,7 @@ class DataloaderStall(Detector):
         idle = iv.total(iv.intersect(trace.timeline.sets["idle_dataloader"], iv.union(st["start_us"], st["end_us"])))
         frac = idle / ctx.window_us if ctx.window_us else 0.0
         if frac < self.min_frac:
-            yield self.skip(f"DataLoader spans present, GPU idle in them {fmt_us(idle / max(ctx.n_steps, 1))}/step "
+            yield self.declined(f"DataLoader spans present, GPU idle in them {fmt_us(idle / max(ctx.n_steps, 1))}/step "
                             f"({100 * frac:.1f}%), below the {100 * self.min_frac:g}% threshold")
             return
         dl_in = in_steps(dl, trace)

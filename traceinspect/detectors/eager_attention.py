@@ -155,7 +155,7 @@ class EagerAttention(Detector):
         gpu_saving = block_us - fused_us
         n_calls = len(attn)
         if n_calls < self.min_calls or gpu_saving < self.min_saving_frac * ctx.window_us:
-            yield self.skip(f"eager attention present ({n_calls} softmax call(s)), a fused kernel would save "
+            yield self.declined(f"eager attention present ({n_calls} softmax call(s)), a fused kernel would save "
                             f"{fmt_us(gpu_saving / max(ctx.n_steps, 1))}/step of GPU time "
                             f"({100 * gpu_saving / ctx.window_us:.1f}%), below the {100 * self.min_saving_frac:g}% "
                             f"threshold" + (f" or under {self.min_calls} calls" if n_calls < self.min_calls else ""))

@@ -144,7 +144,7 @@ class Fp32Gemm(Detector):
         fp32_us = float(dur[sel].sum())
         share = fp32_us / compute_us
         if share < self.min_share:
-            yield self.skip(f"fp32 GEMM/convolution present, {100 * share:.1f}% of GPU compute, below the "
+            yield self.declined(f"fp32 GEMM/convolution present, {100 * share:.1f}% of GPU compute, below the "
                             f"{100 * self.min_share:g}% threshold")
             return
         s = hw["speedup_ratio"] * self.efficiency
@@ -152,7 +152,7 @@ class Fp32Gemm(Detector):
         delta = dur[sel] * (1.0 - 1.0 / s)
         gpu_saving = float(delta.sum())
         if gpu_saving < self.min_saving_frac * ctx.window_us:
-            yield self.skip(f"fp32 GEMM/convolution present ({fmt_us(fp32_us / max(ctx.n_steps, 1))}/step), tensor "
+            yield self.declined(f"fp32 GEMM/convolution present ({fmt_us(fp32_us / max(ctx.n_steps, 1))}/step), tensor "
                             f"cores would save {100 * gpu_saving / ctx.window_us:.1f}% of the window, below the "
                             f"{100 * self.min_saving_frac:g}% threshold")
             return

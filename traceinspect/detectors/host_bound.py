@@ -215,7 +215,7 @@ class HostBound(Detector):
         n = max(ctx.n_steps, 1)
         if frac < self.min_frac:
             if lost > 0:
-                yield self.skip(f"GPU idle while the host does other work {fmt_us(lost / n)}/step ({100 * frac:.1f}%), "
+                yield self.declined(f"GPU idle while the host does other work {fmt_us(lost / n)}/step ({100 * frac:.1f}%), "
                                 f"below the {100 * self.min_frac:g}% threshold")
             return
         tid = launching_thread(trace)

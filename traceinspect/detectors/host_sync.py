@@ -143,7 +143,7 @@ class HostSync(Detector):
             idle = iv.total(iv.intersect(trace.timeline.sets["idle_sync"],
                                          iv.union(trace.steps["start_us"], trace.steps["end_us"])))
             if idle > 0:
-                yield self.skip(f"{len(syncs)} sync call(s), GPU idle during them {fmt_us(idle / max(ctx.n_steps, 1))}"
+                yield self.declined(f"{len(syncs)} sync call(s), GPU idle during them {fmt_us(idle / max(ctx.n_steps, 1))}"
                                 "/step, but the next GPU op was already queued: the GPU waited on a dependency "
                                 "(event, other stream or process), not on the blocked host")
             return
@@ -170,7 +170,7 @@ class HostSync(Detector):
             more = (f"; GPU idle {fmt_us(queued / max(ctx.n_steps, 1))}/step during syncs had its next op already "
                     "queued: it waited on a dependency (event, other stream or process), not on the blocked host"
                     if queued > lost else "")
-            yield self.skip(f"{len(syncs)} sync call(s) leave the GPU idle {fmt_us(lost / max(ctx.n_steps, 1))}/step "
+            yield self.declined(f"{len(syncs)} sync call(s) leave the GPU idle {fmt_us(lost / max(ctx.n_steps, 1))}/step "
                             f"({100 * frac:.1f}%), below the {100 * self.min_frac:g}% threshold" + more)
             return
         n = ctx.n_steps

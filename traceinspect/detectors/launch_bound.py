@@ -150,7 +150,7 @@ class LaunchBound(Detector):
             if lost > 0:
                 why = (f"GPU busy {100 * busy:.0f}% (over {100 * self.max_busy_frac:g}%)" if busy > self.max_busy_frac
                        else f"below the {100 * self.min_idle_frac:g}% threshold")
-                yield self.skip(f"launch gaps present, {fmt_us(lost / max(ctx.n_steps, 1))}/step ({100 * frac:.1f}%), "
+                yield self.declined(f"launch gaps present, {fmt_us(lost / max(ctx.n_steps, 1))}/step ({100 * frac:.1f}%), "
                                 f"{why}")
             return
         n = ctx.n_steps

@@ -233,7 +233,7 @@ class UnfusedOptimizer(Detector):
         lost = idle_launch + saving
         frac = lost / ctx.window_us if ctx.window_us else 0.0
         if frac < self.min_frac:
-            yield self.skip(f"unfused optimizer steps present ({len(bad)}), wasting {100 * frac:.1f}% of the "
+            yield self.declined(f"unfused optimizer steps present ({len(bad)}), wasting {100 * frac:.1f}% of the "
                             f"window, below the {100 * self.min_frac:g}% threshold")
             return
         impl = str(bad["impl"].mode().iloc[0])

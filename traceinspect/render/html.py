@@ -344,8 +344,9 @@ def _problems(report) -> list[str]:
         o += [f"<li>{esc(w)}</li>" for w in report.warnings]
         o.append("</ul></section>")
     if report.skipped:
-        o.append("<section id=\"skipped\"><h2>Not applicable</h2><ul>")
-        o += [f"<li><code>{esc(s.name)}</code> ({esc(s.code)}): {esc(s.reason)}</li>" for s in report.skipped]
+        o.append("<section id=\"skipped\"><h2>Checked below threshold, or not applicable</h2><ul>")
+        o += [f"<li><code>{esc(s.name)}</code> ({esc(s.code)}): {'checked, below threshold: ' if s.checked else ''}"
+              f"{esc(s.reason)}</li>" for s in report.skipped]
         o.append("</ul></section>")
     return o
 

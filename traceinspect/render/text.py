@@ -78,8 +78,12 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         for wmsg in report.warnings:
             out.append(wrap(f"- {wmsg}", "  "))
         out.append("")
-    if report.skipped:
-        out.append(wrap("Checked, not reported: " + "; ".join(f"{s.name} ({s.reason})" for s in report.skipped)))
+    declined = [s for s in report.skipped if s.checked]
+    if declined:
+        out.append(wrap("Checked, below threshold: " + "; ".join(f"{s.name} ({s.reason})" for s in declined)))
+    if len(declined) < len(report.skipped):
+        out.append(wrap("Not applicable: " + "; ".join(f"{s.name} ({s.reason})" for s in report.skipped
+                                                       if not s.checked)))
     return "\n".join(out).rstrip() + "\n"
 
 
