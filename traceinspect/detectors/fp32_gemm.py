@@ -195,7 +195,8 @@ class Fp32Gemm(Detector):
         if lost < 0.5 * gpu_saving:
             title = (f"{pct(share)} of GPU compute ({fmt_us(fp32_us / n)} per step) is fp32 {what} on {hw['simt']} "
                      f"of a {hw['short']} with {hw['tc_label']}: tensor cores would save {fmt_us(gpu_saving / n)} of "
-                     f"GPU time per step, but the GPU mostly waits on the host, so ~{fmt_us(lost / n)} per step now")
+                     f"GPU time per step, but only {pct(critical)} of their time is on the critical path (after it the GPU waits "
+                     f"on the host), so ~{fmt_us(lost / n)} per step now")
         yield self.finding(ctx, title=title, time_lost_us=lost, confidence=conf, evidence=ev,
                            fix=_fix(ctx.framework, hw, amp_on), events=events_from(kin[sel], trace, "kernel"),
                            projected_lost_us=gpu_saving if lost < 0.5 * gpu_saving else None)

@@ -13,7 +13,7 @@ from ..trace.tables import name_flags
 from .allocator_churn import steady_alloc_set
 from .base import Detector, fmt_us, option, pct, window_label
 from .cpu_offload import offload_optimizer_set
-from .launch_bound import _launch_rows
+from .launch_bound import LaunchBound, _launch_rows
 
 # Python frames that belong to PyTorch itself: skipped when naming the user's code
 _LIBRARY_FRAME = re.compile(r"^(torch/|<built-in|<string>|nn\.Module:|threading\.py|multiprocessing/|runpy\.py|"
@@ -139,8 +139,9 @@ class HostBound(Detector):
     """
     What it detects
         GPU idle time during which the host thread that launches the GPU's work is busy with
-        something other than launching: the timeline's idle_cpu part (host-late gaps over 100 us),
-        inside the analysed steps. The launching thread is the one whose cudaLaunchKernel /
+        something other than launching: the timeline's idle_cpu part (host-late gaps over 100 us)
+        inside the analysed steps, and its idle_launch part (shorter host-late gaps) when
+        launch-bound does not report it (below its share threshold, or a GPU busy over 85%). The launching thread is the one whose cudaLaunchKernel /
         hipLaunchKernel calls correlate with the device's kernels; the CPU ops, annotations and
         Python functions (with_stack) that run on it during the idle stretches say what the host
         was doing instead.
@@ -155,7 +156,8 @@ class HostBound(Detector):
     How time lost is estimated
         The idle_cpu time of the analysed steps, minus the parts other detectors own: the idle under
         steady-state cudaMalloc/cudaFree calls (allocator-churn) and inside a CPU-side optimizer step
-        of an offloaded run (cpu-offload). This is what the step would shrink by if the host kept the
+        of an offloaded run (cpu-offload); plus the launch gaps launch-bound would claim when it does
+        not report them. This is what the step would shrink by if the host kept the
         GPU's queue full; the projected step time is the median step minus it. Each CPU op, annotation
         or Python function is credited with the idle time during which it is the innermost span on
         the launching thread, so the shares do not overlap; idle time with no span is Python between
@@ -208,8 +210,15 @@ class HostBound(Detector):
         st = trace.steps
         steps_set = iv.union(st["start_us"], st["end_us"])
         idle = iv.intersect(tl.sets["idle_cpu"], steps_set)
-        claimed = iv.subtract(iv.subtract(idle, steady_alloc_set(trace)), offload_optimizer_set(trace))
+        cpu_part = iv.subtract(iv.subtract(idle, steady_alloc_set(trace)), offload_optimizer_set(trace))
+        # short host-late gaps are launch-bound's when it reports them; otherwise they are the host's
+        # per-op overhead and belong here (the same gaps, never claimed twice)
+        launch_part, _, _, lb_reports = LaunchBound().claim(trace)
+        if lb_reports:
+            launch_part = iv.EMPTY
+        claimed = iv.union(np.concatenate((cpu_part[0], launch_part[0])), np.concatenate((cpu_part[1], launch_part[1])))
         lost = iv.total(claimed)
+        cpu_us, launch_us = iv.total(cpu_part), iv.total(launch_part)
         win = ctx.window_us
         frac = lost / win if win else 0.0
         n = max(ctx.n_steps, 1)
@@ -281,6 +290,9 @@ class HostBound(Detector):
                      window=w),
             Evidence(label="launching thread", value=f"CPU thread {tid}" if tid is not None else "unknown", unit=""),
         ]
+        if launch_us > 0:
+            ev.append(Evidence(label="of which short launch gaps (<= 100 us; launch-bound does not report them)",
+                               value=round(launch_us / n / 1e3, 3), unit="ms/step", window=w))
         for name, us in by_name.head(self.top_n).items():
             if us >= 0.01 * lost:
                 ev.append(Evidence(label=f"CPU op / annotation during the idle time: {name}",
@@ -314,4 +326,4 @@ class HostBound(Detector):
                        for nm, r in ((r.name, r) for r in sp.assign(own=own).nlargest(3, "own").itertuples(index=False))) \
             if len(sp) else ()
         yield self.finding(ctx, title=title, time_lost_us=lost, confidence=conf, evidence=ev, fix=fix,
-                           events=events, idle_claims={"idle_cpu": lost})
+                           events=events, idle_claims={"idle_cpu": cpu_us, "idle_launch": launch_us})
