@@ -203,3 +203,27 @@ def test_account_over_every_real_gpu_trace():
     # the issue's target is 90%; the traces that miss it wait on work the trace does not show
     # (idle_unknown / idle_sync with the next op queued), which no host-side finding may claim
     assert under >= 0.80, sorted(fracs, reverse=True)[:10]
+
+
+def test_gpu_waiting_after_the_launch_is_not_blamed_on_the_host(tmp_path):
+    """A host-late gap whose op, once issued, still waits (a stream blocked by an event) is the host's
+    only up to the launch; the wait after it is idle_unknown."""
+    from builders import ELEMENTWISE, TraceBuilder
+    wait, late = 5000.0, 300.0
+    t = TraceBuilder()
+    for _ in range(3):
+        with t.step(wait_gpu=True):
+            t.op("aten::add", kernels=[(ELEMENTWISE, 3.0)], cpu_us=20)
+            t.cpu(late)
+            t.stream_free[7] = t.now + 20 + t.launch_us + wait   # the stream is blocked until then
+            t.op("aten::add", kernels=[(ELEMENTWISE, 3.0)], cpu_us=20)
+    rep = analyze(_load(t, tmp_path))
+    per = rep.steps["per_step"]
+    for row in per:
+        assert row["breakdown_us"]["idle_unknown"] == pytest.approx(wait, abs=0.01)
+    # the host's part of the first step's long gap: kernel 1 ends when its launch call returns (it starts
+    # 2 us after the launch and runs 3 us, the launch call takes 5), then `late` us of CPU work, 20 us of
+    # dispatch and the second launch call
+    assert per[0]["breakdown_us"]["idle_cpu"] == pytest.approx(late + 20 + t.launch_us, abs=0.01)
+    why = next(r["why"] for r in rep.account["unexplained_reasons"] if r["part"] == "idle_unknown")
+    assert "longest wait: 5.0 ms before" in why
