@@ -226,4 +226,4 @@ def test_gpu_waiting_after_the_launch_is_not_blamed_on_the_host(tmp_path):
     # dispatch and the second launch call
     assert per[0]["breakdown_us"]["idle_cpu"] == pytest.approx(late + 20 + t.launch_us, abs=0.01)
     why = next(r["why"] for r in rep.account["unexplained_reasons"] if r["part"] == "idle_unknown")
-    assert "longest wait: 5.0 ms before" in why
+    assert "longest wait: 5.0 ms before" in why   # fmt_us: 5000 us -> "5.0 ms"

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from . import detectors as registry
-from .detectors.base import Context, Detector, in_steps, window_label
+from .detectors.base import Context, Detector, fmt_us, in_steps, window_label
 from .errors import DetectorFailed, TraceError, UsageError
 from .findings import Failure, Finding, Skipped
 from .report import Report
@@ -202,6 +202,7 @@ def _account(trace: Trace, findings: list[Finding], skipped: list[Skipped], brea
         if win and us / win >= 0.005:
             reasons.append({"part": p, "us": us, "per_step_us": us / n, "frac_of_step": us / win,
                             "why": _unexplained_why(trace, p, skip_reason)})
+    reasons.sort(key=lambda r: -r["us"])
     busy_causes = [{"name": f.name, "code": f.code, "us": f.time_lost_us - sum(f.idle_claims_us.values()),
                     "per_step_us": (f.time_lost_us - sum(f.idle_claims_us.values())) / n}
                    for f in findings if not f.masked_by and f.time_lost_us - sum(f.idle_claims_us.values()) > 1e-6]
@@ -265,8 +266,8 @@ def _longest_wait(trace: Trace) -> str:
     name = name if len(name) <= 80 else name[:77] + "..."
     issued = float(op["launch_ts_us"]) + (0.0 if pd.isna(op["launch_dur_us"]) else float(op["launch_dur_us"]))
     early = float(r["start_us"]) - issued if not pd.isna(issued) else 0.0
-    when = f", issued {early / 1e3:.1f} ms before the GPU went idle" if early >= 100.0 else ""
-    return f"; longest wait: {float(r['dur_us']) / 1e3:.1f} ms before {name} on stream {int(op['stream'])}{when}"
+    when = f", issued {fmt_us(early)} before the GPU went idle" if early >= 100.0 else ""
+    return f"; longest wait: {fmt_us(float(r['dur_us']))} before {name} on stream {int(op['stream'])}{when}"
 
 
 def _verdict(trace: Trace, findings: list[Finding], account: dict | None = None) -> dict:

@@ -18,6 +18,12 @@ from .launch_bound import LaunchBound, _launch_rows
 # Python frames that belong to PyTorch itself: skipped when naming the user's code
 _LIBRARY_FRAME = re.compile(r"^(torch/|<built-in|<string>|nn\.Module:|threading\.py|multiprocessing/|runpy\.py|"
                             r"contextlib\.py|functools\.py|site-packages/torch/|typing\.py|abc\.py)")
+# aten ops that only touch tensor metadata or allocate: never CPU math
+_METADATA_OP = re.compile(r"aten::(_?unsafe_view|view|view_as|as_strided|slice|select|narrow|transpose|t|permute|"
+                          r"reshape|_reshape_alias|unsqueeze|squeeze|expand|expand_as|alias|detach|lift_fresh|split|"
+                          r"chunk|unbind|split_with_sizes|empty|empty_like|empty_strided|new_empty|new_empty_strided|"
+                          r"resize_|set_|flatten|unflatten|resolve_conj|resolve_neg|result_type|size|stride|numel|"
+                          r"dim|is_same_size)$")
 _STEP = re.compile(r"^(ProfilerStep#|## |enumerate\(DataLoader\)#|enumerate\(DataPipe\)#)")
 
 # Recognisable culprits, most specific first: (key, what it is, fix, pattern over op / annotation / Python names).
@@ -25,8 +31,11 @@ CULPRITS = (
     ("recompile", "torch.compile compiling or recompiling inside the step (recompilations, graph breaks)",
      'find them with TORCH_LOGS="recompiles,graph_breaks"; mark the varying dimensions dynamic '
      "(torch._dynamo.mark_dynamic) or pad shapes to a few sizes, and remove the graph breaks it reports",
-     re.compile(r"torch/_dynamo/|torch/_inductor/|TorchDynamo|compile_fx|_compile\.py|CompileId|"
-                r"Compilation|dynamo_timed|InductorCompile|OutputGraph", re.IGNORECASE)),
+     # compile-time code only: the runtime of compiled code (eval_frame, guards, inductor's output_code and
+     # runtime/) runs every step and belongs to "compiled" below
+     re.compile(r"torch/_dynamo/(convert_frame|output_graph|symbolic_convert|variables/)|"
+                r"torch/_inductor/(compile_fx|graph|codecache|scheduler|lowering|codegen/)|"
+                r"compile_inner|CompileId|dynamo_timed|InductorCompile|OutputGraph", re.IGNORECASE)),
     ("gc", "garbage-collector pauses on the training thread",
      "call gc.freeze() after building the model and data, and gc.disable() in the loop with gc.collect() every "
      "few hundred steps",
@@ -45,11 +54,14 @@ CULPRITS = (
      "batch more requests per forward, overlap pre/post-processing with the GPU (another thread or process, an "
      "overlapping scheduler) and capture the forward in CUDA graphs",
      re.compile(r"transformers/pipelines/|pipeline\.__call__|Pipeline\.|\bpreprocess\b|\bpostprocess\b|"
-                r"sglang/|vllm/|scheduler|detokeniz|sampling|sampler", re.IGNORECASE)),
+                r"scheduler|detokeniz|sampling|sampler|prepare_inputs|_prepare_model_input|process_batch_result|"
+                r"update_states|engine/core", re.IGNORECASE)),
     ("compiled", "Python overhead around torch.compile regions (guards, graph breaks splitting the graph)",
      'use torch.compile(model, mode="reduce-overhead") (CUDA graphs) and remove graph breaks '
      '(TORCH_LOGS="graph_breaks") so one region covers the step',
-     re.compile(r"Torch-Compiled Region|CompiledFunction|Compiled Function", re.IGNORECASE)),
+     re.compile(r"Torch-Compiled Region|CompiledFunction|Compiled Function|TorchDynamo Cache Lookup|"
+                r"torch/_dynamo/(eval_frame|guards)\.py|torch/_inductor/(output_code\.py|runtime/)|"
+                r"_aot_autograd/runtime_wrappers\.py", re.IGNORECASE)),
 )
 PIPELINE_PREPROCESS_FIX = ("the pipeline decodes and transforms its inputs on the calling thread: pass it a "
                            "dataset or generator with batch_size and num_workers (pipe(dataset, batch_size=8, "
@@ -239,11 +251,15 @@ class HostBound(Detector):
         named = float(own.sum())
         by_name = (pd.Series(own, index=sp["name"].astype(str).to_numpy()).groupby(level=0).sum()
                    .sort_values(ascending=False)) if len(sp) else pd.Series(dtype=float)
-        # ops that launched a kernel themselves (their idle self time is dispatch overhead, not CPU math)
-        k = trace.kernels
-        launched = set(k["op_idx"].to_numpy()[k["op_idx"].to_numpy() >= 0].tolist()) if "op_idx" in k.columns else set()
-        aten = name_flags(sp["name"], lambda x: x.startswith("aten::")) if len(sp) else np.zeros(0, dtype=bool)
-        no_kernel = np.array([i not in launched for i in sp.index], dtype=bool) if len(sp) else np.zeros(0, dtype=bool)
+        # ops inside which the thread called the CUDA/HIP runtime (launches, copies: their idle self time is
+        # dispatch overhead); an aten op with no runtime call inside its span that is not a metadata-only op
+        # (views, empty allocations) computes on CPU tensors
+        rt = trace.runtime
+        lt = np.sort(rt["ts_us"].to_numpy()[(rt["tid"] == tid).to_numpy()]) if tid is not None else np.empty(0)
+        aten = (name_flags(sp["name"], lambda x: x.startswith("aten::") and not _METADATA_OP.match(x)) if len(sp)
+                else np.zeros(0, dtype=bool))
+        no_kernel = (np.searchsorted(lt, sp["end_us"].to_numpy(), side="right")
+                     == np.searchsorted(lt, sp["ts_us"].to_numpy(), side="left")) if len(sp) else np.zeros(0, dtype=bool)
         cpu_tensor_us = float(own[aten & no_kernel].sum()) if len(sp) else 0.0
 
         upy = py[~name_flags(py["name"], _LIBRARY_FRAME.match)] if len(py) else py
@@ -317,6 +333,8 @@ class HostBound(Detector):
                  + (f" (top: {lead[0][0][:80]}, {pct(lead[0][1] / lost)} of it)" if lead else "")
                  + f"; about {fmt_us(projected)} per step if the host kept up")
         fixes = [f for _, _, _, f in found[:2]] or [OVERHEAD[2]]
+        if len(fixes) == 2 and "reduce-overhead" in fixes[0] and "reduce-overhead" in fixes[1]:
+            fixes = fixes[:1]           # the same remedy twice
         fix = "; then ".join(fixes)
         fix = fix[0].upper() + fix[1:] + "."
         coverage = (named + iv.total(taken)) / lost if lost else 0.0
