@@ -296,6 +296,8 @@ class CpuOffload(Detector):
         lost = exposed + opt_idle
         frac = lost / ctx.window_us if ctx.window_us else 0.0
         if frac < self.min_frac:
+            yield self.declined(f"offload traffic present ({tr.rule}), stalling the GPU {100 * frac:.1f}% of the "
+                                f"window, below the {100 * self.min_frac:g}% threshold")
             return
         n = max(ctx.n_steps, 1)
         w = window_label(trace)
