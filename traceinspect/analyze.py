@@ -195,7 +195,7 @@ def _account(trace: Trace, findings: list[Finding], skipped: list[Skipped], brea
     unexpl_by = {p: max(v, 0.0) for p, v in left.items()}
     unexplained = sum(unexpl_by.values())
     explained = idle - unexplained
-    skip_reason = {s.name: s.reason for s in skipped}
+    skip_reason = {s.name: s for s in skipped}
     reasons = []
     for p in IDLE_PARTS:
         us = unexpl_by[p]
@@ -219,7 +219,7 @@ def _account(trace: Trace, findings: list[Finding], skipped: list[Skipped], brea
     }
 
 
-def _unexplained_why(trace: Trace, part: str, skip_reason: dict) -> str:
+def _unexplained_why(trace: Trace, part: str, skip_reason: dict[str, Skipped]) -> str:
     if part == "idle_unknown":
         if not len(trace.runtime):
             return ("the trace has no host (CUDA/HIP runtime) events, so GPU idle time cannot be tied to host work: "
@@ -229,7 +229,9 @@ def _unexplained_why(trace: Trace, part: str, skip_reason: dict) -> str:
                 "the CPU clock)" + _longest_wait(trace))
     owner = PART_OWNER[part]
     if owner in skip_reason:
-        return f"{owner} looked at it and did not report: {skip_reason[owner]}"
+        s = skip_reason[owner]
+        return (f"{owner} looked at it and did not report: {s.reason}" if s.checked else
+                f"{owner} could not judge it: {s.reason}")
     if part == "idle_sync":
         return ("the host was blocked in a synchronising call while the GPU already had its next op queued: the "
                 "GPU waited on a dependency (another stream, event or process), not on the host")
@@ -292,7 +294,7 @@ def _verdict(trace: Trace, findings: list[Finding], account: dict | None = None)
         elif unexpl > UNEXPLAINED_MAX_FRAC:
             why = "; ".join(r["why"] for r in account.get("unexplained_reasons", [])[:2])
             headline = (f"No cause found for {100 * unexpl:.0f}% of the step: the GPU idles "
-                        f"{account.get('unexplained_per_step_us', 0.0) / 1e3:.1f} ms per step that no finding explains"
+                        f"{fmt_us(account.get('unexplained_per_step_us', 0.0))} per step that no finding explains"
                         + (f" ({why})" if why else "") + ".")
         else:
             headline = "No significant slowdown found in the analysed steps."
