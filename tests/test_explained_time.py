@@ -227,3 +227,40 @@ def test_gpu_waiting_after_the_launch_is_not_blamed_on_the_host(tmp_path):
     assert per[0]["breakdown_us"]["idle_cpu"] == pytest.approx(late + 20 + t.launch_us, abs=0.01)
     why = next(r["why"] for r in rep.account["unexplained_reasons"] if r["part"] == "idle_unknown")
     assert "longest wait: 5.0 ms before" in why   # fmt_us: 5000 us -> "5.0 ms"
+
+
+def test_innermost_attribution_matches_a_stack_walk():
+    """self_overlap's vectorised parent search agrees with the obvious stack walk on random nested spans."""
+    import numpy as np
+    import pandas as pd
+    from traceinspect.detectors.host_bound import _parents, self_overlap
+    rng = np.random.default_rng(7)
+
+    def spans(lo, hi, depth):
+        out = []
+        t = lo
+        if hi - lo < 4:
+            return out
+        while t < hi and depth < 6:
+            d = float(rng.uniform(1, (hi - lo) / 2))
+            if t + d > hi:
+                break
+            out.append((t, t + d))
+            out += spans(t + d * 0.1, t + d * 0.9, depth + 1) if rng.random() < 0.7 else []
+            t += d + float(rng.uniform(0, 5))
+        return out
+    s = sorted(spans(0.0, 10_000.0, 0), key=lambda x: (x[0], -x[1]))
+    ts, end = np.array([a for a, _ in s]), np.array([b for _, b in s])
+    assert ts.size > 50
+    ref = np.full(ts.size, -1)
+    stack = []
+    for i in range(ts.size):
+        while stack and end[stack[-1]] <= ts[i] + 0.01:
+            stack.pop()
+        ref[i] = stack[-1] if stack else -1
+        stack.append(i)
+    assert (_parents(ts, end) == ref).all()
+    claimed = (np.array([0.0, 5000.0]), np.array([2500.0, 7500.0]))
+    sp, own = self_overlap(pd.DataFrame({"ts_us": ts, "end_us": end, "name": "x"}), claimed)
+    assert own.sum() == pytest.approx(sum(max(0.0, min(b, e) - max(a, s_)) for s_, e in zip(*claimed)
+                                          for a, b in [(ts[i], end[i]) for i in range(ts.size) if ref[i] < 0]))

@@ -129,15 +129,31 @@ def self_overlap(spans: pd.DataFrame, claimed: iv.Set) -> tuple[pd.DataFrame, np
     ts, end, incl = ts[keep], end[keep], incl[keep]
     order = np.lexsort((-end, ts))
     sp, ts, end, incl = sp.iloc[order], ts[order], end[order], incl[order]
-    own = incl.copy()
-    stack: list[int] = []
-    for i in range(ts.size):       # O(n): each span is pushed and popped once
-        while stack and end[stack[-1]] <= ts[i] + 0.01:
-            stack.pop()
-        if stack:
-            own[stack[-1]] -= incl[i]
-        stack.append(i)
+    parent = _parents(ts, end)
+    has = parent >= 0
+    own = incl - np.bincount(parent[has], weights=incl[has], minlength=incl.size)
     return sp, np.maximum(own, 0.0)
+
+
+def _parents(ts: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """For spans sorted by (start, -end) that nest, the index of each one's enclosing span (-1: none).
+
+    Vectorised: a span's depth is the number of spans open at its start (earlier starts minus the ends
+    at or before it, 10 ns slack); its parent is the last earlier span one level up."""
+    n = ts.size
+    closed = np.searchsorted(np.sort(end), ts + 0.01, side="right")
+    depth = np.arange(n) - closed
+    parent = np.full(n, -1, dtype=np.int64)
+    pos = np.arange(n)
+    for d in range(1, int(depth.max()) + 1 if n else 0):
+        kids = pos[depth == d]
+        ups = pos[depth == d - 1]
+        if not kids.size or not ups.size:
+            continue
+        j = np.searchsorted(ups, kids, side="left") - 1
+        ok = j >= 0
+        parent[kids[ok]] = ups[j[ok]]
+    return parent
 
 
 def _union_overlap(spans: pd.DataFrame, claimed: iv.Set) -> float:
@@ -267,18 +283,16 @@ class HostBound(Detector):
         by_py = (pd.Series(pown, index=psp["name"].astype(str).to_numpy()).groupby(level=0).sum()
                  .sort_values(ascending=False)) if len(psp) else pd.Series(dtype=float)
 
-        # culprits: idle inside any span whose name matches
-        every = pd.concat([ops[["ts_us", "end_us", "name"]], py[["ts_us", "end_us", "name"]]], ignore_index=True) \
-            if len(py) else ops[["ts_us", "end_us", "name"]]
+        # culprits: idle inside any span (CPU op, annotation or Python function) whose name matches
         found: list[tuple[float, str, str, str]] = []
         taken = iv.EMPTY
         for key, what, fix, rx in CULPRITS:
-            if not len(every):
-                break
-            m = every[name_flags(every["name"], rx.search)]
-            if not len(m):
+            m = [t[name_flags(t["name"], rx.search)] for t in (ops, py) if len(t)]
+            m = [t for t in m if len(t)]
+            if not m:
                 continue
-            s = iv.subtract(iv.intersect(iv.union(m["ts_us"], m["end_us"]), claimed), taken)
+            s = iv.subtract(iv.intersect(iv.union(np.concatenate([t["ts_us"].to_numpy() for t in m]),
+                                                  np.concatenate([t["end_us"].to_numpy() for t in m])), claimed), taken)
             us = iv.total(s)
             if us >= 0.05 * lost:
                 found.append((us, key, what, fix))
