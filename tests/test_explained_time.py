@@ -33,6 +33,16 @@ def _assert_account_adds_up(rep):
         c = sum(p["by_part_us"].get(part, 0.0) for p in a["parts"])
         assert c <= rep.breakdown[part]["us"] + 1e-6
         assert c + a["unexplained_by_part_us"][part] == pytest.approx(rep.breakdown[part]["us"], abs=1e-6)
+    # per step: the step's idle time is its claims plus its unexplained part, and the steps add up
+    rows = a["per_step"]
+    assert [r["step"] for r in rows] == [r["step"] for r in rep.steps["per_step"]]
+    for r, sr in zip(rows, rep.steps["per_step"]):
+        assert r["idle_us"] == pytest.approx(sum(sr["breakdown_us"][p] for p in IDLE_PARTS), abs=1e-2)  # rounded
+        assert sum(r["claims_us"].values()) <= r["idle_us"] + 1e-3
+        assert sum(r["claims_us"].values()) + r["unexplained_us"] == pytest.approx(r["idle_us"], abs=1e-3)
+    for p in a["parts"]:
+        assert sum(r["claims_us"][p["name"]] for r in rows) == pytest.approx(p["us"], rel=1e-9, abs=1e-3)
+    assert sum(r["unexplained_us"] for r in rows) == pytest.approx(a["unexplained_us"], rel=1e-9, abs=1e-3)
 
 
 # --- host-bound ---------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from .findings import Failure, Finding, Skipped
 from .report import Report
 from .timeline_sample import representative_step
 from .trace.model import Trace, load_trace
+from .trace import intervals as iv
 from .trace.timeline import IDLE_PARTS, PARTS
 
 PART_LABELS = {
@@ -203,6 +204,7 @@ def _account(trace: Trace, findings: list[Finding], skipped: list[Skipped], brea
             reasons.append({"part": p, "us": us, "per_step_us": us / n, "frac_of_step": us / win,
                             "why": _unexplained_why(trace, p, skip_reason)})
     reasons.sort(key=lambda r: -r["us"])
+    per_step = _account_per_step(trace, [f for f in findings if not f.masked_by and f.idle_claims_us])
     busy_causes = [{"name": f.name, "code": f.code, "us": f.time_lost_us - sum(f.idle_claims_us.values()),
                     "per_step_us": (f.time_lost_us - sum(f.idle_claims_us.values())) / n}
                    for f in findings if not f.masked_by and f.time_lost_us - sum(f.idle_claims_us.values()) > 1e-6]
@@ -216,7 +218,32 @@ def _account(trace: Trace, findings: list[Finding], skipped: list[Skipped], brea
         "unexplained_reasons": reasons,
         "busy_causes": busy_causes,
         "overlap_us": overlap,
+        "per_step": per_step,
     }
+
+
+def _account_per_step(trace: Trace, claimers: list[Finding]) -> list[dict]:
+    """Each step's GPU idle time, what each finding claims of it, and the unexplained rest."""
+    per = trace.timeline.per_step
+    s0, s1 = per["start_us"].to_numpy(), per["end_us"].to_numpy()
+    idle = sum(per[f"{p}_us"].to_numpy() for p in IDLE_PARTS)
+    claims = {}
+    for f in claimers:
+        c = np.zeros(len(per))
+        for p, us in f.idle_claims_us.items():
+            if p in f.claim_sets:
+                st, en, factor = f.claim_sets[p]
+                c += factor * iv.per_window((st, en), s0, s1)
+            else:   # a claim without its intervals (not from a detector): spread like the part's idle
+                part = per[f"{p}_us"].to_numpy()
+                c += us * part / part.sum() if part.sum() else 0.0
+        claims[f.name] = c
+    out = []
+    for i in range(len(per)):
+        cl = {name: float(c[i]) for name, c in claims.items()}
+        out.append({"step": int(per["step"].iloc[i]), "idle_us": float(idle[i]), "claims_us": cl,
+                    "unexplained_us": max(float(idle[i]) - sum(cl.values()), 0.0)})
+    return out
 
 
 def _unexplained_why(trace: Trace, part: str, skip_reason: dict[str, Skipped]) -> str:

@@ -1,7 +1,7 @@
 """Findings and their parts: frozen, keyword-only dataclasses. No logic beyond (de)serialisation."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 
@@ -45,9 +45,17 @@ class Finding:
     # findings that hide it, and its cost once they are fixed. time_lost_us is then its cost now.
     masked_by: tuple[str, ...] = ()
     projected_lost_us: float | None = None
+    # transient, not serialised: part -> (starts, ends, factor), the claimed idle intervals (scaled by
+    # factor <= 1), so the account can split each claim per step
+    claim_sets: dict = field(default_factory=dict, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "claim_sets"}
+        d["evidence"] = [asdict(e) for e in self.evidence]
+        d["events"] = [asdict(e) for e in self.events]
+        d["masked_by"] = list(self.masked_by)
+        d["idle_claims_us"] = dict(self.idle_claims_us)
+        return d
 
     @property
     def masked(self) -> bool:

@@ -131,8 +131,8 @@ class AllocatorChurn(Detector):
         cset = iv.union(calls["ts_us"], calls["end_us"])
         steady = iv.union(st["start_us"].iloc[1:], st["end_us"].iloc[1:])
         under = iv.intersect(cset, steady)
-        claims = {p: iv.total(iv.intersect(tl.sets[p], under)) for p in CLAIMED_PARTS}
-        lost = sum(claims.values())
+        claims = {p: iv.intersect(tl.sets[p], under) for p in CLAIMED_PARTS}
+        lost = sum(iv.total(c) for c in claims.values())
         synced = iv.total(iv.intersect(tl.sets["idle_sync"], under))
         frac = lost / ctx.window_us if ctx.window_us else 0.0
         if frac < self.min_frac:

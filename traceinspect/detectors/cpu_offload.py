@@ -291,7 +291,8 @@ class CpuOffload(Detector):
         if len(opt):
             st = trace.steps
             opt_set = iv.intersect(iv.union(opt["ts_us"], opt["end_us"]), iv.union(st["start_us"], st["end_us"]))
-            opt_idle = iv.total(iv.intersect(tl.sets["idle_cpu"], opt_set))
+            opt_claim = iv.intersect(tl.sets["idle_cpu"], opt_set)
+            opt_idle = iv.total(opt_claim)
             opt_idle_all = sum(iv.total(iv.intersect(tl.sets[p], opt_set)) for p in IDLE_PARTS)
         lost = exposed + opt_idle
         frac = lost / ctx.window_us if ctx.window_us else 0.0
@@ -358,7 +359,7 @@ class CpuOffload(Detector):
                  + (f" in {mem / GB:.0f} GB of GPU memory" if mem else " in GPU memory"))
         yield self.finding(ctx, title=title, time_lost_us=lost,
                            confidence="high" if tr.rule in ("both directions", "CPU optimizer") else "medium",
-                           evidence=ev, fix=_fix(ctx.framework, mem), idle_claims={"idle_cpu": opt_idle},
+                           evidence=ev, fix=_fix(ctx.framework, mem), idle_claims={"idle_cpu": opt_claim} if len(opt) else None,
                            events=events_from(mc, trace, "memcpy", 2) + events_from(opt, trace, "cpu", 1))
 
 

@@ -78,7 +78,8 @@ class DataloaderStall(Detector):
             yield self.skip("no DataLoader spans (enumerate(DataLoader)#...__next__) in the trace")
             return
         st = trace.steps
-        idle = iv.total(iv.intersect(trace.timeline.sets["idle_dataloader"], iv.union(st["start_us"], st["end_us"])))
+        claim = iv.intersect(trace.timeline.sets["idle_dataloader"], iv.union(st["start_us"], st["end_us"]))
+        idle = iv.total(claim)
         frac = idle / ctx.window_us if ctx.window_us else 0.0
         if frac < self.min_frac:
             yield self.declined(f"DataLoader spans present, GPU idle in them {fmt_us(idle / max(ctx.n_steps, 1))}/step "
@@ -125,4 +126,4 @@ class DataloaderStall(Detector):
                  + (" (num_workers=0)" if single else ""))
         yield self.finding(ctx, title=title, time_lost_us=idle,
                            confidence="high" if frac >= 0.1 else "medium", evidence=ev, fix=fix,
-                           events=events_from(dl_in, trace, "cpu"), idle_claims={"idle_dataloader": idle})
+                           events=events_from(dl_in, trace, "cpu"), idle_claims={"idle_dataloader": claim})

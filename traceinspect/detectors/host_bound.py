@@ -358,4 +358,4 @@ class HostBound(Detector):
                        for nm, r in ((r.name, r) for r in sp.assign(own=own).nlargest(3, "own").itertuples(index=False))) \
             if len(sp) else ()
         yield self.finding(ctx, title=title, time_lost_us=lost, confidence=conf, evidence=ev, fix=fix,
-                           events=events, idle_claims={"idle_cpu": cpu_us, "idle_launch": launch_us})
+                           events=events, idle_claims={"idle_cpu": cpu_part, "idle_launch": launch_part})

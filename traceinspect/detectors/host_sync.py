@@ -201,7 +201,10 @@ class HostSync(Detector):
                                 track=f"CPU thread {int(r.tid)}")
                        for r in in_win.nlargest(3, "lost_us").itertuples(index=False))
         yield self.finding(ctx, title=title, time_lost_us=lost, confidence="high" if frac >= 0.1 else "medium",
-                           evidence=ev, fix=self._fix(ctx, causes), events=events, idle_claims={"idle_sync": lost})
+                           evidence=ev, fix=self._fix(ctx, causes), events=events,
+                           # the starved pieces the syncs own, scaled to the time lost (min of wait and bubble)
+                           idle_claims={"idle_sync": ((ps[owner >= 0], pe[owner >= 0]),
+                                                      lost / max(float(bubble.sum()), 1e-9))})
 
     @staticmethod
     def _explain(trace, syncs: pd.DataFrame) -> tuple[Counter, Counter, Counter]:

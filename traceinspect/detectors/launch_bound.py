@@ -191,7 +191,7 @@ class LaunchBound(Detector):
                            confidence="high" if frac >= 0.25 and short >= 0.5 else "medium",
                            evidence=ev, fix=self._fix(trace, ctx, factor, training, graphs > 0),
                            events=self._events(trace, k, claimed), upper_bound=True,
-                           idle_claims={"idle_launch": lost})
+                           idle_claims={"idle_launch": claimed})
 
     def claim(self, trace) -> tuple[iv.Set, float, float, bool]:
         """The launch gaps this detector claims (idle_launch in the steps, less the unfused-optimizer and

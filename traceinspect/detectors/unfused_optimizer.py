@@ -217,7 +217,8 @@ class UnfusedOptimizer(Detector):
         st = trace.steps
         steps_set = iv.union(st["start_us"], st["end_us"])
         tl = trace.timeline
-        idle_launch = iv.total(iv.intersect(iv.intersect(tl.sets["idle_launch"], steps_set), win))
+        launch_claim = iv.intersect(iv.intersect(tl.sets["idle_launch"], steps_set), win)
+        idle_launch = iv.total(launch_claim)
         idle_cpu = iv.total(iv.intersect(iv.intersect(tl.sets["idle_cpu"], steps_set), win))
         n_spans = len(bad)
         busy = float(bad["busy_us"].sum())
@@ -269,7 +270,7 @@ class UnfusedOptimizer(Detector):
         yield self.finding(ctx, title=title, time_lost_us=lost,
                            confidence="high" if frac >= 0.05 and impl == "for-loop" else "medium",
                            evidence=ev, fix=self._fix(ctx, cls), events=events,
-                           idle_claims={"idle_launch": idle_launch})
+                           idle_claims={"idle_launch": launch_claim})
 
     @staticmethod
     def _fix(ctx, cls: str) -> str:
