@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from . import detectors as registry
-from .detectors.base import Context, Detector, fmt_us, in_steps, window_label
+from .detectors.base import Context, Detector, fmt_us, in_steps, projected_step, window_label
 from .errors import DetectorFailed, TraceError, UsageError
 from .findings import Failure, Finding, Skipped
 from .report import Report
@@ -330,9 +330,8 @@ def _verdict(trace: Trace, findings: list[Finding], account: dict | None = None)
         return {"top": None, "headline": headline, **base}
     top = causes[0]
     fixable = [top] + [f for f in causes[1:] if f.confidence != "low"][:2]
-    saved = sum(f.time_lost_per_step_us for f in fixable)
     # causes are assumed independent; never promise more than 90% of the step back
-    saved = min(saved, 0.9 * median)
+    expected = projected_step(median, sum(f.time_lost_per_step_us for f in fixable))
     also = [f"{f.name} ({f.time_lost_per_step_us / 1e3:.1f} ms/step)" for f in fixable[1:]]
     headline = top.title.rstrip(".") + (f". Also: {', '.join(also)}" if also else "")
     if unexpl > UNEXPLAINED_MAX_FRAC:
@@ -343,7 +342,7 @@ def _verdict(trace: Trace, findings: list[Finding], account: dict | None = None)
         "top": top.name, "top_title": top.title, "headline": headline,
         "top_per_step_us": top.time_lost_per_step_us, "top_frac": top.time_lost_frac,
         "top_confidence": top.confidence,
-        "expected_step_us": median - saved,
+        "expected_step_us": expected,
         "expected_from": [f.name for f in fixable],
         "assumption": (("estimate: median step time minus the per-step time lost of the top cause and the next "
                         f"{len(fixable) - 1} medium/high-confidence active cause(s), assuming they are independent "

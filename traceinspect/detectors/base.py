@@ -180,6 +180,14 @@ def in_steps(df: pd.DataFrame, trace: Trace, col: str = "ts_us") -> pd.DataFrame
     return df[ok]
 
 
+MAX_PROMISE = 0.9   # an estimate never promises more than 90% of the step back
+
+
+def projected_step(median_us: float, saved_per_step_us: float) -> float:
+    """The median step once saved_per_step_us is recovered (the verdict's rule, shared so numbers agree)."""
+    return median_us - min(max(saved_per_step_us, 0.0), MAX_PROMISE * median_us)
+
+
 def fmt_us(us: float) -> str:
     if us >= 1e6:
         return f"{us / 1e6:.2f} s"

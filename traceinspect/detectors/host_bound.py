@@ -11,7 +11,7 @@ from ..findings import EventRef, Evidence
 from ..trace import intervals as iv
 from ..trace.tables import name_flags
 from .allocator_churn import steady_alloc_set
-from .base import Detector, fmt_us, option, pct, window_label
+from .base import Detector, fmt_us, option, pct, projected_step, window_label
 from .cpu_offload import offload_optimizer_set
 from .launch_bound import LaunchBound, _launch_rows
 
@@ -186,7 +186,8 @@ class HostBound(Detector):
         steady-state cudaMalloc/cudaFree calls (allocator-churn) and inside a CPU-side optimizer step
         of an offloaded run (cpu-offload); plus the launch gaps launch-bound would claim when it does
         not report them. This is what the step would shrink by if the host kept the
-        GPU's queue full; the projected step time is the median step minus it. Each CPU op, annotation
+        GPU's queue full; the projected step time is the median step minus it (never less than 10% of
+        the median step, the verdict's rule). Each CPU op, annotation
         or Python function is credited with the idle time during which it is the innermost span on
         the launching thread, so the shares do not overlap; idle time with no span is Python between
         ops (or work the profiler did not record). Recognisable culprits (below) are credited with
@@ -311,7 +312,7 @@ class HostBound(Detector):
 
         w = window_label(trace)
         median = float(st["dur_us"].median())
-        projected = max(median - lost / n, 0.0)
+        projected = projected_step(median, lost / n)
         ev = [
             Evidence(label="GPU idle while the launching thread does other work", value=round(lost / n / 1e3, 3),
                      unit="ms/step", window=w),
