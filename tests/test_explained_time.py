@@ -275,3 +275,27 @@ def test_innermost_attribution_matches_a_stack_walk():
     sp, own = self_overlap(pd.DataFrame({"ts_us": ts, "end_us": end, "name": "x"}), claimed)
     assert own.sum() == pytest.approx(sum(max(0.0, min(b, e) - max(a, s_)) for s_, e in zip(*claimed)
                                           for a, b in [(ts[i], end[i]) for i in range(ts.size) if ref[i] < 0]))
+
+
+def test_a_poisoned_account_and_masked_finding_render_inert(tmp_path):
+    """A saved report whose new fields are hostile or malformed still loads and renders in every format."""
+    from traceinspect.render import RENDERERS
+    d = analyze(_load(bh.build_launch_bound_eager_attention(), tmp_path)).to_dict()
+    evil = "<script>alert(1)</script>`|*_[x](javascript:y)\x1b]0;pwn\x07"
+    d["account"]["parts"] = [{"name": evil, "per_step_us": "NaN", "frac_of_step": None}, "junk"]
+    d["account"]["unexplained_reasons"] = [{"part": evil, "why": evil, "per_step_us": float("inf")}, 7]
+    d["account"]["explained_frac_of_idle"] = evil
+    d["steps"]["count"] = 1e400
+    f = next(x for x in d["findings"] if x["name"] == "eager-attention")
+    f["masked_by"] = [evil]
+    f["projected_lost_us"] = evil
+    f["idle_claims_us"] = {"idle_cpu": evil}
+    d["findings"].append(dict(f, masked_by=evil, name=evil))   # masked_by not a list: not masked
+    r = Report.from_dict(d)
+    assert r.findings[-1].masked_by == ()
+    for fmt in ("text", "md", "html"):
+        out = RENDERERS[fmt][0](r, width=100)
+        assert "\x1b" not in out and "\x07" not in out          # no terminal escapes in any format
+    assert "<script>" not in RENDERERS["html"][0](r, width=100)
+    from test_injection import assert_markdown_inert              # GitHub's renderer (skips without it)
+    assert_markdown_inert(RENDERERS["md"][0](r, width=100), "<script>alert(1)</script>")

@@ -215,3 +215,17 @@ def test_matplotlib_is_imported_only_to_draw():
     code = ("import sys, traceinspect.cli, traceinspect.render, traceinspect.render.html, traceinspect.diff; "
             "assert 'matplotlib' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_poisoned_saved_report_is_escaped_in_every_field(tmp_path):
+    """A cached or saved report can hold markup anywhere, numbers included (the audit's `rank`)."""
+    d = report_of(crafted(), tmp_path).to_dict()
+    d["trace"]["rank"] = XSS_ANNOTATION
+    d["steps"]["count"] = XSS_ANNOTATION
+    d["top_kernels"][0]["count"] = XSS_ANNOTATION
+    d["breakdown"]["compute"]["frac"] = XSS_ANNOTATION
+    d["findings"][0]["time_lost_frac"] = XSS_ANNOTATION
+    d["findings"][0]["confidence"] = XSS_KERNEL
+    page = render(Report.from_dict(d))
+    assert "<img" not in page and page.count("<script") == 1
+    assert "&lt;img src=x onerror=alert(2)&gt;&amp;amp;" in page          # shown, escaped once

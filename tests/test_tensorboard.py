@@ -8,6 +8,7 @@ from builders import build_dataloader_stall
 from traceinspect.analyze import analyze
 from traceinspect.cli import cli
 from traceinspect.errors import UsageError
+from traceinspect.inert import md_text
 from traceinspect.tensorboard import write_report
 from traceinspect.trace.model import load_trace
 
@@ -42,7 +43,7 @@ def test_scalars_and_text_read_back(report, tmp_path):
     assert lost == pytest.approx(stall.time_lost_per_step_us / 1e3, rel=1e-6)
     assert ea.Scalars("traceinspect/breakdown_ms/idle_dataloader")
     verdict = ea.Tensors("traceinspect/verdict")[0].tensor_proto.string_val[0].decode()
-    assert verdict == report.verdict["top_title"]
+    assert verdict == md_text(report.verdict["top_title"])   # TensorBoard renders it as Markdown
     md = ea.Tensors("traceinspect/report")[0].tensor_proto.string_val[0].decode()
     assert md.startswith("## traceinspect") and "dataloader-stall" in md
 
@@ -61,3 +62,16 @@ def test_without_tensorboard_a_clear_usage_error(report, tmp_path, monkeypatch):
         monkeypatch.setitem(sys.modules, name, None)
     with pytest.raises(UsageError, match=r"pip install 'traceinspect\[tensorboard\]'"):
         write_report(report, tmp_path / "tb")
+
+
+def test_summary_markdown_makes_no_image_or_link(report):
+    """TensorBoard renders the text as Markdown and its sanitiser keeps <img> and <a>."""
+    pu = pytest.importorskip("tensorboard.plugin_util")
+    from traceinspect.tensorboard import summary_markdown
+    d = report.to_dict()
+    d["findings"][0]["title"] = "![x](https://evil.example/i.png) <img src=https://evil.example/j.png> [l](https://e.example)"
+    d["trace"]["file"] = "https://evil.example/f www.evil.example a@evil.example"
+    from traceinspect.report import Report
+    out = pu.markdown_to_safe_html(summary_markdown(Report.from_dict(d)))
+    assert "<img" not in out and "<a " not in out and "href" not in out
+    assert "evil.example/i.png" in out                      # shown as text

@@ -50,10 +50,23 @@ class _Group(click.Group):
                   EXIT_INTERNAL)
 
 
+def _say(msg: str) -> None:
+    """One line on stderr. Messages echo file names and trace values: control characters and terminal
+    escapes are shown as visible escapes (inert.text), and nothing the terminal cannot encode raises."""
+    from .inert import text
+    _echo(text(msg) + "\n", err=True)
+
+
+def _echo(s: str, *, err: bool = False) -> None:
+    stream = click.get_text_stream("stderr" if err else "stdout")
+    enc = getattr(stream, "encoding", None) or "utf-8"
+    click.echo(s.encode(enc, "backslashreplace").decode(enc), nl=False, err=err)
+
+
 def _fail(msg: str, hint: str, code: int):
-    click.echo(msg, err=True)
+    _say(msg)
     if hint:
-        click.echo(f"hint: {hint}", err=True)
+        _say(f"hint: {hint}")
     sys.exit(code)
 
 
@@ -64,13 +77,17 @@ def cli():
 
 
 def _write(text: str, output: str | None) -> None:
+    """Every report and diff leaves through here: a last guard keeps only \\n and \\t of the control
+    characters (terminal escapes, also in a file: `cat report.txt` replays them) and no lone surrogate."""
+    from .inert import document
+    text = document(text)
     if output and output != "-":
         try:
             Path(output).write_text(text, encoding="utf-8")
         except OSError as e:
             raise UsageError(f"cannot write {output}: {e.strerror or e}") from None
     else:
-        click.echo(text, nl=False)
+        _echo(text)
 
 
 def _choose_format(fmt: str | None, output: str | None) -> str:
@@ -102,7 +119,8 @@ class _Progress:
     """A one-line progress bar on stderr, only when stderr is a terminal and the work is long."""
 
     def __init__(self, label: str, enabled: bool):
-        self.label = label
+        from .inert import text
+        self.label = text(label)       # a file name: no terminal escapes
         self.enabled = enabled and sys.stderr.isatty()
         self.last = -1
 
@@ -219,8 +237,8 @@ def analyze(path, fmt, output, rank, steps, fail_on, strict, jobs, assets, tb_lo
         write_report(report, tb_logdir)
     if fail_on is not None and any(f.time_lost_frac >= fail_on for f in report.findings):
         worst = report.findings[0]
-        click.echo(f"fail-on: {worst.name} loses {100 * worst.time_lost_frac:.1f}% of the step time "
-                   f"(threshold {100 * fail_on:.1f}%)", err=True)
+        _say(f"fail-on: {worst.name} loses {100 * worst.time_lost_frac:.1f}% of the step time "
+                   f"(threshold {100 * fail_on:.1f}%)")
         sys.exit(EXIT_FINDING)
 
 

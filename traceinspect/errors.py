@@ -4,8 +4,13 @@
     ├── UsageError            exit 2: bad arguments (wrong --steps, unknown detector)
     ├── TraceError            exit 3: a trace cannot be read (path, reason, hint)
     └── DetectorFailed        exit 4: a detector crashed and --strict was given
+
+Messages and hints are made inert on the way in (inert.text): they echo file names and trace values,
+and whoever prints them (the CLI, a notebook, a log) must not replay a terminal escape.
 """
 from __future__ import annotations
+
+from .inert import text
 
 
 class TraceinspectError(Exception):
@@ -13,9 +18,9 @@ class TraceinspectError(Exception):
     hint = ""
 
     def __init__(self, message: str, *, hint: str = "") -> None:
-        super().__init__(message)
+        super().__init__(text(message))
         if hint:
-            self.hint = hint
+            self.hint = text(hint)
 
 
 class UsageError(TraceinspectError):

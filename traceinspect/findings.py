@@ -66,8 +66,16 @@ class Finding:
         d = dict(d)
         d["evidence"] = tuple(Evidence(**e) for e in d.get("evidence", ()))
         d["events"] = tuple(EventRef(**e) for e in d.get("events", ()))
-        d["masked_by"] = tuple(str(x) for x in d.get("masked_by") or ())
-        d["idle_claims_us"] = {str(k): float(v) for k, v in (d.get("idle_claims_us") or {}).items()}
+        # the issue-13 fields, tolerant of reports saved before them (absent) and of malformed values
+        mb = d.get("masked_by")
+        d["masked_by"] = tuple(str(x) for x in mb) if isinstance(mb, (list, tuple)) else ()
+        ic = d.get("idle_claims_us")
+        d["idle_claims_us"] = ({str(k): float(v) for k, v in ic.items()
+                                if isinstance(v, (int, float)) and not isinstance(v, bool)}
+                               if isinstance(ic, dict) else {})
+        pl = d.get("projected_lost_us")
+        d["projected_lost_us"] = float(pl) if isinstance(pl, (int, float)) and not isinstance(pl, bool) else None
+        d.pop("claim_sets", None)
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in d.items() if k in known})
 

@@ -4,6 +4,7 @@ Owns to_dict()/from_dict() and the schema version. Must not read trace tables (a
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +15,8 @@ SCHEMA_VERSION = 2   # 2: findings ranked by confidence-weighted time lost; acco
 
 def severity(frac: float) -> str:
     """Derived from the share of the window lost, so ranking is consistent across detectors."""
+    if isinstance(frac, bool) or not isinstance(frac, numbers.Real):   # a malformed saved report
+        return "low"
     if frac >= 0.20:
         return "high"
     if frac >= 0.05:

@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 
 from .errors import UsageError
+from .inert import md_code, md_text, num
+from .inert import text as inert_text
 
 PREFIX = "traceinspect"
 INSTALL_HINT = "--tensorboard needs the optional extra: pip install 'traceinspect[tensorboard]'"
@@ -49,27 +51,31 @@ def write_report(report, logdir) -> str:
                                          metadata=text_meta.create_summary_metadata(display_name=tag,
                                                                                     description=""))
 
+    # numbers from a saved or cached report may be anything: a value that is not a number is left out
     events: list[tuple[int, list]] = []
-    rows = report.steps.get("per_step", [])
+    rows = [r for r in report.steps.get("per_step", []) if isinstance(r, dict) and num(r.get("step")) is not None]
     for r in rows:
-        vals = [scalar("step_time_ms", r["dur_us"] / 1e3)]
-        vals += [scalar(f"breakdown_ms/{p}", us / 1e3) for p, us in sorted((r.get("breakdown_us") or {}).items())]
-        events.append((int(r["step"]), vals))
-    last = int(rows[-1]["step"]) if rows else 0
+        vals = [scalar("step_time_ms", num(r.get("dur_us")) / 1e3)] if num(r.get("dur_us")) is not None else []
+        bd_us = r.get("breakdown_us") if isinstance(r.get("breakdown_us"), dict) else {}
+        vals += [scalar(f"breakdown_ms/{inert_text(p)}", num(us) / 1e3) for p, us in sorted(bd_us.items())
+                 if num(us) is not None]
+        events.append((int(num(r["step"])), vals))
+    last = events[-1][0] if events else 0
     summary = []
-    if report.steps.get("count"):
-        summary.append(scalar("median_step_time_ms", report.steps["median_us"] / 1e3))
-    busy = (report.breakdown.get("gpu_busy") or {}).get("frac")
+    if report.steps.get("count") and num(report.steps.get("median_us")) is not None:
+        summary.append(scalar("median_step_time_ms", num(report.steps["median_us"]) / 1e3))
+    busy = num((report.breakdown.get("gpu_busy") or {}).get("frac"))
     if busy is not None:
         summary.append(scalar("gpu_busy_pct", 100.0 * busy))
-    if report.verdict.get("expected_step_us") is not None:
-        summary.append(scalar("expected_step_time_ms", report.verdict["expected_step_us"] / 1e3))
+    if num(report.verdict.get("expected_step_us")) is not None:
+        summary.append(scalar("expected_step_time_ms", num(report.verdict["expected_step_us"]) / 1e3))
     lost: dict[str, float] = {}
     for f in report.findings:
-        lost[f.name] = lost.get(f.name, 0.0) + f.time_lost_per_step_us
+        lost[inert_text(f.name)] = lost.get(inert_text(f.name), 0.0) + (num(f.time_lost_per_step_us) or 0.0)
     summary += [scalar(f"time_lost_ms_per_step/{name}", us / 1e3) for name, us in sorted(lost.items())]
     v = report.verdict
-    summary.append(text("verdict", v.get("top_title") or v.get("headline") or "no steps analysed"))
+    # TensorBoard renders every text summary as Markdown: the verdict too
+    summary.append(text("verdict", md_text(v.get("top_title") or v.get("headline") or "no steps analysed")))
     summary.append(text("report", summary_markdown(report)))
     events.append((last, summary))
 
@@ -88,33 +94,40 @@ def write_report(report, logdir) -> str:
 def summary_markdown(report) -> str:
     """Verdict, breakdown and findings as Markdown for TensorBoard's text panel (which renders Markdown).
 
-    Kept here rather than reusing render.markdown: this module sits below the renderers (layering).
+    Kept here rather than reusing render.markdown: this module sits below the renderers (layering). Every
+    value goes through inert.md_text()/md_code() (safe under Python-Markdown, which TensorBoard uses,
+    whose sanitiser keeps <img> and <a>) and numbers through _ms().
     """
     t, st, v, bd = report.trace, report.steps, report.verdict, report.breakdown
-    gpu = (t.get("gpu") or {}).get("name") or "no GPU activity"
-    line = f"{gpu}, rank {t.get('rank', 0)}; {t.get('window', '')}"
+    gpu = (t.get("gpu") or {}).get("name") if isinstance(t.get("gpu"), dict) else t.get("gpu")
+    line = f"{md_text(gpu or 'no GPU activity')}, rank {md_text(t.get('rank', 0))}; {md_text(t.get('window', ''))}"
     if st.get("count"):
-        line += f"; median step **{st['median_us'] / 1e3:.1f} ms** over {st['count']} steps"
-    o = [f"## traceinspect: {_md(t.get('file', '?'))}", "", _md(line), ""]
+        line += f"; median step **{_ms(st.get('median_us'))} ms** over {md_text(st['count'])} steps"
+    o = [f"## traceinspect: {md_text(t.get('file', '?'))}", "", line, ""]
     if v.get("top"):
-        o += [f"**Verdict:** {_md(v['top_title'])}", "",
-              f"Expected step if fixed: about {v['expected_step_us'] / 1e3:.1f} ms "
-              f"(fixing {', '.join(v.get('expected_from', []))}).", ""]
+        o += [f"**Verdict:** {md_text(v.get('top_title', ''))}", "",
+              f"Expected step if fixed: about {_ms(v.get('expected_step_us'))} ms "
+              f"(fixing {', '.join(md_code(n) for n in v.get('expected_from', []))}).", ""]
     elif v:
-        o += [f"**Verdict:** {_md(v.get('headline', ''))}", ""]
+        o += [f"**Verdict:** {md_text(v.get('headline', ''))}", ""]
     if bd:
         o += ["| where each step goes | ms per step | share |", "|---|---:|---:|"]
-        o += [f"| {_md(b.get('label', p))} | {b['per_step_us'] / 1e3:.2f} | {100 * b['frac']:.1f}% |"
-              for p, b in bd.items() if b.get("us")]
+        o += [f"| {md_text(b.get('label', p))} | {_ms(b.get('per_step_us'), 2)} | {_pct(b.get('frac'))} |"
+              for p, b in bd.items() if isinstance(b, dict) and b.get("us")]
         o.append("")
     for i, f in enumerate(report.findings, 1):
-        o.append(f"{i}. `{f.name}` ({f.code}): {f.time_lost_per_step_us / 1e3:.1f} ms/step, "
-                 f"{100 * f.time_lost_frac:.1f}% of the window. {_md(f.title)}. Fix: {_md(f.fix)}")
+        o.append(f"{md_text(i)}. {md_code(f.name)} ({md_text(f.code)}): {_ms(f.time_lost_per_step_us)} ms/step, "
+                 f"{_pct(f.time_lost_frac)} of the window. {md_text(f.title)}. Fix: {md_text(f.fix)}")
     if not report.findings:
         o.append("No findings.")
     return "\n".join(o) + "\n"
 
 
-def _md(s) -> str:
-    """Text from the trace inside Markdown: pipes and angle brackets escaped (TensorBoard sanitises HTML too)."""
-    return str(s).replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+def _ms(us, digits: int = 1) -> str:
+    x = num(us)
+    return "n/a" if x is None else f"{x / 1e3:.{digits}f}"
+
+
+def _pct(frac) -> str:
+    x = num(frac)
+    return "n/a" if x is None else f"{100 * x:.1f}%"

@@ -9,7 +9,7 @@ import importlib.util
 import io
 import re
 
-from .common import BREAKDOWN_ORDER
+from .common import BREAKDOWN_ORDER, plain
 
 INSTALL_HINT = "pip install 'traceinspect[html]'"
 
@@ -59,7 +59,7 @@ def step_breakdown(report) -> str | None:
             bottom = [b + v for b, v in zip(bottom, vals)]
     step_every = max(1, len(rows) // 20)
     ax.set_xticks(x[::step_every])
-    ax.set_xticklabels([f"#{rows[i]['step']}" for i in x[::step_every]])
+    ax.set_xticklabels([_label(f"#{rows[i]['step']}") for i in x[::step_every]])
     ax.set_xlabel("step")
     ax.set_ylabel("ms per step")
     _legend(ax)
@@ -88,8 +88,8 @@ def step_timeline(report) -> str | None:
     ax.set_ylim(-0.6, 1.6)
     ax.set_xlim(0, float(ts.get("dur_us", 0.0)) / 1e3 or 1)
     ax.set_xlabel("ms from the start of the step")
-    ax.set_title(f"ProfilerStep#{ts.get('step')} ({ts.get('choice', 'representative step')}, "
-                 f"{float(ts.get('dur_us', 0.0)) / 1e3:.1f} ms)")
+    ax.set_title(_label(f"ProfilerStep#{ts.get('step')} ({ts.get('choice', 'representative step')}, "
+                        f"{float(ts.get('dur_us', 0.0)) / 1e3:.1f} ms)"))
     _legend(ax)
     return _svg(fig, "timeline")
 
@@ -142,6 +142,12 @@ def _figure(w: float, h: float, ncols: int = 1, width_ratios=None):
         kw = {"width_ratios": width_ratios} if width_ratios else {}
         axes = fig.subplots(1, ncols, gridspec_kw=kw) if ncols > 1 else fig.subplots()
     return fig, axes
+
+
+def _label(s) -> str:
+    """Report text as a matplotlib label: control characters escaped, `$` literal (no mathtext parse,
+    which raises on malformed input). matplotlib escapes the SVG text itself."""
+    return plain(s).replace("$", "\\$")
 
 
 def _legend(ax) -> None:

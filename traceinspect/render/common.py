@@ -1,13 +1,35 @@
-"""Formatting shared by the text-like renderers (numbers, units, severity). No I/O."""
+"""Formatting shared by the renderers (numbers, units, severity) and their escaping helpers. No I/O.
+
+Every value from a report is untrusted (a saved or cached report can hold anything): interpolate it
+through plain() (text), md_text()/md_code() (Markdown) or html.esc(), and numbers through ms()/pct()/
+count(), which never raise and print only digits, units or "n/a".
+"""
 from __future__ import annotations
 
+import math
+
+from ..inert import md_code, md_text, num
+from ..inert import text as plain
 from ..report import severity
+
+__all__ = ["BREAKDOWN_ORDER", "count", "evidence_value", "gpu_line", "md_code", "md_text", "ms", "num", "pct",
+           "plain", "run_config_items", "sev"]
+
+
+def count(x) -> str:
+    """A count or rank: digits, or "n/a"."""
+    v = num(x)
+    if v is None:
+        return "n/a"
+    return str(int(v)) if math.isfinite(v) and v == int(v) else f"{v:g}"
 
 
 def ms(us) -> str:
+    us = num(us)
     if us is None:
         return "n/a"
-    us = float(us)
+    if math.isinf(us):
+        return f"{us} us"
     if abs(us) >= 1e6:
         return f"{us / 1e6:.2f} s"
     if abs(us) >= 1e3:
@@ -16,31 +38,36 @@ def ms(us) -> str:
 
 
 def pct(x) -> str:
-    return "n/a" if x is None else f"{100 * float(x):.1f}%"
+    x = num(x)
+    return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
 def evidence_value(e) -> str:
+    """Value and unit, unescaped: the caller escapes (the value may be a string from a saved report)."""
     v = e.value
-    if isinstance(v, float):
+    if isinstance(v, float) and math.isfinite(v):
         v = f"{v:,.3f}".rstrip("0").rstrip(".") if abs(v) < 1000 else f"{v:,.0f}"
     return f"{v} {e.unit}".strip()
 
 
 def gpu_line(trace: dict) -> str:
+    """GPU name and architecture, unescaped: the caller escapes."""
     g = trace.get("gpu")
     if not g:
         return "no GPU activity"
+    if not isinstance(g, dict):
+        return str(g)
     cc = f", {g['arch']}" if g.get("arch") and g.get("arch") != "unknown" else ""
-    return f"{g['name']}{cc}"
+    return f"{g.get('name', '?')}{cc}"
 
 
 def sev(f) -> str:
-    return severity(f.time_lost_frac)
+    return severity(num(f.time_lost_frac) or 0.0)
 
 
 def labels(f) -> str:
     """Severity (share of the window lost) and confidence (strength of the evidence), each named."""
-    return f"severity {sev(f)}, confidence {f.confidence}"
+    return f"severity {sev(f)}, confidence {plain(f.confidence)}"
 
 
 BREAKDOWN_ORDER = ("compute", "comm", "memcpy", "idle_dataloader", "idle_sync", "idle_launch", "idle_cpu",

@@ -1,16 +1,18 @@
 """HTML: one self-contained page (inline CSS and SVG charts, no script, no network) for a Report or a diff.
 
-Everything that comes from a trace goes through esc(); a Content-Security-Policy forbids scripts and
-remote loads, so even a missed escape cannot run code. The canonical JSON is embedded as inert data.
-No I/O here.
+Everything that comes from a trace or a saved report goes through esc() (control characters shown as
+escapes, then HTML-escaped), numbers through ms()/pct()/count(), which print only digits and units; a
+Content-Security-Policy forbids scripts and remote loads, so even a missed escape cannot run code. The
+canonical JSON is embedded as inert data. No I/O here.
 """
 from __future__ import annotations
 
 import html
 import json
 
+from ..inert import valid_unicode
 from . import charts
-from .common import BREAKDOWN_ORDER, evidence_value, gpu_line, ms, pct, sev
+from .common import BREAKDOWN_ORDER, count, evidence_value, gpu_line, ms, num, pct, plain, sev
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
@@ -51,7 +53,7 @@ footer{margin-top:36px;color:var(--muted);font-size:12px}
 
 
 def esc(s) -> str:
-    return html.escape("" if s is None else str(s), quote=True)
+    return html.escape("" if s is None else plain(s), quote=True)
 
 
 def render(report, *, width: int = 100, color: bool = False) -> str:
@@ -115,7 +117,7 @@ def render_diff(d, *, width: int = 100, color: bool = False) -> str:
                 "<th class=n>mean</th><th class=n>std</th><th class=n>min</th><th class=n>max</th></tr>")
     for name, side in (("before", d.before), ("after", d.after)):
         s = side["steps"]
-        body.append(f"<tr><td>{name}</td><td class=n>{s['n']}</td><td class=n>{ms(s['median_us'])}</td>"
+        body.append(f"<tr><td>{name}</td><td class=n>{count(s['n'])}</td><td class=n>{ms(s['median_us'])}</td>"
                     f"<td class=n>{ms(s['mean_us'])}</td><td class=n>{ms(s['std_us'])}</td>"
                     f"<td class=n>{ms(s['min_us'])}</td><td class=n>{ms(s['max_us'])}</td></tr>")
     body.append("</table>")
@@ -179,7 +181,7 @@ def _verdict(report) -> str:
             "</section>"])
     if v:
         return (f"<section class=\"verdict ok\" id=\"verdict\"><p class=\"big\">{esc(v.get('headline', ''))}</p>"
-                f"<p class=\"note\">median step {esc(ms(v.get('median_step_us')))} over {st.get('count', 0)} steps</p>"
+                f"<p class=\"note\">median step {esc(ms(v.get('median_step_us')))} over {count(st.get('count', 0))} steps</p>"
                 "</section>")
     return "<section class=\"verdict ok\" id=\"verdict\"><p class=\"big\">No steps to analyse.</p></section>"
 
@@ -195,8 +197,8 @@ def _breakdown(report) -> list[str]:
     o.append("<table><tr><th>part</th><th class=n>per step (mean)</th><th class=n>share</th><th></th></tr>")
     for p in BREAKDOWN_ORDER:
         b = bd.get(p)
-        if b and (b["us"] > 0 or p == "compute"):
-            o.append(f"<tr><td>{_swatch(p)}{esc(b['label'])}</td><td class=n>{ms(b['per_step_us'])}</td>"
+        if b and ((num(b.get("us")) or 0) > 0 or p == "compute"):
+            o.append(f"<tr><td>{_swatch(p)}{esc(b.get('label', p))}</td><td class=n>{ms(b['per_step_us'])}</td>"
                      f"<td class=n>{pct(b['frac'])}</td><td>{_bar(b['frac'], charts.COLORS.get(p))}</td></tr>")
     busy = bd.get("gpu_busy", {})
     o.append(f"<tr><th>GPU busy</th><th class=n>{ms(busy.get('per_step_us'))}</th>"
@@ -215,7 +217,7 @@ def _timeline(report) -> list[str]:
          f"<p class=\"note\">ProfilerStep#{esc(ts.get('step'))}, the {esc(ts.get('choice', 'representative step'))} "
          f"({esc(ms(ts.get('dur_us')))}): GPU busy time by kind of work, and idle gaps coloured by their cause. "
          f"Intervals closer than {esc(ms(ts.get('resolution_us')))} are drawn merged"
-         + (f"; the {int(ts['dropped'])} shortest were left out" if ts.get("dropped") else "") + ".</p>"]
+         + (f"; the {count(ts['dropped'])} shortest were left out" if ts.get("dropped") else "") + ".</p>"]
     svg = charts.step_timeline(report)
     if svg:
         o.append(f"<div class=\"chart\" id=\"chart-timeline\">{svg}</div>")
@@ -267,20 +269,23 @@ def _findings(report) -> list[str]:
 def _account(report) -> list[str]:
     """The explained-time account: GPU idle time per finding, the unexplained rest, and why."""
     a = report.account
-    if not a or not a.get("idle_us"):
+    if not isinstance(a, dict) or not num(a.get("idle_us")):
         return []
     o = ["<section id=\"account\"><h2>Where the GPU idle time goes</h2>",
          f"<p class=\"note\">explained: {esc(pct(a.get('explained_frac_of_idle')))} of GPU idle time "
          f"({esc(ms(a.get('idle_per_step_us')))} per step, {esc(pct(a.get('idle_frac_of_step')))} of the step)</p>",
          "<table><tr><th>claimed by</th><th class=n>per step</th><th class=n>share of the step</th></tr>"]
-    for p in a.get("parts", []):
-        o.append(f"<tr><td><code>{esc(p['name'])}</code></td><td class=n>{esc(ms(p['per_step_us']))}</td>"
-                 f"<td class=n>{esc(pct(p['frac_of_step']))}</td></tr>")
+    for p in a.get("parts") or []:
+        if isinstance(p, dict):
+            o.append(f"<tr><td><code>{esc(p.get('name'))}</code></td><td class=n>{esc(ms(p.get('per_step_us')))}</td>"
+                     f"<td class=n>{esc(pct(p.get('frac_of_step')))}</td></tr>")
     o.append(f"<tr><td>unexplained</td><td class=n>{esc(ms(a.get('unexplained_per_step_us')))}</td>"
              f"<td class=n>{esc(pct(a.get('unexplained_frac_of_step')))}</td></tr></table>")
-    if a.get("unexplained_reasons"):
-        o.append("<ul>" + "".join(f"<li>unexplained <code>{esc(r['part'])}</code> ({esc(ms(r['per_step_us']))}/step): "
-                                  f"{esc(r['why'])}</li>" for r in a["unexplained_reasons"]) + "</ul>")
+    reasons = [r for r in a.get("unexplained_reasons") or [] if isinstance(r, dict)]
+    if reasons:
+        o.append("<ul>" + "".join(f"<li>unexplained <code>{esc(r.get('part'))}</code> "
+                                  f"({esc(ms(r.get('per_step_us')))}/step): {esc(r.get('why'))}</li>"
+                                  for r in reasons) + "</ul>")
     o.append("</section>")
     return o
 
@@ -290,14 +295,15 @@ def _next_bottlenecks(report) -> list[str]:
     latent = [f for f in report.findings if f.masked_by]
     if not latent:
         return []
-    n = max(int(report.steps.get("count") or 1), 1)
+    c = num(report.steps.get("count"))
+    n = int(c) if c is not None and 1 <= c < 1e12 else 1
     o = ["<section id=\"next-bottlenecks\"><h2>Next bottlenecks (present, masked now)</h2>",
          "<table><tr><th>finding</th><th class=n>lost per step now</th><th class=n>once fixed</th><th>masked by</th>"
          "<th>severity</th><th>confidence</th></tr>"]
     for f in latent:
         o.append(f"<tr><td><code>{esc(f.name)}</code> {esc(f.title)}<br><span class=\"note\">Fix: {esc(f.fix)}</span></td>"
                  f"<td class=n>{esc(ms(f.time_lost_per_step_us))}</td>"
-                 f"<td class=n>{esc(ms((f.projected_lost_us or 0.0) / n))}</td>"
+                 f"<td class=n>{esc(ms((num(f.projected_lost_us) or 0.0) / n))}</td>"
                  f"<td>{', '.join(f'<code>{esc(m)}</code>' for m in f.masked_by)}</td>"
                  f"<td>{esc(sev(f))}</td><td>{esc(f.confidence)}</td></tr>")
     o.append("</table></section>")
@@ -380,7 +386,7 @@ def _environment(report) -> list[str]:
 
 def _page(title: str, body: list[str], payload: dict, kind: str) -> str:
     from .. import __version__
-    data = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=_default)
+    data = json.dumps(valid_unicode(payload), sort_keys=True, separators=(",", ":"), default=_default)
     # inert data block: "<" and ">" and "&" as JSON escapes, so no "</script>" can end it early
     data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     return "\n".join([
@@ -413,7 +419,7 @@ def _swatch(part: str) -> str:
 
 
 def _bar(frac, color: str | None = None) -> str:
-    w = max(0.0, min(1.0, float(frac or 0.0))) * 100
+    w = max(0.0, min(1.0, num(frac) or 0.0)) * 100
     style = f"width:{w:.1f}%" + (f";background:{color}" if color else "")
     return f"<div class=\"bar\"><i style=\"{style}\"></i></div>"
 
@@ -428,6 +434,7 @@ def _opt_ms(us) -> str:
 
 
 def _delta(us) -> str:
+    us = num(us)
     if us is None:
         return "–"
     cls = "up" if us > 0 else "down" if us < 0 else ""
@@ -438,7 +445,9 @@ def _delta(us) -> str:
 def _bytes(n) -> str | None:
     if n is None:
         return None
-    n = float(n)
+    n = num(n)
+    if n is None:
+        return "n/a"
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if abs(n) < 1024 or unit == "TB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

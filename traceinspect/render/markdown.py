@@ -1,53 +1,42 @@
-"""Markdown for tickets and CI step summaries: names in backticks, `|` escaped, bounded size."""
+"""Markdown for tickets and CI step summaries: names in code spans, every value escaped, bounded size."""
 from __future__ import annotations
 
-from .common import BREAKDOWN_ORDER, evidence_value, gpu_line, ms, pct, run_config_items, sev
+from .common import (BREAKDOWN_ORDER, count, evidence_value, gpu_line, md_code, md_text, ms, num, pct,
+                     run_config_items, sev)
 
 MAX_BYTES = 1 << 20  # GitHub step summaries reject more than 1 MiB
 
-
-def esc(s) -> str:
-    """Escape text for a Markdown table cell or line (no HTML is ever emitted raw)."""
-    s = str(s)
-    for a, b in (("\\", "\\\\"), ("|", "\\|"), ("<", "&lt;"), (">", "&gt;"), ("*", "\\*"), ("_", "\\_"),
-                 ("`", "'"), ("\n", " "), ("[", "\\["), ("]", "\\]")):
-        s = s.replace(a, b)
-    return s
-
-
-def code(s, limit: int = 120) -> str:
-    """A kernel/op name in backticks (backticks inside are replaced; long names shortened)."""
-    s = str(s).replace("`", "'").replace("\n", " ").replace("|", "\\|")
-    if len(s) > limit:
-        s = s[: limit - 3] + "..."
-    return f"`{s}`"
+# Every value below reaches the page through md_text() (lines, cells), md_code() (names in backticks)
+# or ms()/pct()/count() (numbers): tests/test_injection.py renders a report whose every string is
+# hostile through cmark-gfm, and checks that each interpolation here is one of those calls.
 
 
 def render(report, *, width: int = 100, color: bool = False) -> str:
     t, st, bd, v = report.trace, report.steps, report.breakdown, report.verdict
     o: list[str] = []
-    o.append(f"## traceinspect: {esc(t.get('file', '?'))}")
+    o.append(f"## traceinspect: {md_text(t.get('file', '?'))}")
     o.append("")
-    o.append(f"- GPU: {esc(gpu_line(t))}; rank {t.get('rank', 0)}")
+    o.append(f"- GPU: {md_text(gpu_line(t))}; rank {md_text(t.get('rank', 0))}")
     if st.get("count"):
-        o.append(f"- Window: {esc(t.get('window', ''))}; step time median **{ms(st['median_us'])}** "
-                 f"(mean {ms(st['mean_us'])}, min {ms(st['min_us'])}, max {ms(st['max_us'])})")
+        o.append(f"- Window: {md_text(t.get('window', ''))}; step time median **{ms(st.get('median_us'))}** "
+                 f"(mean {ms(st.get('mean_us'))}, min {ms(st.get('min_us'))}, max {ms(st.get('max_us'))})")
     o.append("")
     if v.get("top"):
-        o.append(f"**Verdict:** {esc(v.get('headline') or v['top_title'])}")
+        o.append(f"**Verdict:** {md_text(v.get('headline') or v.get('top_title', ''))}")
         o.append("")
-        o.append(f"Fixing {', '.join(code(n) for n in v['expected_from'])} would bring the step to about "
-                 f"**{ms(v['expected_step_us'])}** instead of {ms(v['median_step_us'])} ({esc(v['assumption'])}).")
+        o.append(f"Fixing {', '.join(md_code(n) for n in v.get('expected_from', []))} would bring the "
+                 f"step to about **{ms(v.get('expected_step_us'))}** instead of {ms(v.get('median_step_us'))} "
+                 f"({md_text(v.get('assumption', ''))}).")
     elif v:
-        o.append(f"**Verdict:** {esc(v.get('headline', ''))}")
+        o.append(f"**Verdict:** {md_text(v.get('headline', ''))}")
     o.append("")
     if bd:
         o.append("| where each step goes | per step | share |")
         o.append("|---|---:|---:|")
         for p in BREAKDOWN_ORDER:
             b = bd.get(p)
-            if b and (b["us"] > 0 or p == "compute"):
-                o.append(f"| {esc(b['label'])} | {ms(b['per_step_us'])} | {pct(b['frac'])} |")
+            if b and ((num(b.get("us")) or 0) > 0 or p == "compute"):
+                o.append(f"| {md_text(b.get('label', p))} | {ms(b.get('per_step_us'))} | {pct(b.get('frac'))} |")
         b = bd.get("gpu_busy", {})
         o.append(f"| **GPU busy** | {ms(b.get('per_step_us'))} | {pct(b.get('frac'))} |")
         o.append("")
@@ -59,20 +48,21 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         o.append("| # | finding | lost per step | share | severity | confidence |")
         o.append("|---:|---|---:|---:|---|---|")
         for i, f in enumerate(active, 1):
-            o.append(f"| {i} | {code(f.name)} {esc(f.title)} | {ms(f.time_lost_per_step_us)} | "
-                     f"{pct(f.time_lost_frac)} | {sev(f)} | {esc(f.confidence)} |")
+            o.append(f"| {count(i)} | {md_code(f.name, in_table=True)} {md_text(f.title)} | "
+                     f"{ms(f.time_lost_per_step_us)} | {pct(f.time_lost_frac)} | "
+                     f"{md_text(sev(f))} | {md_text(f.confidence)} |")
         o.append("")
         for i, f in enumerate(active, 1):
-            o.append(f"#### {i}. {code(f.name)} ({f.code})")
+            o.append(f"#### {count(i)}. {md_code(f.name)} ({md_text(f.code)})")
             o.append("")
-            o.append(esc(f.title))
+            o.append(md_text(f.title))
             o.append("")
             for e in f.evidence:
-                win = f" _({esc(e.window)})_" if e.window else ""
-                o.append(f"- {esc(e.label)}: **{esc(evidence_value(e))}**{win}")
-            o.append(f"- Fix: {esc(f.fix)}")
+                o.append(f"- {md_text(e.label)}: **{md_text(evidence_value(e))}**"
+                         + (f" _({md_text(e.window)})_" if e.window else ""))
+            o.append(f"- Fix: {md_text(f.fix)}")
             for ev in f.events[:3]:
-                o.append(f"- e.g. {code(ev.name, 90)} at {ms(ev.ts_us)}, {ms(ev.dur_us)} on {esc(ev.track)}")
+                o.append(f"- e.g. {md_code(ev.name, 90)} at {ms(ev.ts_us)}, {ms(ev.dur_us)} on {md_text(ev.track)}")
             o.append("")
     else:
         o.append("No findings.")
@@ -84,7 +74,8 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         o.append("| kernel | calls | total | share |")
         o.append("|---|---:|---:|---:|")
         for k in report.top_kernels:
-            o.append(f"| {code(k['name'], 90)} | {k['count']} | {ms(k['total_us'])} | {pct(k['frac_of_kernel_time'])} |")
+            o.append(f"| {md_code(k.get('name'), 90, in_table=True)} | {count(k.get('count'))} | "
+                     f"{ms(k.get('total_us'))} | {pct(k.get('frac_of_kernel_time'))} |")
         o.append("")
         o.append("</details>")
         o.append("")
@@ -94,8 +85,8 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         o.append("")
         o.append("| setting | value |")
         o.append("|---|---|")
-        for k, v in items:
-            o.append(f"| {code(k)} | {esc(v)} |")
+        for k, val in items:
+            o.append(f"| {md_code(k, in_table=True)} | {md_text(val)} |")
         o.append("")
         o.append("</details>")
         o.append("")
@@ -103,18 +94,19 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         o.append("| rank | median step | GPU busy | top finding |")
         o.append("|---:|---:|---:|---|")
         for r in report.ranks:
-            s = " **(slowest)**" if r["slowest"] else ""
-            o.append(f"| {r['rank']}{s} | {ms(r['median_step_us'])} | {pct(r['gpu_busy_frac'])} | {esc(r['top_finding'] or '-')} |")
+            o.append(f"| {md_text(r.get('rank'))}{' **(slowest)**' if r.get('slowest') else ''} | "
+                     f"{ms(r.get('median_step_us'))} | {pct(r.get('gpu_busy_frac'))} | "
+                     f"{md_text(r.get('top_finding') or '-')} |")
         o.append("")
     if report.failures:
         o.append("### Detectors that failed")
         for f in report.failures:
-            o.append(f"- {code(f.name)}: {esc(f.error)}")
+            o.append(f"- {md_code(f.name)}: {md_text(f.error)}")
         o.append("")
     if report.warnings:
         o.append("### Data-quality warnings")
         for w in report.warnings:
-            o.append(f"- {esc(w)}")
+            o.append(f"- {md_text(w)}")
         o.append("")
     text = "\n".join(o).rstrip() + "\n"
     if len(text.encode()) > MAX_BYTES:
@@ -126,18 +118,21 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
 def account_md(report) -> list[str]:
     """The explained-time account as a table: GPU idle per finding, then the unexplained rest and why."""
     a = report.account
-    if not a or not a.get("idle_us"):
+    if not isinstance(a, dict) or not num(a.get("idle_us")):
         return []
-    o = [f"### Where the GPU idle time goes (explained: {pct(a['explained_frac_of_idle'])} of GPU idle time)", "",
-         "| claimed by | per step | share of the step |", "|---|---:|---:|"]
-    for p in a["parts"]:
-        o.append(f"| {code(p['name'])} | {ms(p['per_step_us'])} | {pct(p['frac_of_step'])} |")
-    o.append(f"| unexplained | {ms(a['unexplained_per_step_us'])} | {pct(a['unexplained_frac_of_step'])} |")
-    o.append(f"| **GPU idle** | {ms(a['idle_per_step_us'])} | {pct(a['idle_frac_of_step'])} |")
+    o = [f"### Where the GPU idle time goes (explained: {pct(a.get('explained_frac_of_idle'))} of GPU idle time)",
+         "", "| claimed by | per step | share of the step |", "|---|---:|---:|"]
+    for p in a.get("parts") or []:
+        if isinstance(p, dict):
+            o.append(f"| {md_code(p.get('name'), in_table=True)} | {ms(p.get('per_step_us'))} | "
+                     f"{pct(p.get('frac_of_step'))} |")
+    o.append(f"| unexplained | {ms(a.get('unexplained_per_step_us'))} | {pct(a.get('unexplained_frac_of_step'))} |")
+    o.append(f"| **GPU idle** | {ms(a.get('idle_per_step_us'))} | {pct(a.get('idle_frac_of_step'))} |")
     o.append("")
-    for r in a.get("unexplained_reasons", []):
-        o.append(f"- unexplained {code(r['part'])} ({ms(r['per_step_us'])}/step): {esc(r['why'])}")
-    if a.get("unexplained_reasons"):
+    reasons = [r for r in a.get("unexplained_reasons") or [] if isinstance(r, dict)]
+    for r in reasons:
+        o.append(f"- unexplained {md_code(r.get('part'))} ({ms(r.get('per_step_us'))}/step): {md_text(r.get('why'))}")
+    if reasons:
         o.append("")
     return o
 
@@ -147,17 +142,19 @@ def next_bottlenecks_md(report) -> list[str]:
     latent = [f for f in report.findings if f.masked_by]
     if not latent:
         return []
-    n = max(int(report.steps.get("count") or 1), 1)
+    c = num(report.steps.get("count"))
+    n = int(c) if c is not None and 1 <= c < 1e12 else 1
     o = ["### Next bottlenecks (present, masked now)", "",
          "| finding | lost per step now | once fixed | masked by | severity | confidence |",
          "|---|---:|---:|---|---|---|"]
     for f in latent:
-        o.append(f"| {code(f.name)} {esc(f.title)} | {ms(f.time_lost_per_step_us)} | "
-                 f"{ms((f.projected_lost_us or 0.0) / n)} | {', '.join(code(m) for m in f.masked_by)} | {sev(f)} | "
-                 f"{esc(f.confidence)} |")
+        o.append(f"| {md_code(f.name, in_table=True)} {md_text(f.title)} | {ms(f.time_lost_per_step_us)} | "
+                 f"{ms((num(f.projected_lost_us) or 0.0) / n)} | "
+                 f"{', '.join(md_code(m, in_table=True) for m in f.masked_by)} | {md_text(sev(f))} | "
+                 f"{md_text(f.confidence)} |")
     o.append("")
     for f in latent:
-        o.append(f"- {code(f.name)} fix: {esc(f.fix)}")
+        o.append(f"- {md_code(f.name)} fix: {md_text(f.fix)}")
     o.append("")
     return o
 
