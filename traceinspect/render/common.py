@@ -65,6 +65,11 @@ def sev(f) -> str:
     return severity(num(f.time_lost_frac) or 0.0)
 
 
+def labels(f) -> str:
+    """Severity (share of the window lost) and confidence (strength of the evidence), each named."""
+    return f"severity {sev(f)}, confidence {plain(f.confidence)}"
+
+
 BREAKDOWN_ORDER = ("compute", "comm", "memcpy", "idle_dataloader", "idle_sync", "idle_launch", "idle_cpu",
                    "idle_unknown")
 
