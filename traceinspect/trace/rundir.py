@@ -134,8 +134,10 @@ def sniff(path: Path) -> RankFile:
         cut = head.find(_EVENTS_KEY)
         looks = first == "[" or (first == "{" and cut >= 0)
         info = _distributed_info(head[:cut] if cut >= 0 else head, last=True) if first == "{" else None
-        if info is None and looks and first == "{":
-            info = _distributed_info(_tail(path, gz), last=True)
+        if first == "{" and (info is None or not looks):
+            tail = _tail(path, gz)
+            info = info or _distributed_info(tail, last=True)
+            looks = looks or _EVENTS_KEY in tail
     except (OSError, ValueError, TraceError, zlib.error, MemoryError) as e:
         return RankFile(path=path, rank=0, rank_source="default", world_size=None, worker=worker,
                         problem=str(e))
