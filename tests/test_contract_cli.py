@@ -58,3 +58,9 @@ def test_an_explicit_format_takes_any_output_name(tmp_path):
     proc = cli(case.argv + ["--format", "html"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "report.htm").read_text().startswith("<!DOCTYPE html>")
+
+
+def test_a_rank_that_is_not_an_integer_is_no_rank(tmp_path):
+    """distributedInfo.rank true (a bool, an int to Python) and world_size "8<img>": neither is used."""
+    rep = json.loads(cli(CASES["rank_not_an_integer"](tmp_path).argv, tmp_path).stdout)
+    assert (rep["trace"]["rank"], rep["trace"]["rank_source"], rep["trace"]["world_size"]) == (0, "default", None)

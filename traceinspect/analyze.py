@@ -216,7 +216,7 @@ def analyze_many(paths: Sequence[str], *, steps: str | None = None, strict: bool
     if mapper is not None:
         results = list(mapper(_safe_analyze_file, work))
     else:
-        jobs = jobs or min(len(work), os.cpu_count() or 1)
+        jobs = min(jobs or os.cpu_count() or 1, len(work))  # never more workers than files
         if jobs <= 1 or len(work) == 1:
             results = [_safe_analyze_file(w) for w in work]
         else:

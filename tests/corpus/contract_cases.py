@@ -95,6 +95,14 @@ def kernel_device_as_string(tmp):
 
 
 @case
+def rank_not_an_integer(tmp):
+    doc = _doc()
+    doc["distributedInfo"] = {"rank": True, "world_size": "8<img>"}
+    p = _write(tmp / "rank_bool.pt.trace.json", doc)
+    return Case(["analyze", str(p), "-f", "json"], 0, [], report=True)
+
+
+@case
 def steps_slice_with_zero_step(tmp):
     p = _write(tmp / "t.pt.trace.json", _doc())
     return Case(["analyze", str(p), "--steps", "1:2:0"], 2, ["--steps", "1:2:0"])

@@ -23,7 +23,7 @@ from .tables import Tables, assemble, extract, name_flags
 from .timeline import Timeline, build_timeline
 
 _STEP = re.compile(r"ProfilerStep#[0-9]{1,18}\Z")
-_RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
+_RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?([0-9]{1,9})(?![0-9])", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -296,9 +296,10 @@ def _devices(doc, is_rocm_hint: bool) -> list[DeviceInfo]:
 
 def _rank(doc, path: str, warnings: list[str], warn_default: bool) -> tuple[int, str, int | None]:
     di = doc.distributedInfo
-    if isinstance(di, dict) and isinstance(di.get("rank"), int):
-        ws = di.get("world_size")
-        return di["rank"], "distributedInfo", ws if isinstance(ws, int) else None
+    rank = _int64(di.get("rank")) if isinstance(di, dict) else None
+    if rank is not None and rank >= 0:  # untrusted: a bool, a string or -1 is no rank
+        ws = _int64(di.get("world_size"))
+        return rank, "distributedInfo", ws if ws is not None and ws > 0 else None
     m = None
     for m in _RANK_IN_NAME.finditer(os.path.basename(path)):
         pass
