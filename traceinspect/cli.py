@@ -78,11 +78,12 @@ def _write(text: str, output: str | None) -> None:
 
 def _choose_format(fmt: str | None, output: str | None, formats=None) -> str:
     """--format if given; else from -o's extension (an extension that names no format is a usage
-    error, never a silent plain-text file); else text."""
+    error, never a silent plain-text file); else text (also for a name without an extension, such
+    as /dev/null)."""
     from .render import RENDERERS, format_for_path
     if fmt:
         return fmt
-    if output and output != "-":
+    if output and output != "-" and Path(output).suffix:
         guess = format_for_path(output)
         if guess is None or (formats is not None and guess not in formats):
             known = ", ".join(f"{ext} ({name})" for name, (_, ext) in RENDERERS.items()
@@ -209,7 +210,7 @@ _FORMATS = ["text", "md", "json", "html"]
 @click.option("--no-cache", is_flag=True,
               help="Do not read or write the report cache (used for single files of 32 MB of JSON or more).")
 def analyze(path, fmt, output, rank, steps, fail_on, strict, jobs, assets, tb_logdir, scheduler, no_cache):
-    """Analyse a trace file (.json or .json.gz) or a directory of per-rank traces."""
+    """Analyse a trace file (.json or .json.gz) or the directory of one run's rank files."""
     if rank not in (None, "all"):
         try:
             int(rank)
