@@ -75,6 +75,16 @@ def step_suffix_beyond_int64(tmp):
 
 
 @case
+def steps_without_length(tmp):
+    doc = _doc()
+    for e in doc["traceEvents"]:
+        if e["name"].startswith("ProfilerStep#"):
+            e["dur"] = 0
+    p = _write(tmp / "flat_steps.pt.trace.json", doc)
+    return Case(["analyze", str(p), "-f", "json"], 0, ["no ProfilerStep# span has a positive duration"], report=True)
+
+
+@case
 def device_id_as_string(tmp):
     doc = _doc()
     doc["deviceProperties"][0]["id"] = "GPU-0<script>"

@@ -235,7 +235,11 @@ def find_steps(tables: Tables, warnings: list[str] | None = None) -> tuple[pd.Da
             df = pd.DataFrame({"step": st["step"].to_numpy(), "start_us": st["ts_us"].to_numpy(),
                                "end_us": st["end_us"].to_numpy()})
             df["dur_us"] = df["end_us"] - df["start_us"]
-            return df[df["dur_us"] > 0].reset_index(drop=True)[cols], "ProfilerStep"
+            df = df[df["dur_us"] > 0].reset_index(drop=True)[cols]
+            if len(df):
+                return df, "ProfilerStep"
+            if warnings is not None:  # every span has no length (or lost it to float precision)
+                warnings.append("no ProfilerStep# span has a positive duration; steps were found another way")
         is_opt = name_flags(ops["name"], lambda n: n.startswith("Optimizer.step#"))
         if is_opt.sum() >= 2:
             ends = np.sort(ops.loc[is_opt, "end_us"].to_numpy())
