@@ -93,6 +93,17 @@ def test_a_directory_others_can_write_is_not_used(tmp_path, cached):
     assert list(cached.iterdir()) == []
 
 
+def test_a_directory_of_another_user_is_not_used(tmp_path, cached):
+    cached.mkdir(mode=0o700)
+    try:
+        os.chown(cached, os.geteuid() + 1, -1)  # needs root; elsewhere the check above covers the idea
+    except PermissionError:
+        pytest.skip("only root can give a directory to another user")
+    p = build_dataloader_stall().write(tmp_path / "t.pt.trace.json")
+    assert "dataloader-stall" in _run("analyze", p)
+    assert list(cached.iterdir()) == []
+
+
 def test_symlinks_at_the_temp_and_entry_names_are_not_followed(tmp_path, cached):
     p = build_dataloader_stall().write(tmp_path / "t.pt.trace.json")
     key = _key(p)

@@ -36,6 +36,13 @@ MIN_BYTES = 32 << 20      # smaller traces analyse in about a second: not worth 
 MAX_ENTRY_BYTES = 64 << 20  # a report is KiBs to a few MiB; anything larger is not ours
 ENTRY_FORMAT = 1
 _READ = 1 << 20
+# POSIX flags; where a platform lacks one (Windows) the check it serves is skipped
+_OPEN_READ = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def _mine(st: os.stat_result) -> bool:
+    return st.st_uid == os.geteuid() if hasattr(os, "geteuid") else True
 
 
 def cache_dir() -> Path:
@@ -59,7 +66,7 @@ def _usable_dir(create: bool) -> Path | None:
         st = os.stat(d)
     except OSError:
         return None
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+    if not stat.S_ISDIR(st.st_mode) or not _mine(st) or st.st_mode & 0o022:
         return None
     return d
 
@@ -78,7 +85,7 @@ def key_for(path: str | os.PathLike, options: dict) -> str | None:
     """SHA-256 over the options, traceinspect's code and every byte of the file; None if the file
     cannot be read as a regular file."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, _OPEN_READ)
         with os.fdopen(fd, "rb") as f:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 return None
@@ -102,13 +109,13 @@ def load(key: str | None):
     if d is None:
         return None
     try:
-        fd = os.open(d / f"{key}.json", os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(d / f"{key}.json", _OPEN_READ | _NOFOLLOW)
     except OSError:
         return None
     try:
         with os.fdopen(fd, "rb") as f:
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_size > MAX_ENTRY_BYTES:
+            if not stat.S_ISREG(st.st_mode) or not _mine(st) or st.st_size > MAX_ENTRY_BYTES:
                 return None
             data = f.read(MAX_ENTRY_BYTES + 1)
         entry = json.loads(data)

@@ -148,7 +148,7 @@ def sniff(path: Path) -> RankFile:
 
 def _head(path: Path) -> tuple[str, bool]:
     """Up to HEAD_BYTES of the file's JSON text (gzip inflated, bounded), and whether it is gzip."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise ValueError("is not a regular file")
