@@ -216,7 +216,18 @@ def one_handler_worker_with_two_cycles(tmp):
     d.mkdir()
     _write(d / "node1_4242.1700000000001.pt.trace.json.gz", _doc(), gz=True)
     _write(d / "node1_4242.1700000005002.pt.trace.json.gz", _doc(), gz=True)
-    return Case(["analyze", str(d)], 2, ["same process", "node1_4242", "1700000000001", "1700000005002"])
+    return Case(["analyze", str(d)], 2, ["one process", "node1_4242", "profiling cycle", "1700000000001",
+                                         "1700000005002"])
+
+
+@case
+def one_worker_name_on_every_rank_is_fine(tmp):
+    # tensorboard_trace_handler(dir, worker_name="train") on every rank: distributedInfo tells them apart
+    d = tmp / "tb"
+    d.mkdir()
+    for r, ms in ((0, 1700000000001), (1, 1700000000007)):
+        _write(d / f"train.{ms}.pt.trace.json", _doc(rank=r, world=2))
+    return Case(["analyze", str(d), "-f", "json", "-j", "1"], 0, ["2 ranks analysed"], report=True)
 
 
 @case

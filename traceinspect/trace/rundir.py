@@ -24,8 +24,8 @@ TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
 JSON_SUFFIXES = (".json", ".json.gz")
 
 # torch.profiler.tensorboard_trace_handler names each file f"{worker_name}.{ms since epoch}.pt.trace.json"
-# (worker_name defaults to f"{hostname}_{pid}"), and writes one file per profiling cycle: two files with
-# the same worker are two cycles (or two runs) of one process, never two ranks.
+# (worker_name defaults to f"{hostname}_{pid}") and writes one file per profiling cycle. The worker only
+# explains a duplicate rank: a worker_name set by the user may be the same on every rank.
 _HANDLER_NAME = re.compile(r"(?P<worker>.+)\.(?P<ms>[0-9]{10,})\.pt\.trace\.json(?:\.gz)?\Z", re.DOTALL)
 _DIST_INFO = re.compile(r'"distributedInfo"\s*:\s*')
 _EVENTS_KEY = '"traceEvents"'
@@ -66,8 +66,8 @@ def find_trace_files(directory: str | os.PathLike) -> list[Path]:
 def one_run(directory: str | os.PathLike) -> list[RankFile]:
     """The rank files of the one run in `directory`, in rank order.
 
-    UsageError (naming the files) when they are not the ranks of one run: different world sizes,
-    one tensorboard_trace_handler worker with several files, or two files with the same rank.
+    UsageError (naming the files) when they are not the ranks of one run: different world sizes, or
+    two files with the same rank (say, one tensorboard_trace_handler worker's profiling cycles).
     TraceError when the folder holds no trace file at all."""
     d = Path(directory)
     files = find_trace_files(d)
@@ -107,20 +107,22 @@ def check_one_run(infos: list[RankFile], where: str) -> None:
     if len(sizes) > 1:
         groups = "; ".join(f"world size {w}: {_names(g)}" for w, g in sorted(sizes.items()))
         raise UsageError(f"{where}: the traces come from different runs ({groups})", hint=hint)
-    for key, what in ((lambda i: i.worker, "were written by the same process (tensorboard_trace_handler worker {})"),
-                      (lambda i: i.rank, "all claim rank {}")):
-        seen: dict = {}
-        for i in infos:
-            k = key(i)
-            if k is not None:
-                seen.setdefault(k, []).append(i)
-        for k, group in seen.items():
-            if len(group) > 1:
-                src = {i.rank_source for i in group}
-                why = (" (none names its rank: no distributedInfo and no rank in the file name, so each "
-                       "was assumed to be rank 0)" if src == {"default"} else "")
-                raise UsageError(f"{where}: {len(group)} files {what.format(_quoted(k))}{why}: {_names(group)}",
-                                 hint=hint)
+    by_rank: dict[int, list[RankFile]] = {}
+    for i in infos:
+        by_rank.setdefault(i.rank, []).append(i)
+    for rank, group in sorted(by_rank.items()):
+        if len(group) < 2:
+            continue
+        workers = {i.worker for i in group}
+        if len(workers) == 1 and None not in workers:
+            why = (f" (all written by one process, tensorboard_trace_handler worker {next(iter(workers))!r}: "
+                   "one file per profiling cycle, or one per run)")
+        elif {i.rank_source for i in group} == {"default"}:
+            why = (" (none names its rank: no distributedInfo and no rank in the file name, so each was "
+                   "assumed to be rank 0)")
+        else:
+            why = ""
+        raise UsageError(f"{where}: {len(group)} files claim rank {rank}{why}: {_names(group)}", hint=hint)
 
 
 def sniff(path: Path) -> RankFile:
