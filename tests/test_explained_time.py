@@ -2,7 +2,6 @@
 verdict consistency, on builders whose numbers are known; then the account over every real GPU trace."""
 from __future__ import annotations
 
-import dataclasses
 import glob
 import os
 
@@ -15,7 +14,7 @@ from traceinspect.analyze import _verdict, analyze, rank
 from traceinspect.findings import Finding
 from traceinspect.report import Report
 from traceinspect.trace.model import load_trace
-from traceinspect.trace.timeline import IDLE_PARTS, LAUNCH_GAP_MAX_US, SYNC_RELAUNCH_US
+from traceinspect.trace.timeline import IDLE_PARTS, SYNC_RELAUNCH_US
 
 
 def _load(b, tmp_path, name="t.json"):
@@ -291,14 +290,24 @@ def test_a_poisoned_account_and_masked_finding_render_inert(tmp_path):
     d["account"]["parts"] = [{"name": evil, "per_step_us": "NaN", "frac_of_step": None}, "junk"]
     d["account"]["unexplained_reasons"] = [{"part": evil, "why": evil, "per_step_us": float("inf")}, 7]
     d["account"]["explained_frac_of_idle"] = evil
-    d["steps"]["count"] = 1e400
     f = next(x for x in d["findings"] if x["name"] == "eager-attention")
     f["masked_by"] = [evil]
-    f["projected_lost_us"] = evil
-    f["idle_claims_us"] = {"idle_cpu": evil}
-    d["findings"].append(dict(f, masked_by=evil, name=evil))   # masked_by not a list: not masked
+    d["findings"].append(dict(f, name=evil))
+    # findings and steps have a checked shape: a wrong type there is refused on read (exit 3 for a saved
+    # report, a miss for a cache entry), never rendered
+    import copy
+    for path, value in ((("steps", "count"), 1e400), (("findings", 0, "projected_lost_us"), evil),
+                        (("findings", 0, "idle_claims_us"), {"idle_cpu": evil}),
+                        (("findings", 0, "masked_by"), evil)):
+        bad = copy.deepcopy(d)
+        node = bad
+        for k in path[:-1]:
+            node = node[k]
+        node[path[-1]] = value
+        with pytest.raises(ValueError):
+            Report.from_dict(bad)
     r = Report.from_dict(d)
-    assert r.findings[-1].masked_by == ()
+    assert r.findings[-1].masked_by == (evil,)
     for fmt in ("text", "md", "html"):
         out = RENDERERS[fmt][0](r, width=100)
         assert "\x1b" not in out and "\x07" not in out          # no terminal escapes in any format

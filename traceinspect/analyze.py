@@ -8,8 +8,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import traceback
+from pathlib import Path
 from concurrent.futures import ProcessPoolExecutor
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -23,6 +24,7 @@ from .report import Report
 from .timeline_sample import representative_step
 from .trace.model import Trace, load_trace
 from .trace import intervals as iv
+from .trace.rundir import RankFile, check_one_run
 from .trace.timeline import IDLE_PARTS, PARTS
 
 PART_LABELS = {
@@ -380,11 +382,19 @@ def analyze_file(path: str, steps: str | None = None, strict: bool = False,
 
 
 def _safe_analyze_file(args) -> dict:
+    """analyze_file, where a file that cannot be read is a value ({error, hint, path}): one bad rank
+    file is skipped with a warning, it does not fail the others."""
     path, steps, strict = args
     try:
         return analyze_file(path, steps, strict, warn_default_rank=True)
     except TraceError as e:
         return {"error": str(e), "hint": e.hint, "path": path}
+    except OSError as e:
+        return {"error": f"{path}: cannot read the file ({e.strerror or e})",
+                "hint": "check the file and its permissions", "path": path}
+    except MemoryError:
+        return {"error": f"{path}: out of memory while reading it", "path": path,
+                "hint": "analyse this rank on its own, or capture fewer active steps"}
 
 
 def analyze_many(paths: Sequence[str], *, steps: str | None = None, strict: bool = False,
@@ -395,7 +405,7 @@ def analyze_many(paths: Sequence[str], *, steps: str | None = None, strict: bool
     if mapper is not None:
         results = list(mapper(_safe_analyze_file, work))
     else:
-        jobs = jobs or min(len(work), os.cpu_count() or 1)
+        jobs = min(jobs or os.cpu_count() or 1, len(work))  # never more workers than files
         if jobs <= 1 or len(work) == 1:
             results = [_safe_analyze_file(w) for w in work]
         else:
@@ -416,6 +426,11 @@ def reduce_ranks(results: list[dict]) -> Report:
     if not ok:
         first = bad[0]
         raise TraceError(first["path"], first["error"].split(": ", 1)[-1], hint=first.get("hint", ""))
+    # the rank each file claims is known for sure only now (the sniff before the parse reads the
+    # head and tail only): two files with the same rank are not one run
+    check_one_run([RankFile(path=Path(r["trace"]["file"]), rank=r["trace"]["rank"],
+                            rank_source=r["trace"]["rank_source"], world_size=r["trace"]["world_size"],
+                            worker=None) for r in ok], "the rank files")
     ok.sort(key=lambda r: r["trace"]["rank"])
     med = [r["steps"]["median_us"] for r in ok]
     slow = int(np.argmax(med))
@@ -434,7 +449,7 @@ def reduce_ranks(results: list[dict]) -> Report:
             f"(median step {med[slow] / 1e3:.1f} ms vs fastest {fastest / 1e3:.1f} ms, "
             f"{(med[slow] / fastest - 1) * 100 if fastest else 0:.0f}% slower)"))
     for b in bad:
-        lead.warnings.append(f"{b['error']} (this file was skipped)")
+        lead.warnings.append(f"rank file skipped, {b['error']}")
     for r in ok:
         if r is ok[slow]:
             continue

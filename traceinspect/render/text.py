@@ -9,7 +9,7 @@ from __future__ import annotations
 import textwrap
 
 from ..inert import document
-from .common import (BREAKDOWN_ORDER, count, efficiency_peaks, efficiency_rows, evidence_value, gpu_line, labels, ms, num,
+from .common import (BREAKDOWN_ORDER, efficiency_peaks, efficiency_rows, evidence_value, gpu_line, labels, ms, num,
                      pct, plain, run_config_items)
 
 

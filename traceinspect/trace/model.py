@@ -7,23 +7,22 @@ from __future__ import annotations
 import gc
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import numpy as np
 import pandas as pd
 
-from ..errors import TraceError, UsageError
+from ..errors import UsageError
 from . import load as _load
 from .hardware import Peaks, peaks_for
 from .tables import Tables, assemble, extract, name_flags
 from .timeline import Timeline, build_timeline
 
-_STEP = re.compile(r"^ProfilerStep#(\d+)$")
-_RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
+_STEP = re.compile(r"ProfilerStep#[0-9]{1,18}\Z")
+_RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?([0-9]{1,9})(?![0-9])", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -136,7 +135,7 @@ class Trace:
     # --- steps ------------------------------------------------------------------------------------
     @cached_property
     def all_steps(self) -> tuple[pd.DataFrame, str]:
-        return find_steps(self.tables)
+        return find_steps(self.tables, self.warnings)
 
     @property
     def step_source(self) -> str:
@@ -153,13 +152,7 @@ class Trace:
         """--steps A:B: a Python slice over the steps in time order (e.g. '1:' skips the first)."""
         if not spec:
             return
-        try:
-            parts = [int(p) if p.strip() else None for p in spec.split(":")]
-            if len(parts) == 1:
-                parts = [parts[0], (parts[0] + 1) if parts[0] != -1 else None]
-            sl = slice(*parts[:3])
-        except ValueError:
-            raise UsageError(f"--steps {spec!r}: expected A:B, e.g. 1:4 or 2:") from None
+        sl = parse_step_slice(spec)
         n = len(self.all_steps[0])
         if len(range(n)[sl]) == 0:
             raise UsageError(f"--steps {spec!r} selects no step: the trace has {n} steps (0..{n - 1})")
@@ -192,21 +185,60 @@ class Trace:
         return f"CPU thread {int(row.tid)}"
 
 
-def find_steps(tables: Tables) -> tuple[pd.DataFrame, str]:
-    """Steps from ProfilerStep#N; else between Optimizer.step ends; else the whole window."""
+def parse_step_slice(spec: str) -> slice:
+    """--steps: 'N' (one step), 'A:B' or 'A:B:C', a Python slice over the steps in time order.
+    Anything else (a zero or non-integer part, more than three parts) is a UsageError."""
+    def usage() -> UsageError:
+        return UsageError(f"--steps {spec!r}: expected N, A:B or A:B:C with integers and a non-zero C",
+                          hint="a Python slice over the steps in time order: '1:' skips the first step, "
+                               "'2:5' takes the third to the fifth, '::2' every other one")
+
+    parts: list[int | None] = []
+    for p in spec.split(":"):
+        p = p.strip()
+        # ASCII digits only (int() also takes '١' and '1_000'), and at most 18 of them (int64 range)
+        if p and not _SLICE_INT.fullmatch(p):
+            raise usage()
+        parts.append(int(p) if p else None)
+    if len(parts) > 3 or (len(parts) == 3 and parts[2] == 0):
+        raise usage()
+    if len(parts) == 1:
+        if parts[0] is None:
+            raise usage()
+        parts = [parts[0], (parts[0] + 1) if parts[0] != -1 else None]
+    return slice(*parts)
+
+
+_SLICE_INT = re.compile(r"[+-]?[0-9]{1,18}")
+
+
+def find_steps(tables: Tables, warnings: list[str] | None = None) -> tuple[pd.DataFrame, str]:
+    """Steps from ProfilerStep#N; else between Optimizer.step ends; else the whole window.
+
+    N must be a decimal integer (at most 18 digits, so it fits the int64 column): a span named
+    `ProfilerStep#x` or `ProfilerStep#1<img ...>` is not a profiler step; it is left out, with a warning."""
     ops = tables.cpu_ops
     cols = ["step", "start_us", "end_us", "dur_us"]
     if len(ops):
         is_step = name_flags(ops["name"], lambda n: n.startswith("ProfilerStep#"))
-        if is_step.any():
-            st = ops[is_step].copy()
-            st["step"] = st["name"].astype(str).str.slice(len("ProfilerStep#")).astype(int)
+        is_valid = name_flags(ops["name"], lambda n: _STEP.match(n) is not None)
+        bad = int(np.count_nonzero(is_step & ~is_valid))
+        if bad and warnings is not None:
+            warnings.append(f"{bad} spans named ProfilerStep#... do not end in a step number "
+                            "(at most 18 digits) and were not taken as steps")
+        if is_valid.any():
+            st = ops[is_valid].copy()
+            st["step"] = st["name"].astype(str).str.slice(len("ProfilerStep#")).astype(np.int64)
             st = st.sort_values(["step", "dur_us"]).drop_duplicates("step", keep="last")
             st = st.sort_values("ts_us")
             df = pd.DataFrame({"step": st["step"].to_numpy(), "start_us": st["ts_us"].to_numpy(),
                                "end_us": st["end_us"].to_numpy()})
             df["dur_us"] = df["end_us"] - df["start_us"]
-            return df[df["dur_us"] > 0].reset_index(drop=True)[cols], "ProfilerStep"
+            df = df[df["dur_us"] > 0].reset_index(drop=True)[cols]
+            if len(df):
+                return df, "ProfilerStep"
+            if warnings is not None:  # every span has no length (or lost it to float precision)
+                warnings.append("no ProfilerStep# span has a positive duration; steps were found another way")
         is_opt = name_flags(ops["name"], lambda n: n.startswith("Optimizer.step#"))
         if is_opt.sum() >= 2:
             ends = np.sort(ops.loc[is_opt, "end_us"].to_numpy())
@@ -228,30 +260,49 @@ def _extent(tables: Tables) -> tuple[float, float]:
     return float(min(los)), float(max(his))
 
 
+def _int64(v) -> int | None:
+    """A metadata value that must be an integer: an int in int64 range (not a bool), else None."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and -(1 << 63) <= v < (1 << 63) else None
+
+
+def _device_id(v) -> int | None:
+    """deviceProperties[].id: an int, or a string of decimal digits ("0", as some exporters write it)."""
+    if isinstance(v, str) and _DEVICE_ID.fullmatch(v):
+        return int(v)
+    return _int64(v)
+
+
+_DEVICE_ID = re.compile(r"[0-9]{1,18}")
+
+
 def _devices(doc, is_rocm_hint: bool) -> list[DeviceInfo]:
+    """deviceProperties -> DeviceInfo. Every value is untrusted: a field of the wrong type is
+    unknown (None), and an id that is not an integer falls back to the entry's position."""
     out = []
-    for p in doc.deviceProperties or []:
+    props = doc.deviceProperties
+    for p in props if isinstance(props, list) else []:
         if not isinstance(p, dict):
             continue
-        name = str(p.get("name", "unknown GPU"))
-        major = p.get("computeMajor")
+        name = p.get("name")
+        name = name if isinstance(name, str) and name else "unknown GPU"
+        major = _int64(p.get("computeMajor"))
+        did = _device_id(p.get("id"))
         is_rocm = is_rocm_hint or "AMD" in name or "Instinct" in name or "gfx" in name.lower()
         out.append(DeviceInfo(
-            id=int(p.get("id", len(out))), name=name,
-            compute_major=int(major) if isinstance(major, int) else None,
-            compute_minor=int(p["computeMinor"]) if isinstance(p.get("computeMinor"), int) else None,
-            num_sms=p.get("numSms") if isinstance(p.get("numSms"), int) else None,
-            total_mem_bytes=p.get("totalGlobalMem") if isinstance(p.get("totalGlobalMem"), int) else None,
+            id=len(out) if did is None else did, name=name,
+            compute_major=major, compute_minor=_int64(p.get("computeMinor")),
+            num_sms=_int64(p.get("numSms")), total_mem_bytes=_int64(p.get("totalGlobalMem")),
             is_rocm=is_rocm,
-            peaks=peaks_for(name, major if (isinstance(major, int) and not is_rocm) else None)))
+            peaks=peaks_for(name, major if (major is not None and not is_rocm) else None)))
     return out
 
 
 def _rank(doc, path: str, warnings: list[str], warn_default: bool) -> tuple[int, str, int | None]:
     di = doc.distributedInfo
-    if isinstance(di, dict) and isinstance(di.get("rank"), int):
-        ws = di.get("world_size")
-        return di["rank"], "distributedInfo", ws if isinstance(ws, int) else None
+    rank = _int64(di.get("rank")) if isinstance(di, dict) else None
+    if rank is not None and rank >= 0:  # untrusted: a bool, a string or -1 is no rank
+        ws = _int64(di.get("world_size"))
+        return rank, "distributedInfo", ws if ws is not None and ws > 0 else None
     m = None
     for m in _RANK_IN_NAME.finditer(os.path.basename(path)):
         pass
