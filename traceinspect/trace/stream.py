@@ -92,6 +92,9 @@ def _parse_chunk(data) -> dict:
             part = _native_chunk(data)
             if part is not None:
                 return part
+        if L.nesting_error(data, L.MAX_NESTING - 1) is not None:
+            # the chunk sits one level inside the document: the whole-file path measures it exactly
+            return {"error": "nested too deeply"}
         try:
             events = L._LIST_DECODER.decode(data)
             dropped = 0
@@ -214,9 +217,13 @@ def _load(p: Path, size: int, blocks, warnings: list[str], jobs: int) -> L.Loade
             return L.load_file(p)
         last = _native_tail(p, buf, is_array, size, warnings)
         if last is None:
-            tail = (b"[" if is_array else b'{"traceEvents":[') + bytes(buf[1:])
+            if not is_array and L.events_key_repeated(b'{"":[' + bytes(buf[1:])):
+                return L.load_file(p)  # a second "traceEvents" follows: its array wins, as in one piece
+            prefix = b"[" if is_array else b'{"traceEvents":['
+            tail = prefix + bytes(buf[1:])
+            origin = json_bytes - (len(buf) - 1) - len(prefix)   # where tail[0] would sit in the file
             del buf
-            last = L.decode(str(p), tail, size, warnings)
+            last = L.decode(str(p), tail, size, warnings, origin=origin)
             last.partials = [extract(last.events)]
     finally:
         if pool is not None:
@@ -267,8 +274,11 @@ def _native_tail(p: Path, buf: bytearray, is_array: bool, size: int, warnings: l
                 return None
             doc = L.Document()
         else:
+            obj = b'{"":0' + rest
+            if L.nesting_error(obj) is not None or L.events_key_repeated(obj):
+                return None  # the Python path reports the depth, or takes the later events array
             doc = L._DOC_DECODER.decode(b'{"traceEvents":[]' + rest)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return None
     loaded = L.Loaded(path=str(p), events=[], doc=doc, file_bytes=size, json_bytes=len(buf),
                       warnings=warnings, dropped_events=0)
@@ -302,9 +312,11 @@ def _events_start(buf: bytes):
     head = buf[:k].rstrip()
     if head.endswith(b","):
         head = head[:-1]
+    if L.nesting_error(head) is not None:
+        return None  # the whole-buffer path reports it
     try:
         doc = L._DOC_DECODER.decode(head + b"}")
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return None
     return m.end(), doc
 
