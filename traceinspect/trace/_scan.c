@@ -446,8 +446,9 @@ static const double POW10[23] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e
                                  1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
 /* A key given twice keeps its last value (as msgspec does): a slow number queued for the same column
- * and row by an earlier occurrence is cancelled, or the conversion after the scan would overwrite the
- * later value. The current event's queued numbers are the last entries of s->slow. */
+ * and row by an earlier occurrence is only checked (msgspec validates every occurrence: 1e400 is out
+ * of range even where a later value replaces it), never stored, or the conversion after the scan would
+ * overwrite the later value. The current event's queued numbers are the last entries of s->slow. */
 static void forget_slow(scanner *s, int col, int64_t rowi) {
     slow_num *q = (slow_num *)s->slow.p;
     for (size_t k = s->slow.n; k > 0 && q[k - 1].row == rowi; k--)
@@ -850,7 +851,6 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
     /* correctly rounded conversion of the numbers the fast path left */
     for (size_t k = 0; k < s.slow.n; k++) {
         slow_num *sn = &((slow_num *)s.slow.p)[k];
-        if (sn->col < 0) continue;   /* overwritten by a later occurrence of the key */
         char buf[512];
         memcpy(buf, s.base + sn->off, (size_t)sn->len);
         buf[sn->len] = 0;
@@ -863,7 +863,7 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
             Py_INCREF(result);
             goto done;
         }
-        if (sn->col >= 0) ((double *)s.cols[sn->col].p)[sn->row] = d;
+        if (sn->col >= 0) ((double *)s.cols[sn->col].p)[sn->row] = d;   /* < 0: replaced by a later key */
     }
     {
         PyObject *cols = PyDict_New();

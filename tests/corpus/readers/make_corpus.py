@@ -28,6 +28,11 @@ CASES: dict[str, tuple[bytes, dict]] = {
     # ... and a later null makes it absent: the kernel has no duration and is left out
     "dup_key_null": (doc(LAUNCH, kernel(dur=b"1.00000000000000000000001, \"dur\": null")),
                      {"values": {"kernels.dur_us": []}, "warnings": ["1 complete events had no 'dur'"]}),
+    # every occurrence is validated (as msgspec does): an out-of-range first value makes the event
+    # invalid even though a later value replaces it; it is dropped, and counted
+    "dup_key_out_of_range_first": (doc(LAUNCH, kernel(dur=b"1e400, \"dur\": 40")),
+                                   {"values": {"kernels.dur_us": []},
+                                    "warnings": ["1 events had fields of unexpected types and were dropped"]}),
     "dup_key_in_args": (doc(LAUNCH, kernel(corr=b"9, \"correlation\": 7")), {"values": {"kernels.correlation": [7]}}),
     # a repeated top-level traceEvents: the last array (one kernel of 2 us) is the trace
     "dup_top_level_events": (doc(LAUNCH, kernel(), after=b', "traceEvents": [' + kernel(dur=b"2") + b"]"),
