@@ -324,3 +324,21 @@ def test_reader_corpus(path, monkeypatch):
 
 def test_nesting_limit_is_the_same_in_both_readers():
     assert stream._scan.MAX_NESTING == L.MAX_NESTING
+
+
+def test_dropped_events_are_one_warning_across_chunks(tmp_path, monkeypatch):
+    """Found by the file-level campaign (seed 16): an event dropped in a chunk and one in the tail gave
+    two warnings "1 events ... dropped" in the Python reader and one "2 events ..." natively."""
+    monkeypatch.setattr(stream.L, "BLOCK_BYTES", 2048)
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 4096)
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5}
+              for i in range(300)]
+    data = json.dumps({"traceEvents": events}).encode()
+    # two events with a tid beyond int64: the 6th (in the first chunk) and the last (in the tail)
+    for name in (b'"op5"', b'"op299"'):
+        data = data.replace(name + b', "pid": 1, "tid": 1', name + b', "pid": 1, "tid": 18446744073709551616')
+    p = tmp_path / "drops.json"
+    p.write_bytes(data)
+    tr = check_file(p, monkeypatch)
+    assert "2 events had fields of unexpected types and were dropped" in tr.warnings
+    assert len(tr.cpu_ops) == 298   # 300 events, 2 dropped

@@ -354,6 +354,21 @@ def decode_event_lenient(raw) -> Event | None:
             return None
 
 
+_DROPPED = " events had fields of unexpected types and were dropped"
+
+
+def note_dropped(warnings: list[str], n: int) -> None:
+    """Count n dropped events in the one warning that says so (pieces of a file decoded apart, by
+    either reader, add up to the same single warning)."""
+    if not n:
+        return
+    for i, w in enumerate(warnings):
+        if w.endswith(_DROPPED) and w[: -len(_DROPPED)].isdigit():
+            warnings[i] = f"{int(w[: -len(_DROPPED)]) + n}{_DROPPED}"
+            return
+    warnings.append(f"{n}{_DROPPED}")
+
+
 def _decode_lenient(path: str, data: bytes, is_array: bool, warnings: list[str]):
     """Slow path for documents whose events do not fit the typed schema: decode event by event."""
     if is_array:
@@ -375,8 +390,7 @@ def _decode_lenient(path: str, data: bytes, is_array: bool, warnings: list[str])
             dropped += 1
         else:
             events.append(ev)
-    if dropped:
-        warnings.append(f"{dropped} events had fields of unexpected types and were dropped")
+    note_dropped(warnings, dropped)
     return doc, events, dropped
 
 

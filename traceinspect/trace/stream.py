@@ -236,8 +236,7 @@ def _load(p: Path, size: int, blocks, warnings: list[str], jobs: int) -> L.Loade
         v = getattr(last.doc, k)
         if k != "traceEvents" and v is not None:
             setattr(doc, k, v)
-    if dropped:
-        warnings.append(f"{dropped} events had fields of unexpected types and were dropped")
+    L.note_dropped(warnings, dropped)
     lost = last.lost_bytes
     loaded = L.Loaded(path=str(p), events=[], doc=doc, file_bytes=size, json_bytes=json_bytes,
                       warnings=last.warnings, lost_bytes=lost, dropped_events=dropped + last.dropped_events)
