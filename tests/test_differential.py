@@ -342,3 +342,49 @@ def test_dropped_events_are_one_warning_across_chunks(tmp_path, monkeypatch):
     tr = check_file(p, monkeypatch)
     assert "2 events had fields of unexpected types and were dropped" in tr.warnings
     assert len(tr.cpu_ops) == 298   # 300 events, 2 dropped
+
+
+def _depth_reference(b: bytes, limit: int):
+    """The first byte opening a container limit+1 deep, byte by byte (the JSON string rules)."""
+    depth, in_string, escaped = 0, False, False
+    for i, c in enumerate(b):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == 0x5C:
+                escaped = True
+            elif c == 0x22:
+                in_string = False
+        elif c == 0x22:
+            in_string = True
+        elif c in b"[{":
+            depth += 1
+            if depth > limit:
+                return i
+        elif c in b"]}":
+            depth -= 1
+    return None
+
+
+def test_nesting_error_matches_a_byte_by_byte_reference(monkeypatch):
+    """load.nesting_error (the quick path, and the blockwise numpy path across block edges) against a
+    plain loop, on random JSON whose strings hold brackets, quotes and runs of backslashes."""
+    rng = random.Random(SEED + 2)
+    texts = ['a[', '{"', "\\", "\\\\", '\\"{', "]]", "x", "", "\\\\\\"]
+
+    def gen(d):
+        r = rng.random()
+        if d > 7 or r < 0.3:
+            return rng.choice(texts + [1, None])
+        if r < 0.65:
+            return [gen(d + 1) for _ in range(rng.randint(0, 3))]
+        return {rng.choice(texts): gen(d + 1) for _ in range(rng.randint(0, 3))}
+
+    checked = 0
+    for _ in range(600):
+        monkeypatch.setattr(L, "_NESTING_BLOCK", rng.choice([1, 2, 3, 7, 64, 1 << 20]))
+        b = json.dumps(gen(0)).encode()
+        limit = rng.randint(0, 8)
+        assert L.nesting_error(b, limit) == _depth_reference(b, limit), (b, limit)
+        checked += _depth_reference(b, limit) is not None
+    assert checked > 50   # both outcomes are exercised

@@ -202,10 +202,37 @@ _STEP[[ord("]"), ord("}")]] = -1
 _NESTING_BLOCK = 16 << 20
 
 
+# every byte but quotes, backslashes and brackets
+_BRACKETS_IN_STRING = re.compile(rb'"[^"]*"')
+_NOT_STRUCTURE = bytes(c for c in range(256) if c not in b'"\\[]{}')
+
+
+def _max_depth_quick(data) -> int | None:
+    """The maximum nesting depth of data where a quick exact answer exists, else None. Only quotes,
+    backslashes and brackets are kept (bytes.translate, one C pass). Without backslashes the quotes
+    alternate open/close: deleting adjacent '""' pairs (empty strings, or the end of one string and
+    the start of the next) keeps that alternation and leaves only the strings holding brackets, which
+    the regular expression deletes. If no quote is left, every remaining bracket is structure."""
+    s = (data if isinstance(data, bytes) else bytes(data)).translate(None, _NOT_STRUCTURE)
+    if b"\\" in s:
+        return None
+    s = s.replace(b'""', b"")
+    if b'"' in s:
+        s = _BRACKETS_IN_STRING.sub(b"", s)
+        if b'"' in s:
+            return None   # an unterminated string
+    if not s:
+        return 0
+    return int(np.cumsum(_STEP[np.frombuffer(s, dtype=np.uint8)], dtype=np.int64).max())
+
+
 def nesting_error(data, limit: int = MAX_NESTING) -> int | None:
     """Offset of the first bracket (outside strings) that opens a container `limit + 1` levels deep
     in data, or None. Exact on valid JSON; vectorised, in blocks, so it costs a few passes of numpy
     over the bytes and memory for one block. A document is at depth 0 before its first bracket."""
+    quick = _max_depth_quick(data)
+    if quick is not None and quick <= limit:
+        return None
     depth = 0
     in_string = 0          # quotes seen so far, mod 2
     escaped_next = False   # the block before ended in an odd run of backslashes
