@@ -112,3 +112,25 @@ def test_class2_inputs_exit_3_or_load_never_5(tmp_path, monkeypatch, native, cas
     assert r.exit_code == 3, r.output
     err = r.output.strip().splitlines()
     assert f"{p}: is nested deeper than 128 levels at byte " in err[0] and "Traceback" not in r.output
+
+
+def test_deep_nesting_fails_before_the_file_is_read(tmp_path, monkeypatch):
+    """Megabytes of '[' have no event boundary to cut at: the streaming reader measures the depth of
+    the unfinished event once it is a chunk long and stops there, instead of buffering the file."""
+    monkeypatch.setattr(stream.L, "BLOCK_BYTES", 16 << 10)
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 64 << 10)
+    read = []
+    real = stream.L.read_blocks
+
+    def counting(*a, **k):
+        for b in real(*a, **k):
+            read.append(len(b))
+            yield b
+
+    monkeypatch.setattr(stream.L, "read_blocks", counting)
+    p = tmp_path / "brackets.json"
+    p.write_bytes(b"[" * (8 << 20))
+    with pytest.raises(TraceError, match=r"is nested deeper than 128 levels at byte 128 of its JSON"):
+        stream.load_streaming(p)
+    # one chunk, plus the blocks the reader thread had queued (3) and the one it was reading
+    assert sum(read) <= (64 << 10) + 5 * (16 << 10) < (8 << 20)

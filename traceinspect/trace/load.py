@@ -199,7 +199,7 @@ def read_bytes(path: Path, warnings: list[str]) -> tuple[bytes, int]:
 _STEP = np.zeros(256, dtype=np.int8)
 _STEP[[ord("["), ord("{")]] = 1
 _STEP[[ord("]"), ord("}")]] = -1
-_NESTING_BLOCK = 16 << 20
+_NESTING_BLOCK = 4 << 20
 
 
 # every byte but quotes, backslashes and brackets
@@ -207,12 +207,13 @@ _BRACKETS_IN_STRING = re.compile(rb'"[^"]*"')
 _NOT_STRUCTURE = bytes(c for c in range(256) if c not in b'"\\[]{}')
 
 
-def _max_depth_quick(data) -> int | None:
-    """The maximum nesting depth of data where a quick exact answer exists, else None. Only quotes,
-    backslashes and brackets are kept (bytes.translate, one C pass). Without backslashes the quotes
-    alternate open/close: deleting adjacent '""' pairs (empty strings, or the end of one string and
-    the start of the next) keeps that alternation and leaves only the strings holding brackets, which
-    the regular expression deletes. If no quote is left, every remaining bracket is structure."""
+def _within_limit_quick(data, limit: int) -> bool | None:
+    """Whether data nests no deeper than limit, where a quick exact answer exists, else None. Only
+    quotes, backslashes and brackets are kept (bytes.translate, one C pass). Without backslashes the
+    quotes alternate open/close: deleting adjacent '""' pairs (empty strings, or the end of one string
+    and the start of the next) keeps that alternation and leaves only the strings holding brackets,
+    which the regular expression deletes. If no quote is left, every remaining byte is a structural
+    bracket: a running sum over them, in slices (bounded memory, early exit), is the depth."""
     s = (data if isinstance(data, bytes) else bytes(data)).translate(None, _NOT_STRUCTURE)
     if b"\\" in s:
         return None
@@ -221,17 +222,23 @@ def _max_depth_quick(data) -> int | None:
         s = _BRACKETS_IN_STRING.sub(b"", s)
         if b'"' in s:
             return None   # an unterminated string
-    if not s:
-        return 0
-    return int(np.cumsum(_STEP[np.frombuffer(s, dtype=np.uint8)], dtype=np.int64).max())
+    depth = 0
+    step = 1 << 20
+    for i in range(0, len(s), step):
+        levels = _STEP[np.frombuffer(s, dtype=np.uint8, count=min(step, len(s) - i), offset=i)]
+        levels = levels.astype(np.int64).cumsum()   # (cumsum with dtype= is 10x slower)
+        levels += depth
+        if levels.max() > limit:
+            return False
+        depth = int(levels[-1])
+    return True
 
 
 def nesting_error(data, limit: int = MAX_NESTING) -> int | None:
     """Offset of the first bracket (outside strings) that opens a container `limit + 1` levels deep
     in data, or None. Exact on valid JSON; vectorised, in blocks, so it costs a few passes of numpy
     over the bytes and memory for one block. A document is at depth 0 before its first bracket."""
-    quick = _max_depth_quick(data)
-    if quick is not None and quick <= limit:
+    if _within_limit_quick(data, limit):
         return None
     depth = 0
     in_string = 0          # quotes seen so far, mod 2
@@ -265,8 +272,8 @@ def nesting_error(data, limit: int = MAX_NESTING) -> int | None:
             sub[np.isin(idx, after)] = 0
         quotes = sub == 0x22
         step = _STEP[sub]
-        step[((np.cumsum(quotes, dtype=np.int64) + in_string) & 1).astype(bool)] = 0   # inside a string
-        levels = np.cumsum(step, dtype=np.int64)
+        step[((quotes.astype(np.int64).cumsum() + in_string) & 1).astype(bool)] = 0   # inside a string
+        levels = step.astype(np.int64).cumsum()   # (cumsum with dtype= is 10x slower)
         levels += depth
         if levels.max() > limit:
             return start + int(idx[np.argmax(levels > limit)])

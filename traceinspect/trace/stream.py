@@ -159,6 +159,9 @@ def _load(p: Path, size: int, blocks, warnings: list[str], jobs: int) -> L.Loade
         start = _events_start(head)
         if start is not None or len(head) > (64 << 20):
             break
+    deep = L.nesting_error(head)
+    if deep is not None:  # megabytes of '[' fail here, after one block, not after reading the file
+        raise L._too_deep(str(p), deep)
     if start is None:
         for b in blocks:
             head += b
@@ -189,6 +192,7 @@ def _load(p: Path, size: int, blocks, warnings: list[str], jobs: int) -> L.Loade
                 break
             cut = _last_boundary(buf)
             if cut is None:
+                _too_deep_so_far(p, buf, json_bytes, is_array, pending)
                 want = len(buf) + CHUNK_BYTES  # no boundary yet (one enormous event?): read more
                 continue
             want = CHUNK_BYTES
@@ -242,6 +246,21 @@ def _load(p: Path, size: int, blocks, warnings: list[str], jobs: int) -> L.Loade
                       warnings=last.warnings, lost_bytes=lost, dropped_events=dropped + last.dropped_events)
     loaded.partials = parts
     return loaded
+
+
+def _too_deep_so_far(p: Path, buf: bytearray, json_bytes: int, is_array: bool, pending: list) -> None:
+    """Raise the nesting error as soon as one unfinished event is deeper than the limit (megabytes
+    of '[' fail after one chunk, not after reading the file). buf starts at an event boundary, one
+    level inside the document for a bare array, two inside an object. Only where no earlier chunk
+    failed: that chunk may hold an earlier violation, which the whole-file path reports."""
+    if len(buf) < CHUNK_BYTES or (len(buf) // CHUNK_BYTES) & (len(buf) // CHUNK_BYTES - 1):
+        return  # measured at 1, 2, 4, ... chunks: linear in all
+    deep = L.nesting_error(buf, L.MAX_NESTING - (1 if is_array else 2))
+    if deep is None:
+        return
+    if any("error" in (f.result() if isinstance(f, Future) else f) for f in pending):
+        return
+    raise L._too_deep(str(p), json_bytes - len(buf) + deep)
 
 
 def _chunk_pool(jobs: int) -> tuple[Executor | None, int]:
