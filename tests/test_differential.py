@@ -12,7 +12,7 @@ Two levels, both seeded and bounded by a count (no clock):
 - file level (FUZZ_FILES inputs): whole documents (object or bare array, plain or gzip, cut into small
   chunks) through `load_trace` with TRACEINSPECT_NATIVE=0 and =1: equal tables, meta and warnings, or
   the same error message.
-Defaults: 600 + 60 inputs, about 5 s on one core. A local campaign runs the same code with
+Defaults: 1,500 chunk inputs + 60 files, 3 s + 4 s on the shared 2-core dev machine (load 3.5). A local campaign runs the same code with
 TRACEINSPECT_FUZZ_SEED / TRACEINSPECT_FUZZ_CHUNKS / TRACEINSPECT_FUZZ_FILES (see docs/tables.md).
 A disagreement prints the seed and case number; the minimal input becomes a file in
 tests/corpus/readers/ (checked by test_reader_corpus below).
