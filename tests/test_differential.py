@@ -320,6 +320,8 @@ def test_reader_corpus(path, monkeypatch):
             assert getattr(got, table)[col].tolist() == value, table_col
         for w in expect.get("warnings", []):
             assert any(w in x for x in got.warnings), got.warnings
+        for attr, value in expect.get("meta", {}).items():
+            assert getattr(got.meta, attr) == value, attr
 
 
 def test_nesting_limit_is_the_same_in_both_readers():

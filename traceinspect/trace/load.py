@@ -123,6 +123,7 @@ class Loaded:
     lost_bytes: int = 0             # bytes discarded from a truncated file
     dropped_events: int = 0         # events that could not be decoded at all
     partials: list | None = None    # columns extracted chunk by chunk (streaming path), else None
+    top_keys: frozenset | None = None   # top-level keys present in a streamed tail (null ones too)
 
 
 def read_blocks(path: Path, warnings: list[str], progress=None) -> Iterator[bytes]:
@@ -312,15 +313,15 @@ def _lone_surrogate_at_end(data: bytes) -> int | None:
     return last.end()
 
 
-def events_key_repeated(obj: bytes) -> bool:
-    """Whether a JSON object whose first key is "" holds a later top-level "traceEvents" key
-    (the caller puts "" in place of the traceEvents key it has streamed). Like every JSON reader here,
-    the last occurrence of a key wins, so that later array is the trace's events. False where obj is
-    not a well-formed object; the caller's other checks decide then."""
+def top_level_keys(obj: bytes) -> frozenset[str] | None:
+    """The keys of a JSON object (escapes decoded, values left undecoded), or None where obj is not a
+    well-formed object. A streamed file's tail is given as an object whose first key is "" (in place of
+    the traceEvents key already streamed): a "traceEvents" among its keys is a second events array,
+    which wins like any repeated key, and a key given as null there replaces the head's value."""
     try:
-        return "traceEvents" in msgspec.json.decode(obj, type=dict[str, Raw])
+        return frozenset(msgspec.json.decode(obj, type=dict[str, Raw]))
     except (msgspec.DecodeError, RecursionError):
-        return False
+        return None
 
 
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")

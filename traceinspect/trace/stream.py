@@ -221,7 +221,8 @@ def _load(p: Path, size: int, blocks, warnings: list[str], jobs: int) -> L.Loade
             return L.load_file(p)
         last = _native_tail(p, buf, is_array, size, warnings)
         if last is None:
-            if not is_array and L.events_key_repeated(b'{"":[' + bytes(buf[1:])):
+            keys = None if is_array else L.top_level_keys(b'{"":[' + bytes(buf[1:]))
+            if keys is not None and "traceEvents" in keys:
                 return L.load_file(p)  # a second "traceEvents" follows: its array wins, as in one piece
             prefix = b"[" if is_array else b'{"traceEvents":['
             tail = prefix + bytes(buf[1:])
@@ -229,6 +230,7 @@ def _load(p: Path, size: int, blocks, warnings: list[str], jobs: int) -> L.Loade
             del buf
             last = L.decode(str(p), tail, size, warnings, origin=origin)
             last.partials = [extract(last.events)]
+            last.top_keys = keys
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
@@ -238,7 +240,8 @@ def _load(p: Path, size: int, blocks, warnings: list[str], jobs: int) -> L.Loade
     doc = head_doc if head_doc is not None else L.Document()
     for k in L.Document.__struct_fields__:
         v = getattr(last.doc, k)
-        if k != "traceEvents" and v is not None:
+        # the last occurrence wins, an explicit null in the tail too
+        if k != "traceEvents" and (v is not None or (last.top_keys is not None and k in last.top_keys)):
             setattr(doc, k, v)
     L.note_dropped(warnings, dropped)
     lost = last.lost_bytes
@@ -293,13 +296,14 @@ def _native_tail(p: Path, buf: bytearray, is_array: bool, size: int, warnings: l
             doc = L.Document()
         else:
             obj = b'{"":0' + rest
-            if L.nesting_error(obj) is not None or L.events_key_repeated(obj):
-                return None  # the Python path reports the depth, or takes the later events array
+            keys = L.top_level_keys(obj)
+            if keys is None or "traceEvents" in keys or L.nesting_error(obj) is not None:
+                return None  # the Python path reports the problem, or takes the later events array
             doc = L._DOC_DECODER.decode(b'{"traceEvents":[]' + rest)
     except (msgspec.DecodeError, RecursionError):
         return None
     loaded = L.Loaded(path=str(p), events=[], doc=doc, file_bytes=size, json_bytes=len(buf),
-                      warnings=warnings, dropped_events=0)
+                      warnings=warnings, dropped_events=0, top_keys=None if is_array else keys)
     loaded.partials = [part]
     return loaded
 

@@ -37,6 +37,11 @@ CASES: dict[str, tuple[bytes, dict]] = {
     # a repeated top-level traceEvents: the last array (one kernel of 2 us) is the trace
     "dup_top_level_events": (doc(LAUNCH, kernel(), after=b', "traceEvents": [' + kernel(dur=b"2") + b"]"),
                              {"values": {"kernels.dur_us": [2.0]}}),
+    # a metadata key before the events and again, null, after them: null wins (as in one piece)
+    "dup_top_level_null_after": (b'{"baseTimeNanoseconds": 5, ' + doc(LAUNCH, kernel(), after=b', "baseTimeNanoseconds": null')[1:],
+                                 {"meta": {"base_time_ns": None}, "values": {"kernels.dur_us": [40.0]}}),
+    "dup_top_level_value_after": (b'{"baseTimeNanoseconds": 5, ' + doc(LAUNCH, kernel(), after=b', "baseTimeNanoseconds": 17')[1:],
+                                  {"meta": {"base_time_ns": 17}}),
     "dup_top_level_events_escaped": (
         doc(LAUNCH, kernel(), after=b', "trace\\u0045vents": [' + kernel(dur=b"2") + b"]"),
         {"values": {"kernels.dur_us": [2.0]}}),
