@@ -160,7 +160,7 @@ def _load(p: Path, size: int, blocks, warnings: list[str], jobs: int) -> L.Loade
         if start is not None or len(head) > (64 << 20):
             break
     deep = L.nesting_error(head)
-    if deep is not None:  # megabytes of '[' fail here, after one block, not after reading the file
+    if deep is not None:  # in the blocks read to find the events array: the first violation
         raise L._too_deep(str(p), deep)
     if start is None:
         for b in blocks:
