@@ -362,8 +362,14 @@ def _recover_truncated(path: str, data: bytes, is_array: bool):
 def decode_event_lenient(raw) -> Event | None:
     """One event's JSON -> Event, keeping what fits the schema: strict first, then with lax type
     coercion ("128" -> 128), then args dropped, then only the timing fields; None if nothing fits."""
+    return lenient_event(raw)[0]
+
+
+def lenient_event(raw) -> tuple[Event | None, bool]:
+    """decode_event_lenient, and whether a part of the event was ignored (its args, or all but the
+    timing fields) because it did not fit: the readers count those events in a warning."""
     try:
-        return _EVENT_DECODER.decode(raw)
+        return _EVENT_DECODER.decode(raw), False
     except msgspec.DecodeError:
         pass
     try:
@@ -378,30 +384,41 @@ def decode_event_lenient(raw) -> Event | None:
                 ev.args = msgspec.convert(args, Args, strict=False)
             except (msgspec.ValidationError, TypeError):
                 ev.args = None
-        return ev
+                return ev, True
+        return ev, False
     except (msgspec.DecodeError, msgspec.ValidationError, TypeError, ValueError):
         try:
             obj = _ANY_DECODER.decode(raw)
             slim = {k: obj.get(k) for k in ("ph", "cat", "name", "pid", "tid", "ts", "dur")
                     if isinstance(obj, dict) and obj.get(k) is not None}
-            return msgspec.convert(slim, Event, strict=False)
+            return msgspec.convert(slim, Event, strict=False), True
         except Exception:
-            return None
+            return None, False
 
 
 _DROPPED = " events had fields of unexpected types and were dropped"
+_PARTIAL = (" events had fields of unexpected types (or integers beyond int64) that were ignored; "
+            "the rest of each event was kept")
 
 
-def note_dropped(warnings: list[str], n: int) -> None:
-    """Count n dropped events in the one warning that says so (pieces of a file decoded apart, by
-    either reader, add up to the same single warning)."""
+def _note(warnings: list[str], n: int, text: str) -> None:
+    """Count n events in the one warning ending in text (pieces of a file decoded apart, by either
+    reader, add up to the same single warning)."""
     if not n:
         return
     for i, w in enumerate(warnings):
-        if w.endswith(_DROPPED) and w[: -len(_DROPPED)].isdigit():
-            warnings[i] = f"{int(w[: -len(_DROPPED)]) + n}{_DROPPED}"
+        if w.endswith(text) and w[: -len(text)].isdigit():
+            warnings[i] = f"{int(w[: -len(text)]) + n}{text}"
             return
-    warnings.append(f"{n}{_DROPPED}")
+    warnings.append(f"{n}{text}")
+
+
+def note_dropped(warnings: list[str], n: int) -> None:
+    _note(warnings, n, _DROPPED)
+
+
+def note_partial(warnings: list[str], n: int) -> None:
+    _note(warnings, n, _PARTIAL)
 
 
 def _decode_lenient(path: str, data: bytes, is_array: bool, warnings: list[str]):
@@ -418,15 +435,17 @@ def _decode_lenient(path: str, data: bytes, is_array: bool, warnings: list[str])
         meta = {k: msgspec.json.decode(v) for k, v in top.items() if k in Document.__struct_fields__}
         doc = msgspec.convert(meta, Document, strict=False)
     events: list[Event] = []
-    dropped = 0
+    dropped = partial = 0
     for raw in raws:
-        ev = decode_event_lenient(raw)
+        ev, part = lenient_event(raw)
         if ev is None:
             dropped += 1
         else:
             events.append(ev)
+            partial += part
     note_dropped(warnings, dropped)
-    return doc, events, dropped
+    note_partial(warnings, partial)
+    return doc, events, dropped, partial
 
 
 def decode(path: str, data: bytes, file_bytes: int, warnings: list[str], origin: int = 0) -> Loaded:
@@ -456,7 +475,7 @@ def decode(path: str, data: bytes, file_bytes: int, warnings: list[str], origin:
         except msgspec.ValidationError:
             # well-formed JSON with fields of unexpected types: decode event by event (a malformed
             # document fails here too, and is handled below like any other)
-            doc, events, dropped = _decode_lenient(path, data, is_array, warnings)
+            doc, events, dropped, _ = _decode_lenient(path, data, is_array, warnings)
     except RecursionError:  # a recursion limit set far below the default: MAX_NESTING did not protect
         raise TraceError(path, "is nested too deeply for the JSON decoder",
                          hint="raise sys.setrecursionlimit, or check where the file came from") from None

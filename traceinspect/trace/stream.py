@@ -97,17 +97,18 @@ def _parse_chunk(data) -> dict:
             return {"error": "nested too deeply"}
         try:
             events = L._LIST_DECODER.decode(data)
-            dropped = 0
+            dropped = partial = 0
         except msgspec.DecodeError as e:
             if not isinstance(e, msgspec.ValidationError):
                 return {"error": str(e)}  # a false boundary, or corruption: the caller starts over
             try:
-                _, events, dropped = L._decode_lenient("", bytes(data), True, [])
+                _, events, dropped, partial = L._decode_lenient("", bytes(data), True, [])
             except msgspec.DecodeError as e2:
                 return {"error": str(e2)}
         part = extract(events)
         del events  # releases the views into the caller's buffer before it is resized
         part["dropped"] = dropped
+        part["partial"] = partial   # events kept without the fields that did not fit
         return part
     finally:
         if was:
@@ -235,8 +236,10 @@ def _load(p: Path, size: int, blocks, warnings: list[str], jobs: int) -> L.Loade
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
     parts += last.partials
+    partial = 0
     for part in parts:
         dropped += part.pop("dropped", 0)
+        partial += part.pop("partial", 0)
     doc = head_doc if head_doc is not None else L.Document()
     for k in L.Document.__struct_fields__:
         v = getattr(last.doc, k)
@@ -244,6 +247,7 @@ def _load(p: Path, size: int, blocks, warnings: list[str], jobs: int) -> L.Loade
         if k != "traceEvents" and (v is not None or (last.top_keys is not None and k in last.top_keys)):
             setattr(doc, k, v)
     L.note_dropped(warnings, dropped)
+    L.note_partial(warnings, partial)
     lost = last.lost_bytes
     loaded = L.Loaded(path=str(p), events=[], doc=doc, file_bytes=size, json_bytes=json_bytes,
                       warnings=last.warnings, lost_bytes=lost, dropped_events=dropped + last.dropped_events)

@@ -356,24 +356,25 @@ def _fill_row(a: dict, i: int, ev: Event, strings: list, raws: list) -> None:
 def extract_scanned(scanned) -> dict:
     """A `_scan.scan` result -> the partial `extract` makes from the same events (same columns,
     same order, same dtypes, same counters), plus "dropped": deferred events the Python decoder
-    could not keep either. Raises msgspec.DecodeError where a deferred event is malformed for the
+    could not keep either, and "partial": those it kept without the fields that did not fit. Raises msgspec.DecodeError where a deferred event is malformed for the
     typed decoder (bad UTF-8 in a field it decodes, ...): the whole chunk is then the Python path's."""
-    from .load import _EVENT_DECODER, decode_event_lenient
+    from .load import _EVENT_DECODER, lenient_event
 
     n, _end, raw_cols, raw_strings, raw_values, deferred = scanned
     strings = _strings(raw_strings)
     raws = list(raw_values)
     arrays = {k: np.frombuffer(v, dtype=_scan_dtype(k)) for k, v in raw_cols.items()}
-    dropped = 0
+    dropped = partial = 0
     if deferred:
         # events the scanner was not sure about: decoded exactly as the Python path does, in place
         arrays = {k: v.copy() for k, v in arrays.items()}
         keep = np.ones(n, dtype=bool)
         for row, raw in deferred:
             try:
-                ev = _EVENT_DECODER.decode(raw)
+                ev, part = _EVENT_DECODER.decode(raw), False
             except msgspec.ValidationError:   # fields of unexpected types: as the Python path does
-                ev = decode_event_lenient(raw)
+                ev, part = lenient_event(raw)
+                partial += part
             if ev is None:
                 keep[row] = False
                 dropped += 1
@@ -536,7 +537,7 @@ def extract_scanned(scanned) -> dict:
             if a >= 0 and strings[a]:
                 threads[(pv, tv)] = strings[a]
     return {"tables": out, "threads": threads, "unknown": unknown, "no_dur": no_dur, "neg_dur": neg_dur,
-            "n_events": int(n), "dropped": dropped}
+            "n_events": int(n), "dropped": dropped, "partial": partial}
 
 
 _TIMED = ("kernel", "memcpy", "cpu_op", "runtime", "gpu_annotation", "python")

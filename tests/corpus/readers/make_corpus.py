@@ -48,9 +48,11 @@ CASES: dict[str, tuple[bytes, dict]] = {
     # INT64_MIN is a value, not "absent" (absent would be -1)
     "int64_min_correlation": (doc(kernel(corr=b"-9223372036854775808")),
                               {"values": {"kernels.correlation": [-9223372036854775808]}}),
-    # beyond int64 in args: that event's args are ignored (correlation -1, device from pid 0)
+    # beyond int64 in args: that event's args are ignored (correlation -1, stream from tid 7), and counted
     "beyond_int64_correlation": (doc(LAUNCH, kernel(corr=b"18446744073709551616")),
-                                 {"values": {"kernels.correlation": [-1], "kernels.stream": [7]}}),
+                                 {"values": {"kernels.correlation": [-1], "kernels.stream": [7]},
+                                  "warnings": ["1 events had fields of unexpected types (or integers beyond "
+                                               "int64) that were ignored"]}),
     # beyond int64 in tid: the event is dropped, and counted
     "beyond_int64_tid": (doc(LAUNCH, kernel(tid=b"18446744073709551616")),
                          {"values": {"kernels.dur_us": []},
