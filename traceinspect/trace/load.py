@@ -3,6 +3,8 @@
 Owns reading bytes and decoding JSON; builds no tables (tables.py) and never prints.
 Events are decoded straight into slotted msgspec structs; `args` keeps only the keys analyses use
 (every other key is skipped by the decoder; shapes stay undecoded `Raw` slices).
+This decoder is the reference: the native scanner (_scan.c) accepts what it accepts and defers to it
+when unsure. The limits both enforce (nesting depth, int64 range) are declared here.
 """
 from __future__ import annotations
 
@@ -11,9 +13,10 @@ import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Union
+from typing import Annotated, Any, Iterator, Union
 
 import msgspec
+import numpy as np
 from msgspec import Raw, Struct
 
 from ..errors import TraceError
@@ -23,47 +26,58 @@ BLOCK_BYTES = 8 << 20          # read / decompress granularity
 COMPRESSED_READ = 1 << 20      # gzip input read per call
 _EMPTY_RAW = Raw(b"")
 
+# Containers nested deeper than this anywhere in a trace make it unreadable (exit 3). Kineto writes
+# depth 6 at most (document, events, event, args, Input Dims, one shape); msgspec recurses per level
+# and would hit Python's recursion limit near 1000, at a depth that depends on the caller's stack.
+# The native scanner defers to this path before a value can reach the limit (_scan.MAX_NESTING).
+MAX_NESTING = 128
+
+# Integer fields hold int64 (the table columns are int64). msgspec decodes any size of integer; one
+# outside this range fails validation like any field of the wrong type (see decode_event_lenient).
+# Byte counts are floats (their columns are float64): an integer beyond float range fails the same way.
+Int64 = Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)]
+
 
 class Args(Struct, gc=False):
     """The subset of `args` that analyses read, for every category at once: one typed pass over the
     file skips every other key (call stacks, strides, ...) without building objects for it.
     Spellings differ by Kineto era (SIGNATURES.md 1.4). Shapes stay undecoded (`Raw`)."""
 
-    correlation: Union[int, None] = None
-    external_id: Union[int, None] = msgspec.field(default=None, name="External id")
-    external_id_old: Union[int, None] = msgspec.field(default=None, name="external id")
-    device: Union[int, None] = None
-    stream: Union[int, None] = None
-    cbid: Union[int, None] = None
-    cid: Union[int, None] = None  # ROCm roctracer callback id
-    nbytes: Union[int, float, None] = msgspec.field(default=None, name="bytes")
+    correlation: Union[Int64, None] = None
+    external_id: Union[Int64, None] = msgspec.field(default=None, name="External id")
+    external_id_old: Union[Int64, None] = msgspec.field(default=None, name="external id")
+    device: Union[Int64, None] = None
+    stream: Union[Int64, None] = None
+    cbid: Union[Int64, None] = None
+    cid: Union[Int64, None] = None  # ROCm roctracer callback id
+    nbytes: Union[float, None] = msgspec.field(default=None, name="bytes")
     grid: Union[list, None] = None
     block: Union[list, None] = None
     collective: Union[str, None] = msgspec.field(default=None, name="Collective name")
-    in_msg_nelems: Union[int, None] = msgspec.field(default=None, name="In msg nelems")
-    out_msg_nelems: Union[int, None] = msgspec.field(default=None, name="Out msg nelems")
-    group_size: Union[int, None] = msgspec.field(default=None, name="Group size")
+    in_msg_nelems: Union[Int64, None] = msgspec.field(default=None, name="In msg nelems")
+    out_msg_nelems: Union[Int64, None] = msgspec.field(default=None, name="Out msg nelems")
+    group_size: Union[Int64, None] = msgspec.field(default=None, name="Group size")
     dtype: Union[str, None] = None
     input_dims: Raw = msgspec.field(default=_EMPTY_RAW, name="Input Dims")
     input_dims_old: Raw = msgspec.field(default=_EMPTY_RAW, name="Input dims")
     input_type: Raw = msgspec.field(default=_EMPTY_RAW, name="Input type")
     name: Union[str, None] = None          # ph "M" events: process_name / thread_name
-    mem_bytes: Union[int, float, None] = msgspec.field(default=None, name="Bytes")   # [memory] instants
-    total_allocated: Union[int, float, None] = msgspec.field(default=None, name="Total Allocated")
-    total_reserved: Union[int, float, None] = msgspec.field(default=None, name="Total Reserved")
-    device_type: Union[int, None] = msgspec.field(default=None, name="Device Type")
+    mem_bytes: Union[float, None] = msgspec.field(default=None, name="Bytes")   # [memory] instants
+    total_allocated: Union[float, None] = msgspec.field(default=None, name="Total Allocated")
+    total_reserved: Union[float, None] = msgspec.field(default=None, name="Total Reserved")
+    device_type: Union[Int64, None] = msgspec.field(default=None, name="Device Type")
 
 
 class Event(Struct, gc=False):
     ph: str = ""
     cat: str = ""
     name: str = ""
-    pid: Union[int, str] = 0
-    tid: Union[int, str] = 0
+    pid: Union[Int64, str] = 0
+    tid: Union[Int64, str] = 0
     ts: float = 0.0
     dur: Union[float, None] = None
     args: Union[Args, None] = None
-    id: Union[int, str, None] = None
+    id: Union[Int64, str, None] = None
 
 
 class Document(Struct, gc=False):
@@ -109,6 +123,7 @@ class Loaded:
     lost_bytes: int = 0             # bytes discarded from a truncated file
     dropped_events: int = 0         # events that could not be decoded at all
     partials: list | None = None    # columns extracted chunk by chunk (streaming path), else None
+    top_keys: frozenset | None = None   # top-level keys present in a streamed tail (null ones too)
 
 
 def read_blocks(path: Path, warnings: list[str], progress=None) -> Iterator[bytes]:
@@ -181,6 +196,134 @@ def read_bytes(path: Path, warnings: list[str]) -> tuple[bytes, int]:
     return b"".join(read_blocks(path, warnings)), size
 
 
+# +1 for an opening bracket, -1 for a closing one
+_STEP = np.zeros(256, dtype=np.int8)
+_STEP[[ord("["), ord("{")]] = 1
+_STEP[[ord("]"), ord("}")]] = -1
+_NESTING_BLOCK = 4 << 20
+
+
+# every byte but quotes, backslashes and brackets
+_BRACKETS_IN_STRING = re.compile(rb'"[^"]*"')
+_NOT_STRUCTURE = bytes(c for c in range(256) if c not in b'"\\[]{}')
+
+
+def _within_limit_quick(data, limit: int) -> bool | None:
+    """Whether data nests no deeper than limit, where a quick exact answer exists, else None. Only
+    quotes, backslashes and brackets are kept (bytes.translate, one C pass). Without backslashes the
+    quotes alternate open/close: deleting adjacent '""' pairs (empty strings, or the end of one string
+    and the start of the next) keeps that alternation and leaves only the strings holding brackets,
+    which the regular expression deletes. If no quote is left, every remaining byte is a structural
+    bracket: a running sum over them, in slices (bounded memory, early exit), is the depth."""
+    s = (data if isinstance(data, bytes) else bytes(data)).translate(None, _NOT_STRUCTURE)
+    if b"\\" in s:
+        return None
+    s = s.replace(b'""', b"")
+    if b'"' in s:
+        s = _BRACKETS_IN_STRING.sub(b"", s)
+        if b'"' in s:
+            return None   # an unterminated string
+    depth = 0
+    step = 1 << 20
+    for i in range(0, len(s), step):
+        levels = _STEP[np.frombuffer(s, dtype=np.uint8, count=min(step, len(s) - i), offset=i)]
+        levels = levels.astype(np.int64).cumsum()   # (cumsum with dtype= is 10x slower)
+        levels += depth
+        if levels.max() > limit:
+            return False
+        depth = int(levels[-1])
+    return True
+
+
+def nesting_error(data, limit: int = MAX_NESTING) -> int | None:
+    """Offset of the first bracket (outside strings) that opens a container `limit + 1` levels deep
+    in data, or None. Exact on valid JSON; vectorised, in blocks, so it costs a few passes of numpy
+    over the bytes and memory for one block. A document is at depth 0 before its first bracket."""
+    if _within_limit_quick(data, limit):
+        return None
+    depth = 0
+    in_string = 0          # quotes seen so far, mod 2
+    escaped_next = False   # the block before ended in an odd run of backslashes
+    mv = memoryview(data).cast("B")
+    for start in range(0, len(mv), _NESTING_BLOCK):
+        a = np.frombuffer(mv[start:start + _NESTING_BLOCK], dtype=np.uint8)
+        folded = a | 0x20                      # '[' -> '{', ']' -> '}'
+        m = folded == 0x7B
+        m |= folded == 0x7D
+        m |= a == 0x22
+        m |= a == 0x5C
+        idx = np.flatnonzero(m)
+        del folded, m
+        carried, escaped_next = escaped_next, False
+        if not idx.size:
+            continue
+        sub = a[idx]
+        if carried and idx[0] == 0:
+            sub[0] = 0             # escaped by the previous block's last backslash
+        bs = idx[sub == 0x5C]
+        if bs.size:
+            # a run of n backslashes escapes the byte after it when n is odd
+            breaks = np.flatnonzero(np.diff(bs) != 1)
+            run_start = bs[np.r_[0, breaks + 1]]
+            run_end = bs[np.r_[breaks, bs.size - 1]]
+            after = run_end[((run_end - run_start + 1) & 1).astype(bool)] + 1
+            if after.size and after[-1] == len(a):
+                escaped_next = True
+                after = after[:-1]
+            sub[np.isin(idx, after)] = 0
+        quotes = sub == 0x22
+        step = _STEP[sub]
+        step[((quotes.astype(np.int64).cumsum() + in_string) & 1).astype(bool)] = 0   # inside a string
+        levels = step.astype(np.int64).cumsum()   # (cumsum with dtype= is 10x slower)
+        levels += depth
+        if levels.max() > limit:
+            return start + int(idx[np.argmax(levels > limit)])
+        depth = int(levels[-1])
+        in_string = (in_string + int(np.count_nonzero(quotes))) & 1
+    return None
+
+
+def _too_deep(path: str, offset: int) -> TraceError:
+    return TraceError(path, f"is nested deeper than {MAX_NESTING} levels at byte {offset} of its JSON",
+                      hint="this is not a torch.profiler trace (Kineto nests 6 levels); check where the file came from")
+
+
+# the last \uD800-\uDBFF escape of a buffer (a high surrogate) and what follows it
+_HIGH_SURROGATE = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}")
+_LOW_SURROGATE_PREFIX = re.compile(rb"(\\(u([dD]([c-fC-F][0-9a-fA-F]?)?)?)?)?")
+
+
+def _lone_surrogate_at_end(data: bytes) -> int | None:
+    """msgspec calls a high surrogate escape near the end of the input without its low half
+    ('"\ud800"}') "truncated": it looks six bytes ahead for the low half. The offset just after the
+    escape when that is the case (what msgspec reports for the same escape elsewhere), else None."""
+    tail_at = max(0, len(data) - 16)
+    last = None
+    for m in _HIGH_SURROGATE.finditer(data, tail_at):
+        k = m.start()
+        while k > 0 and data[k - 1] == 0x5C:   # an escaped backslash is not an escape
+            k -= 1
+        if (m.start() - k) % 2 == 0:
+            last = m
+    if last is None:
+        return None
+    rest = data[last.end():]
+    if len(rest) >= 6 or _LOW_SURROGATE_PREFIX.fullmatch(rest):
+        return None   # the low half may follow: the file is really cut there
+    return last.end()
+
+
+def top_level_keys(obj: bytes) -> frozenset[str] | None:
+    """The keys of a JSON object (escapes decoded, values left undecoded), or None where obj is not a
+    well-formed object. A streamed file's tail is given as an object whose first key is "" (in place of
+    the traceEvents key already streamed): a "traceEvents" among its keys is a second events array,
+    which wins like any repeated key, and a key given as null there replaces the head's value."""
+    try:
+        return frozenset(msgspec.json.decode(obj, type=dict[str, Raw]))
+    except (msgspec.DecodeError, RecursionError):
+        return None
+
+
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 
 
@@ -209,7 +352,7 @@ def _recover_truncated(path: str, data: bytes, is_array: bool):
         candidate = data[:cut] + closer
         try:
             doc = (_LIST_DECODER if is_array else _DOC_DECODER).decode(candidate)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             end = m.start()
             continue
         return doc, len(data) - cut
@@ -219,8 +362,14 @@ def _recover_truncated(path: str, data: bytes, is_array: bool):
 def decode_event_lenient(raw) -> Event | None:
     """One event's JSON -> Event, keeping what fits the schema: strict first, then with lax type
     coercion ("128" -> 128), then args dropped, then only the timing fields; None if nothing fits."""
+    return lenient_event(raw)[0]
+
+
+def lenient_event(raw) -> tuple[Event | None, bool]:
+    """decode_event_lenient, and whether a part of the event was ignored (its args, or all but the
+    timing fields) because it did not fit: the readers count those events in a warning."""
     try:
-        return _EVENT_DECODER.decode(raw)
+        return _EVENT_DECODER.decode(raw), False
     except msgspec.DecodeError:
         pass
     try:
@@ -235,15 +384,41 @@ def decode_event_lenient(raw) -> Event | None:
                 ev.args = msgspec.convert(args, Args, strict=False)
             except (msgspec.ValidationError, TypeError):
                 ev.args = None
-        return ev
+                return ev, True
+        return ev, False
     except (msgspec.DecodeError, msgspec.ValidationError, TypeError, ValueError):
         try:
             obj = _ANY_DECODER.decode(raw)
             slim = {k: obj.get(k) for k in ("ph", "cat", "name", "pid", "tid", "ts", "dur")
                     if isinstance(obj, dict) and obj.get(k) is not None}
-            return msgspec.convert(slim, Event, strict=False)
+            return msgspec.convert(slim, Event, strict=False), True
         except Exception:
-            return None
+            return None, False
+
+
+_DROPPED = " events had fields of unexpected types and were dropped"
+_PARTIAL = (" events had fields of unexpected types (or integers beyond int64) that were ignored; "
+            "the rest of each event was kept")
+
+
+def _note(warnings: list[str], n: int, text: str) -> None:
+    """Count n events in the one warning ending in text (pieces of a file decoded apart, by either
+    reader, add up to the same single warning)."""
+    if not n:
+        return
+    for i, w in enumerate(warnings):
+        if w.endswith(text) and w[: -len(text)].isdigit():
+            warnings[i] = f"{int(w[: -len(text)]) + n}{text}"
+            return
+    warnings.append(f"{n}{text}")
+
+
+def note_dropped(warnings: list[str], n: int) -> None:
+    _note(warnings, n, _DROPPED)
+
+
+def note_partial(warnings: list[str], n: int) -> None:
+    _note(warnings, n, _PARTIAL)
 
 
 def _decode_lenient(path: str, data: bytes, is_array: bool, warnings: list[str]):
@@ -260,19 +435,21 @@ def _decode_lenient(path: str, data: bytes, is_array: bool, warnings: list[str])
         meta = {k: msgspec.json.decode(v) for k, v in top.items() if k in Document.__struct_fields__}
         doc = msgspec.convert(meta, Document, strict=False)
     events: list[Event] = []
-    dropped = 0
+    dropped = partial = 0
     for raw in raws:
-        ev = decode_event_lenient(raw)
+        ev, part = lenient_event(raw)
         if ev is None:
             dropped += 1
         else:
             events.append(ev)
-    if dropped:
-        warnings.append(f"{dropped} events had fields of unexpected types and were dropped")
-    return doc, events, dropped
+            partial += part
+    note_dropped(warnings, dropped)
+    note_partial(warnings, partial)
+    return doc, events, dropped, partial
 
 
-def decode(path: str, data: bytes, file_bytes: int, warnings: list[str]) -> Loaded:
+def decode(path: str, data: bytes, file_bytes: int, warnings: list[str], origin: int = 0) -> Loaded:
+    """data -> Loaded. origin: where data[0] sits in the file's JSON (a streamed tail), for messages."""
     head = data[:4096].lstrip()
     if not head:
         raise TraceError(path, "contains only whitespace", hint="capture the trace again")
@@ -282,6 +459,9 @@ def decode(path: str, data: bytes, file_bytes: int, warnings: list[str]) -> Load
         raise TraceError(path, f"is not JSON (it starts with '{preview}')",
                          hint="pass a torch.profiler trace (*.pt.trace.json or .json.gz)")
     is_array = first == b"["
+    deep = nesting_error(data)
+    if deep is not None:
+        raise _too_deep(path, origin + deep)
     lost = 0
     dropped = 0
     try:
@@ -295,8 +475,14 @@ def decode(path: str, data: bytes, file_bytes: int, warnings: list[str]) -> Load
         except msgspec.ValidationError:
             # well-formed JSON with fields of unexpected types: decode event by event (a malformed
             # document fails here too, and is handled below like any other)
-            doc, events, dropped = _decode_lenient(path, data, is_array, warnings)
+            doc, events, dropped, _ = _decode_lenient(path, data, is_array, warnings)
+    except RecursionError:  # a recursion limit set far below the default: MAX_NESTING did not protect
+        raise TraceError(path, "is nested too deeply for the JSON decoder",
+                         hint="raise sys.setrecursionlimit, or check where the file came from") from None
     except msgspec.DecodeError as e:
+        lone = _lone_surrogate_at_end(data) if "truncated" in str(e) else None
+        if lone is not None:
+            e = f"JSON is malformed: unexpected end of escaped utf-16 surrogate pair (byte {origin + lone})"
         if "truncated" not in str(e):
             raise TraceError(path, f"is not valid JSON ({e})",
                              hint="the file is corrupt; re-copy it or capture the trace again") from None

@@ -92,19 +92,23 @@ def _parse_chunk(data) -> dict:
             part = _native_chunk(data)
             if part is not None:
                 return part
+        if L.nesting_error(data, L.MAX_NESTING - 1) is not None:
+            # the chunk sits one level inside the document: the whole-file path measures it exactly
+            return {"error": "nested too deeply"}
         try:
             events = L._LIST_DECODER.decode(data)
-            dropped = 0
+            dropped = partial = 0
         except msgspec.DecodeError as e:
             if not isinstance(e, msgspec.ValidationError):
                 return {"error": str(e)}  # a false boundary, or corruption: the caller starts over
             try:
-                _, events, dropped = L._decode_lenient("", bytes(data), True, [])
+                _, events, dropped, partial = L._decode_lenient("", bytes(data), True, [])
             except msgspec.DecodeError as e2:
                 return {"error": str(e2)}
         part = extract(events)
         del events  # releases the views into the caller's buffer before it is resized
         part["dropped"] = dropped
+        part["partial"] = partial   # events kept without the fields that did not fit
         return part
     finally:
         if was:
@@ -156,6 +160,9 @@ def _load(p: Path, size: int, blocks, warnings: list[str], jobs: int) -> L.Loade
         start = _events_start(head)
         if start is not None or len(head) > (64 << 20):
             break
+    deep = L.nesting_error(head)
+    if deep is not None:  # in the blocks read to find the events array: the first violation
+        raise L._too_deep(str(p), deep)
     if start is None:
         for b in blocks:
             head += b
@@ -186,6 +193,7 @@ def _load(p: Path, size: int, blocks, warnings: list[str], jobs: int) -> L.Loade
                 break
             cut = _last_boundary(buf)
             if cut is None:
+                _too_deep_so_far(p, buf, json_bytes, is_array, pending)
                 want = len(buf) + CHUNK_BYTES  # no boundary yet (one enormous event?): read more
                 continue
             want = CHUNK_BYTES
@@ -214,28 +222,52 @@ def _load(p: Path, size: int, blocks, warnings: list[str], jobs: int) -> L.Loade
             return L.load_file(p)
         last = _native_tail(p, buf, is_array, size, warnings)
         if last is None:
-            tail = (b"[" if is_array else b'{"traceEvents":[') + bytes(buf[1:])
+            keys = None if is_array else L.top_level_keys(b'{"":[' + bytes(buf[1:]))
+            if keys is not None and "traceEvents" in keys:
+                return L.load_file(p)  # a second "traceEvents" follows: its array wins, as in one piece
+            prefix = b"[" if is_array else b'{"traceEvents":['
+            tail = prefix + bytes(buf[1:])
+            origin = json_bytes - (len(buf) - 1) - len(prefix)   # where tail[0] would sit in the file
             del buf
-            last = L.decode(str(p), tail, size, warnings)
+            last = L.decode(str(p), tail, size, warnings, origin=origin)
             last.partials = [extract(last.events)]
+            last.top_keys = keys
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
     parts += last.partials
+    partial = 0
     for part in parts:
         dropped += part.pop("dropped", 0)
+        partial += part.pop("partial", 0)
     doc = head_doc if head_doc is not None else L.Document()
     for k in L.Document.__struct_fields__:
         v = getattr(last.doc, k)
-        if k != "traceEvents" and v is not None:
+        # the last occurrence wins, an explicit null in the tail too
+        if k != "traceEvents" and (v is not None or (last.top_keys is not None and k in last.top_keys)):
             setattr(doc, k, v)
-    if dropped:
-        warnings.append(f"{dropped} events had fields of unexpected types and were dropped")
+    L.note_dropped(warnings, dropped)
+    L.note_partial(warnings, partial)
     lost = last.lost_bytes
     loaded = L.Loaded(path=str(p), events=[], doc=doc, file_bytes=size, json_bytes=json_bytes,
                       warnings=last.warnings, lost_bytes=lost, dropped_events=dropped + last.dropped_events)
     loaded.partials = parts
     return loaded
+
+
+def _too_deep_so_far(p: Path, buf: bytearray, json_bytes: int, is_array: bool, pending: list) -> None:
+    """Raise the nesting error as soon as one unfinished event is deeper than the limit (megabytes
+    of '[' fail after one chunk, not after reading the file). buf starts at an event boundary, one
+    level inside the document for a bare array, two inside an object. Only where no earlier chunk
+    failed: that chunk may hold an earlier violation, which the whole-file path reports."""
+    if len(buf) < CHUNK_BYTES or (len(buf) // CHUNK_BYTES) & (len(buf) // CHUNK_BYTES - 1):
+        return  # measured at 1, 2, 4, ... chunks: linear in all
+    deep = L.nesting_error(buf, L.MAX_NESTING - (1 if is_array else 2))
+    if deep is None:
+        return
+    if any("error" in (f.result() if isinstance(f, Future) else f) for f in pending):
+        return
+    raise L._too_deep(str(p), json_bytes - len(buf) + deep)
 
 
 def _chunk_pool(jobs: int) -> tuple[Executor | None, int]:
@@ -267,11 +299,15 @@ def _native_tail(p: Path, buf: bytearray, is_array: bool, size: int, warnings: l
                 return None
             doc = L.Document()
         else:
+            obj = b'{"":0' + rest
+            keys = L.top_level_keys(obj)
+            if keys is None or "traceEvents" in keys or L.nesting_error(obj) is not None:
+                return None  # the Python path reports the problem, or takes the later events array
             doc = L._DOC_DECODER.decode(b'{"traceEvents":[]' + rest)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return None
     loaded = L.Loaded(path=str(p), events=[], doc=doc, file_bytes=size, json_bytes=len(buf),
-                      warnings=warnings, dropped_events=0)
+                      warnings=warnings, dropped_events=0, top_keys=None if is_array else keys)
     loaded.partials = [part]
     return loaded
 
@@ -302,9 +338,11 @@ def _events_start(buf: bytes):
     head = buf[:k].rstrip()
     if head.endswith(b","):
         head = head[:-1]
+    if L.nesting_error(head) is not None:
+        return None  # the whole-buffer path reports it
     try:
         doc = L._DOC_DECODER.decode(head + b"}")
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return None
     return m.end(), doc
 
