@@ -144,9 +144,14 @@ def _verdict(trace: Trace, findings: list[Finding]) -> dict:
         return {}
     median = float(st["dur_us"].median())
     if not findings:
-        headline = ("No significant slowdown found in the analysed steps." if trace.has_gpu else
-                    "No GPU activity in this trace, so the GPU analyses could not run: capture with "
-                    "ProfilerActivity.CUDA on a GPU machine.")
+        if trace.has_gpu:
+            headline = "No significant slowdown found in the analysed steps."
+        elif trace.meta.devices:  # a GPU is named: its events are absent or lost, not "no GPU activity"
+            headline = (f"The trace names {trace.meta.devices[0].name} but holds no GPU events (see the "
+                        "warnings), so the GPU analyses could not run.")
+        else:
+            headline = ("No GPU activity in this trace, so the GPU analyses could not run: capture with "
+                        "ProfilerActivity.CUDA on a GPU machine.")
         return {"top": None, "headline": headline, "median_step_us": median}
     top = findings[0]
     fixable = [f for f in findings if f.confidence != "low"][:3]

@@ -130,12 +130,13 @@ def build_report(path: str, *, rank: str | None = None, steps: str | None = None
     from .analyze import analyze, analyze_many
     from .errors import DetectorFailed
     from .report import Report
+    from .trace.load import open_regular
     from .trace.model import load_trace
     from .trace.stream import native_enabled
     paths = _trace_paths(path)
     if len(paths) == 1:
         size = Path(paths[0]).stat().st_size
-        with open(paths[0], "rb") as f:
+        with open_regular(paths[0]) as f:  # a FIFO or device: exit 3 at once, never a blocking open
             gz = f.read(2) == b"\x1f\x8b"
         json_size = size * (10 if gz else 1)  # estimate
         # the reader is part of the key: both give the same tables, but a cached report must never
