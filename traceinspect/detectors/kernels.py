@@ -55,8 +55,12 @@ _MASK = re.compile(r"masked_fill", re.I)
 _GEMV = re.compile(r"gemv|gemmk1_kernel|\bdot_kernel|splitkreduce|reduce_1block_kernel", re.I)
 _CONV = re.compile(r"conv(?!ert)|scudnn|hcudnn|fprop|dgrad|wgrad|winograd|igemm_(?:fwd|bwd|wrw)|implicit_gemm|"
                    r"implicitgemm", re.I)
-_CONV_HELPER = re.compile(r"compute\w*offsets|im2col|col2im|nchwtonhwc|nhwctonchw|transpose|scalepacked", re.I)
-_GEMM = re.compile(r"gemm|^cijk_|nvjet|xmma_gemm|matmul|^bmm_|cutlass.*tensorop|cutlass.*simt", re.I)
+# Every pattern here runs in time linear in the name: literal alternations, anchored prefixes, and no
+# `.*` or `\w*` between two words (Python's re retries those from every occurrence of the first word,
+# which is quadratic: 1.3 s for 20 KB of "cutlass"). Those two-word tests are plain str.find below.
+_CONV_HELPER = re.compile(r"im2col|col2im|nchwtonhwc|nhwctonchw|transpose|scalepacked", re.I)
+_GEMM = re.compile(r"gemm|^cijk_|nvjet|xmma_gemm|matmul|^bmm_", re.I)
+_WORD = re.compile(r"\w+")
 _TENSILE = re.compile(r"^Cijk_A[a-z]+_B[a-z]+_([A-Z0-9]+)(?:_|$)")
 _NVJET = re.compile(r"nvjet_(?:sm\d+_)?([a-z]{3})_", re.I)
 _ARCH_WORD = re.compile(r"(?:^|[^a-z])(maxwell|pascal|volta|turing|ampere|ada|hopper)_", re.I)
@@ -74,6 +78,26 @@ _HALF_TOKENS = ("bf16", "bfloat16", "fp16", "f16", "half", "h884", "h1688", "h16
 _FP64_TOKENS = ("dgemm", "d884", "dmma", "double")
 _COMPLEX_TOKENS = ("cgemm", "zgemm", "gcgemm")
 _FP32_TOKENS = ("sgemm", "ffma", "scudnn", "f32f32_f32f32", "_fp32_", "simt_s")
+
+
+def _conv_helper(ident: str) -> bool:
+    """_CONV_HELPER, or `compute\\w*offsets` (cuDNN's computeOffsetsKernel) within one word."""
+    if _CONV_HELPER.search(ident):
+        return True
+    for w in _WORD.finditer(ident.lower()):
+        i = w.group().find("compute")
+        if i >= 0 and w.group().find("offsets", i + 7) >= 0:
+            return True
+    return False
+
+
+def _is_gemm(head: str) -> bool:
+    """_GEMM, or `cutlass` followed later by `tensorop` / `simt` (CUTLASS's own GEMM kernels)."""
+    if _GEMM.search(head):
+        return True
+    low = head.lower()
+    i = low.find("cutlass")
+    return i >= 0 and (low.find("tensorop", i + 7) >= 0 or low.find("simt", i + 7) >= 0)
 
 
 def _tensile_precision(name: str) -> str | None:
@@ -165,9 +189,9 @@ def classify_name(name: str) -> KernelClass:
         return KernelClass(MASK, UNKNOWN, arch)
     if _GEMV.search(ident):
         return KernelClass(GEMV, _precision(name), arch)
-    if _CONV.search(head) and not _CONV_HELPER.search(ident):
+    if _CONV.search(head) and not _conv_helper(ident):
         return KernelClass(CONV, _precision(name), arch)
-    if _GEMM.search(head):
+    if _is_gemm(head):
         return KernelClass(GEMM, _precision(name), arch)
     return KernelClass(OTHER, UNKNOWN, arch)
 

@@ -4,7 +4,9 @@ Owns step detection and device/rank identification. Detectors read a Trace and n
 """
 from __future__ import annotations
 
+import dataclasses
 import gc
+import hashlib
 import os
 import re
 from dataclasses import dataclass, field
@@ -269,12 +271,52 @@ def _rank(doc, path: str, warnings: list[str], warn_default: bool) -> tuple[int,
     return 0, "default", None
 
 
+# One name (kernel, op, thread, ...) is kept up to this many characters: every pattern match and every
+# rendered line over names then costs at most this much per distinct name. The longest real name seen
+# is 5,160 characters (a CUTLASS template); what classifies a kernel is in its first few hundred.
+MAX_NAME_CHARS = 64 << 10
+
+
+def _cap_names(tables: Tables, warnings: list[str]) -> None:
+    """Cut names longer than MAX_NAME_CHARS (in every categorical column and the thread names), each
+    to its first MAX_NAME_CHARS characters plus a marker with its length and a short hash (so two cut
+    names stay distinct)."""
+    cut = 0
+    longest = 0
+
+    def short(c):
+        nonlocal cut, longest
+        if not isinstance(c, str) or len(c) <= MAX_NAME_CHARS:
+            return c
+        cut += 1
+        longest = max(longest, len(c))
+        h = hashlib.blake2b(c.encode("utf-8", "surrogatepass"), digest_size=6).hexdigest()
+        return f"{c[:MAX_NAME_CHARS]}...[name cut: {len(c):,} characters, {h}]"
+
+    for f in dataclasses.fields(tables):
+        df = getattr(tables, f.name)
+        if not isinstance(df, pd.DataFrame) or not len(df):
+            continue
+        for col in df.columns:
+            if not isinstance(df[col].dtype, pd.CategoricalDtype):
+                continue
+            cats = df[col].cat.categories
+            if not len(cats) or max(len(c) if isinstance(c, str) else 0 for c in cats) <= MAX_NAME_CHARS:
+                continue
+            df[col] = df[col].cat.rename_categories([short(c) for c in cats])
+    tables.thread_names = {k: short(v) for k, v in tables.thread_names.items()}
+    if cut:
+        warnings.append(f"{cut} name{'s' if cut != 1 else ''} longer than {MAX_NAME_CHARS:,} characters "
+                        f"(the longest {longest:,}) {'were' if cut != 1 else 'was'} cut to that length")
+
+
 def from_loaded(loaded: _load.Loaded, *, warn_default_rank: bool = False) -> Trace:
     tables = assemble(loaded.partials if loaded.partials is not None else [extract(loaded.events)])
     loaded.events = []  # the structs are no longer needed; let them go before analysis
     loaded.partials = None
     doc = loaded.doc
     warnings = list(loaded.warnings) + tables.warnings
+    _cap_names(tables, warnings)
     rank, rank_source, world = _rank(doc, loaded.path, warnings, warn_default_rank)
     versions = {k: getattr(doc, k) for k in ("cuda_runtime_version", "cuda_driver_version", "cupti_version",
                                              "hip_runtime_version", "roctracer_version")
