@@ -194,9 +194,12 @@ def _load(p: Path, size: int, blocks, warnings: list[str], jobs: int, lim: L.Lim
     pool, workers = _chunk_pool(jobs)
     pending: list[Future | dict] = []
     dropped = 0
+    # chunks no larger than the per-event bound: an event over the bound then always spans a cut,
+    # where buf holds it alone, so the bound is exact
+    chunk_bytes = int(min(CHUNK_BYTES, lim.max_event_bytes))
     try:
         eof = False
-        want = CHUNK_BYTES
+        want = chunk_bytes
         while not eof:
             while len(buf) < want:
                 b = next(blocks, None)
@@ -206,15 +209,15 @@ def _load(p: Path, size: int, blocks, warnings: list[str], jobs: int, lim: L.Lim
                 buf += b
             if eof:
                 break
-            cut = _last_boundary(buf)
+            cut = _last_boundary(buf, want)
             if cut is None:
-                # no boundary yet (one enormous event?): read on, up to the per-event bound. buf holds
-                # only bytes after the last boundary, so this bounds exactly one event's size
-                if len(buf) - 1 > lim.max_event_bytes:
+                # no boundary in buf[:want] (one enormous event?): read on, up to the per-event bound.
+                # buf[1:] starts at an event, so this bounds exactly one event's size
+                if want - 1 > lim.max_event_bytes:
                     raise _no_boundary(p, lim, "the events array")
-                want = len(buf) + CHUNK_BYTES
+                want = int(min(want + chunk_bytes, lim.max_event_bytes + 2))
                 continue
-            want = CHUNK_BYTES
+            want = chunk_bytes
             end, rest = cut
             buf[0] = 0x5B   # '['
             buf[end] = 0x5D  # ']' over the separator after the chunk's last event
@@ -381,14 +384,15 @@ def _header(data: bytes) -> L.Document | None:
     return doc
 
 
-def _last_boundary(buf: bytes):
-    """(end of the chunk, start of the rest) at the last `}, {` between events, or None. Looks at
-    a short tail window first and widens it only when the window holds no boundary."""
+def _last_boundary(buf: bytes, end: int | None = None):
+    """(end of the chunk, start of the rest) at the last `}, {` between events in buf[:end], or None.
+    Looks at a short tail window first and widens it only when the window holds no boundary."""
+    end = len(buf) if end is None else min(end, len(buf))
     window = 64 << 10
     while True:
-        lo = max(0, len(buf) - window)
+        lo = max(0, end - window)
         m = None
-        for m in _BOUNDARY.finditer(buf, lo):
+        for m in _BOUNDARY.finditer(buf, lo, end):
             pass
         if m is not None:
             brace = buf.rindex(b"{", m.start(), m.end())
