@@ -89,6 +89,7 @@ def _trace_section(trace: Trace) -> dict:
         "file": os.path.basename(m.path),
         "file_bytes": m.file_bytes, "json_bytes": m.json_bytes, "events": m.n_events,
         "lost_bytes": m.lost_bytes, "dropped_events": m.dropped_events,
+        "truncated": m.truncated, "steps_dropped": list(m.steps_dropped),
         "rank": m.rank, "rank_source": m.rank_source, "world_size": m.world_size,
         "gpu": gpu, "gpu_count_in_trace": len({int(d) for d in trace.kernels["device"].unique()}) if len(trace.kernels) else 0,
         "window": window_label(trace) if len(trace.steps) else "",
