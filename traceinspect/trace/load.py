@@ -310,7 +310,7 @@ def _recover_truncated(path: str, data: bytearray | bytes, is_array: bool):
     Walks back over event boundaries (`}, {`) from the end and closes the array there; a boundary
     inside a nested object fails to parse and the next earlier one is tried. The closing bracket is
     written into the buffer in place (and the bytes under it restored), so no copy of the file is made.
-    Returns (document or event list, bytes discarded after the last complete event).
+    Returns (document or event list, bytes of the incomplete event discarded).
     """
     closer = b"]" if is_array else b"]}"
     if not is_array:
@@ -340,7 +340,7 @@ def _recover_truncated(path: str, data: bytearray | bytes, is_array: bool):
             continue
         finally:
             buf[cut: cut + len(closer)] = saved
-        return doc, len(buf) - cut
+        return doc, len(buf) - (m.end() - 1)  # the incomplete event, from its opening brace
     return None
 
 
