@@ -326,3 +326,17 @@ def test_limits_defaults_are_the_documented_ones(monkeypatch):
     assert (lim.max_inflate, lim.max_json_bytes, lim.max_event_bytes) == (200, 64 << 30, 32 << 20)
     monkeypatch.setenv("TRACEINSPECT_MAX_INFLATE", "0")
     assert L.limits().max_inflate == float("inf")
+
+
+def test_headline_never_says_no_gpu_activity_when_a_gpu_is_named(tmp_path):
+    """A complete trace that names a GPU but has no GPU events: the verdict and the warnings say the
+    GPU events are absent, never 'No GPU activity: capture with ProfilerActivity.CUDA'."""
+    from builders import TraceBuilder
+    t = TraceBuilder("V100")
+    for _ in range(3):
+        with t.step():
+            t.op("aten::mm", cpu_us=2000)
+    r = _report(tmp_path, t.write(tmp_path / "host_only.json"))
+    text = json.dumps(r)
+    assert "ProfilerActivity" not in text
+    assert "Tesla V100" in r["verdict"]["headline"] and "no GPU events" in r["verdict"]["headline"]
