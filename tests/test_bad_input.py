@@ -206,6 +206,22 @@ def test_kernel_patterns_are_linear_on_adversarial_names():
     for unit in ("cutlass", "compute", "cutlass_compute_<a, ", "<  ,"):
         classify_name.cache_clear()
         assert classify_name(unit * (200_000 // len(unit))).kind
+    # a GEMM name, so the precision's template scan runs: `<` then many blank arguments made the old
+    # template pattern backtrack exponentially (18 s for 16 arguments; this has 60,000)
+    classify_name.cache_clear()
+    assert classify_name("void gemm_kernel<" + "  ," * 60_000 + " x>(int)").kind == "gemm"
+
+
+@pytest.mark.parametrize("name, first", [
+    ("k<int, float, double>", "float"),
+    ("k<int, 4, c10::BFloat16>", "c10::BFloat16"),
+    ("k<  ,  ,  , x>", None),
+    ("k<int, 4>", None),
+    ("k<Params<128, 64>, __half>", None),   # an argument with its own list ends the scan, as before
+])
+def test_first_float_template_argument(name, first):
+    from traceinspect.detectors.kernels import _first_float_template
+    assert _first_float_template(name) == first
 
 
 # --- truncated files: say what was lost, analyse only complete steps ---------------------------------

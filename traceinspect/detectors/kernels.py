@@ -69,8 +69,29 @@ _ARCH_WORDS = {"maxwell": 50, "pascal": 60, "volta": 70, "turing": 75, "ampere":
 _TEMPLATE_TYPES = {"float": FP32, "double": FP64, "__half": HALF, "c10::Half": HALF, "__nv_bfloat16": HALF,
                    "c10::BFloat16": HALF, "__hip_bfloat16": HALF, "half": HALF}
 _FLOAT_T = r"(?:float|double|__half|c10::Half|__nv_bfloat16|c10::BFloat16|__hip_bfloat16|half)\b"
-# the first template argument that is a floating-point type, skipping integer / bool / constant arguments
-_FIRST_FLOAT_TEMPLATE = re.compile(r"<(?:\s*(?!" + _FLOAT_T + r")[^<>,]*,)*\s*(" + _FLOAT_T + ")")
+# a template argument that is a floating-point type (matched at the argument's start)
+_FLOAT_ARG = re.compile(r"\s*(" + _FLOAT_T + ")")
+_ARG_END = re.compile(r"[<>,]")
+
+
+def _first_float_template(name: str) -> str | None:
+    """The first template argument that is a floating-point type, skipping integer / bool / constant
+    arguments, in the argument list opened by any `<`. A scan, not one regular expression: the
+    pattern `<(?:\\s*(?!float)[^<>,]*,)*\\s*(float)` backtracks exponentially on `<  ,  ,  , x`
+    (18 s for 16 arguments). Each `<` scans only up to the next `<` or `>`, so this is linear."""
+    i = name.find("<")
+    while i >= 0:
+        j = i + 1
+        while True:
+            m = _FLOAT_ARG.match(name, j)
+            if m:
+                return m.group(1)
+            e = _ARG_END.search(name, j)
+            if e is None or name[e.start()] != ",":
+                break
+            j = e.end()
+        i = name.find("<", i + 1)
+    return None
 
 _FP8_TOKENS = ("e4m3", "e5m2", "fp8", "mxfp4", "e2m1", "nvfp4", "float8")
 _INT8_TOKENS = ("i8816", "i16832", "int8", "imma", "igemm_int8")
@@ -141,9 +162,9 @@ def _precision(name: str) -> str:
     if any(t in n for t in _FP32_TOKENS):
         return FP32
     # templated library kernels (cuDNN, cuBLAS small-GEMM): the first floating-point template argument
-    m = _FIRST_FLOAT_TEMPLATE.search(name.replace("(anonymous namespace)", "").split("(", 1)[0])
-    if m:
-        return _TEMPLATE_TYPES[m.group(1)]
+    t = _first_float_template(name.replace("(anonymous namespace)", "").split("(", 1)[0])
+    if t:
+        return _TEMPLATE_TYPES[t]
     return UNKNOWN
 
 
