@@ -250,16 +250,19 @@ def kineto_ordered(steps: int = 6):
 
 
 def expected_steps(events: list[dict], kept: int) -> tuple[list[int], list[int]]:
-    """Steps whose span, runtime calls and GPU work are all among the first `kept` events (derived
-    from the builder's events, independently of the reader)."""
+    """Steps whose span, runtime calls and GPU work are all among the first `kept` events, and that
+    end before the kept data does (the GPU section is in time order: a step is known to be over only
+    if something after it was kept). Derived from the builder's events, independently of the reader."""
     have = {id(e) for e in events[:kept]}
+    gpu_kept = [e["ts"] for e in events[:kept] if e.get("cat") in ("cuda_runtime", "kernel", "gpu_memcpy")]
+    data_end = max(gpu_kept, default=float("-inf"))
     by_corr = {e["args"]["correlation"]: e for e in events if e.get("cat") in ("kernel", "gpu_memcpy")}
     complete, cut = [], []
     for s in (e for e in events if e["name"].startswith("ProfilerStep#")):
         lo, hi = s["ts"], s["ts"] + s["dur"]
         rts = [e for e in events if e.get("cat") == "cuda_runtime" and lo <= e["ts"] <= hi]
         work = [by_corr[r["args"]["correlation"]] for r in rts if r["args"]["correlation"] in by_corr]
-        ok = id(s) in have and all(id(e) in have for e in rts + work)
+        ok = id(s) in have and all(id(e) in have for e in rts + work) and hi <= data_end
         (complete if ok else cut).append(int(s["name"].split("#")[1]))
     return complete, cut
 
@@ -356,3 +359,35 @@ def test_headline_never_says_no_gpu_activity_when_a_gpu_is_named(tmp_path):
     text = json.dumps(r)
     assert "ProfilerActivity" not in text
     assert "Tesla V100" in r["verdict"]["headline"] and "no GPU events" in r["verdict"]["headline"]
+
+
+def test_corrupt_gzip_midway_keeps_what_came_before_and_says_the_rest_cannot_be_decoded(tmp_path):
+    """A byte-aligned invalid deflate block (BTYPE=11) after 90% of the trace: every complete event
+    inflated before it is kept, the steps it cuts are dropped, and the warning says what is unknown."""
+    body, events, ends, n_host = kineto_ordered(steps=6)
+    cut = ends[int(0.9 * len(events))] - 20
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)
+    p = tmp_path / "corrupt.json.gz"
+    p.write_bytes(c.compress(body[:cut]) + c.flush(zlib.Z_FULL_FLUSH) + b"\x07" + b"\x00" * 100)
+    kept_events = sum(1 for e in ends if e + 1 <= cut)
+    complete, dropped = expected_steps(events, kept_events)
+    tr = load_trace(p)
+    assert tr.meta.truncated and tr.steps["step"].tolist() == complete and list(tr.meta.steps_dropped) == dropped
+    w = " ".join(tr.warnings)
+    assert "corrupt" in w and "cannot be decoded" in w
+
+
+def test_truncated_trace_without_steps_clips_the_window(tmp_path):
+    """No ProfilerStep spans ('whole trace'): the window ends where the data ends, and says so."""
+    body, events, ends, n_host = kineto_ordered(steps=4)
+    doc_events = [e for e in events if not e["name"].startswith("ProfilerStep#")]
+    doc = build_healthy(steps=1).build()
+    doc["traceEvents"] = doc_events
+    text = json.dumps(doc, indent=1).encode()
+    p = tmp_path / "nosteps.json"
+    p.write_bytes(text[: int(len(text) * 0.8)])
+    tr = load_trace(p)
+    assert tr.step_source == "whole trace" and len(tr.steps) == 1
+    gpu_end = max(float(df["end_us"].max()) for df in (tr.kernels, tr.memcpy) if len(df))
+    assert float(tr.steps["end_us"].iloc[0]) <= gpu_end
+    assert any("window ends where the truncated data ends" in w for w in tr.warnings)

@@ -244,10 +244,17 @@ def read_blocks(path: Path, warnings: list[str], progress=None, state: ReadState
         d = zlib.decompressobj(wbits=31)
         data = first + read(COMPRESSED_READ)
         while True:
+            before = d.copy()
             try:
                 # bounded output per call: a highly compressed trace must not inflate all at once
                 out = d.decompress(data, BLOCK_BYTES)
             except zlib.error as e:
+                # zlib drops the whole call's output on an error: replay the call from its saved state in
+                # small steps, so everything inflated before the corrupt byte is kept
+                salvage = _salvage(before, data)
+                if salvage:
+                    state.json_bytes += len(salvage)
+                    yield salvage
                 if state.json_bytes == 0:
                     raise TraceError(str(path), f"starts like a gzip file but cannot be decompressed ({e})",
                                      hint="re-download or re-copy the file; it is corrupt") from None
@@ -284,6 +291,20 @@ def read_blocks(path: Path, warnings: list[str], progress=None, state: ReadState
                         yield tail
                     state.stream_cut = True
                     return
+
+
+def _salvage(d, data: bytes, step: int = 512) -> bytes:
+    """What decompressor d inflates from data before it hits an error, fed `step` bytes at a time
+    (bounded like every other output: at most BLOCK_BYTES)."""
+    out = bytearray()
+    for i in range(0, len(data), step):
+        try:
+            out += d.decompress(data[i: i + step], BLOCK_BYTES - len(out))
+        except zlib.error:
+            break
+        if len(out) >= BLOCK_BYTES or d.eof:
+            break
+    return bytes(out)
 
 
 def read_bytes(path: Path, warnings: list[str], state: ReadState | None = None) -> tuple[bytearray, int]:

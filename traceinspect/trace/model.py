@@ -340,7 +340,7 @@ def from_loaded(loaded: _load.Loaded, *, warn_default_rank: bool = False) -> Tra
     trace = Trace(meta, tables, warnings)
     _not_a_trace(trace)
     if meta.truncated:
-        _truncation(trace, stream_cut=bool(read and read.stream_cut))
+        _truncation(trace, stream_cut=bool(read and read.stream_cut), corrupt=bool(read and read.corrupt))
     elif read is not None and read.stream_cut:
         warnings.append("the gzip stream ends without its trailer (the copy was cut just at the end), but the "
                         "JSON inside is complete: nothing was lost")
@@ -372,27 +372,31 @@ def _gpu_expected(trace: Trace) -> bool:
 
 
 def _horizons(trace: Trace) -> list[tuple[str, float]]:
-    """How far in time each kind of event reaches in a truncated file. Kineto writes the host ops
-    first and the GPU section (runtime calls and kernels, interleaved in time order) after them, so a
-    cut leaves each kind complete only up to its last event; a kind that should be there and is not
-    reaches nowhere (-inf)."""
+    """How far in time each section of a truncated file reaches. Kineto writes every host op first,
+    then the GPU section: runtime calls, kernels and copies merged in start-time order. A cut leaves
+    the host ops complete up to their latest end, and the GPU section complete up to its latest start;
+    a section that should be there and is not reaches nowhere (-inf)."""
     t = trace.tables
     out = []
     if len(t.cpu_ops):
         out.append(("host ops", float(t.cpu_ops["end_us"].max())))
     if _gpu_expected(trace):
-        if len(t.cpu_ops):  # host tracing was on, so the launches were recorded too
-            out.append(("runtime calls", float(t.runtime["end_us"].max()) if len(t.runtime) else -np.inf))
-        ends = [float(df["end_us"].max()) for df in (t.kernels, t.memcpy) if len(df)]
-        out.append(("GPU kernels and copies", max(ends) if ends else -np.inf))
+        starts = [float(df["ts_us"].max()) for df in (t.runtime, t.kernels, t.memcpy) if len(df)]
+        out.append(("GPU section", max(starts) if starts else -np.inf))
     return out
 
 
+# runtime calls that enqueue GPU work (a kernel, copy, memset or graph): CUDA and HIP spell them
+# with these words (cudaLaunchKernel, cuLaunchKernel, cudaGraphLaunch, hipExtModuleLaunchKernel,
+# cudaMemcpyAsync, cudaMemsetAsync, ...); a sync or an event record enqueues nothing
+_ENQUEUES = ("launch", "memcpy", "memset")
+
+
 def _complete(trace: Trace, steps: pd.DataFrame, source: str) -> np.ndarray:
-    """Which steps of a truncated file are complete: the step ends before every kind of event stops
-    (its span and its GPU work are in the data), and no runtime call in it comes after the last launch
-    whose GPU work was kept (a launch after it lost its kernel to the cut). 'whole trace' is clipped
-    to the data instead."""
+    """Which steps of a truncated file are complete: the step ends before every section of the file
+    stops (its span and its GPU work are in the data), and none of its launches comes after the last
+    launch whose GPU work was kept (such a launch lost its kernel to the cut). 'whole trace' is
+    clipped to the data instead."""
     if not len(steps):
         return np.zeros(0, dtype=bool)
     horizon = min((h for _, h in _horizons(trace)), default=np.inf)
@@ -407,7 +411,9 @@ def _complete(trace: Trace, steps: pd.DataFrame, source: str) -> np.ndarray:
     if gpu and len(t.runtime):
         launched = [df.loc[df["launch_idx"] >= 0, "launch_ts_us"] for df in gpu]
         last_launch = max((float(x.max()) for x in launched if len(x)), default=-np.inf)
-        rts = np.sort(t.runtime["ts_us"].to_numpy())
+        rt = t.runtime
+        enq = name_flags(rt["name"], lambda n: any(w in n.lower() for w in _ENQUEUES))
+        rts = np.sort(rt.loc[enq, "ts_us"].to_numpy())
         lo = np.maximum(steps["start_us"].to_numpy(), last_launch)
         after = np.searchsorted(rts, end, side="right") - np.searchsorted(rts, lo, side="right")
         ok &= after <= 0
@@ -427,7 +433,7 @@ def _ranges(nums) -> str:
     return ", ".join(out)
 
 
-def _truncation(trace: Trace, stream_cut: bool) -> None:
+def _truncation(trace: Trace, stream_cut: bool, corrupt: bool = False) -> None:
     """Say how much a truncated file lost (bytes, events, steps) and which steps are analysed; an
     error if no step is complete. What the file cannot tell (its size before the cut) is said, not
     guessed from the bytes discarded at the cut."""
@@ -438,9 +444,13 @@ def _truncation(trace: Trace, stream_cut: bool) -> None:
     dropped = [int(s) for s in found["step"].tolist() if s not in kept_nums] if source != "whole trace" else []
     m.steps_dropped = tuple(dropped)
     where = (f"{_hbytes(m.json_bytes)} of JSON" + (f" (from {_hbytes(m.file_bytes)} of gzip)" if m.compressed else ""))
-    unknown = ("the gzip stream was cut mid-way, so its size trailer is gone too: how much came after the cut "
-               "is not recorded anywhere in the file" if stream_cut else
-               "how much came after the cut is not recorded in the file")
+    if corrupt:
+        unknown = "the gzip data after that point is corrupt and cannot be decoded, so how much it held is unknown"
+    elif stream_cut:
+        unknown = ("the gzip stream was cut mid-way, so its size trailer is gone too: how much came after the "
+                   "cut is not recorded anywhere in the file")
+    else:
+        unknown = "how much came after the cut is not recorded in the file"
     msg = (f"the file is truncated: it ends after {where}, in the middle of an event; the incomplete "
            f"last {m.lost_bytes} bytes were discarded and every complete event before them kept; {unknown}")
     est = _lost_estimate(trace, found, kept) if len(kept) and dropped else None
