@@ -127,6 +127,7 @@ def _trace_section(trace: Trace) -> dict:
         "file": os.path.basename(m.path),
         "file_bytes": m.file_bytes, "json_bytes": m.json_bytes, "events": m.n_events,
         "lost_bytes": m.lost_bytes, "dropped_events": m.dropped_events,
+        "truncated": m.truncated, "steps_dropped": list(m.steps_dropped),
         "rank": m.rank, "rank_source": m.rank_source, "world_size": m.world_size,
         "gpu": gpu, "gpu_count_in_trace": len({int(d) for d in trace.kernels["device"].unique()}) if len(trace.kernels) else 0,
         "window": window_label(trace) if len(trace.steps) else "",
@@ -319,7 +320,10 @@ def _verdict(trace: Trace, findings: list[Finding], account: dict | None = None)
             "explained_frac_of_idle": account.get("explained_frac_of_idle"),
             "next_bottlenecks": [f.name for f in latent]}
     if not causes:
-        if not trace.has_gpu:
+        if not trace.has_gpu and trace.meta.devices:  # a GPU is named: its events are absent or lost
+            headline = (f"The trace names {trace.meta.devices[0].name} but holds no GPU events (see the "
+                        "warnings), so the GPU analyses could not run.")
+        elif not trace.has_gpu:
             headline = ("No GPU activity in this trace, so the GPU analyses could not run: capture with "
                         "ProfilerActivity.CUDA on a GPU machine.")
         elif unexpl > UNEXPLAINED_MAX_FRAC:

@@ -129,8 +129,8 @@ def _trace_paths(path: str) -> list[str]:
     if stat.S_ISDIR(mode):
         return [str(f.path) for f in one_run(p)]
     if not stat.S_ISREG(mode):
-        raise TraceError(path, "is not a regular file (a pipe, socket or device is never read)",
-                         hint="save the trace to a file and pass that file")
+        from .trace.load import not_regular
+        raise not_regular(path, mode)
     return [str(p)]
 
 
@@ -176,13 +176,14 @@ def build_report(path: str, *, rank: str | None = None, steps: str | None = None
     from . import cache
     from .analyze import analyze, analyze_many
     from .errors import DetectorFailed
+    from .trace.load import open_regular
     from .trace.model import load_trace, parse_step_slice
     if steps:
         parse_step_slice(steps)  # a bad --steps is a usage error before any file is read
     paths = _trace_paths(path)
     if len(paths) == 1:
         size = Path(paths[0]).stat().st_size
-        with open(paths[0], "rb") as f:
+        with open_regular(paths[0]) as f:  # a FIFO or device: exit 3 at once, never a blocking open
             gz = f.read(2) == b"\x1f\x8b"
         json_size = size * (10 if gz else 1)  # estimate
         key = (cache.key_for(paths[0], cache_options(steps))

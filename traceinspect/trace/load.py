@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,7 @@ import msgspec
 import numpy as np
 from msgspec import Raw, Struct
 
-from ..errors import TraceError
+from ..errors import TraceError, UsageError
 
 GZIP_MAGIC = b"\x1f\x8b"
 BLOCK_BYTES = 8 << 20          # read / decompress granularity
@@ -120,49 +121,179 @@ class Loaded:
     file_bytes: int                 # on disk
     json_bytes: int                 # uncompressed JSON
     warnings: list[str] = field(default_factory=list)
-    lost_bytes: int = 0             # bytes discarded from a truncated file
+    lost_bytes: int = 0             # bytes discarded from a truncated file (the incomplete last event)
     dropped_events: int = 0         # events that could not be decoded at all
     partials: list | None = None    # columns extracted chunk by chunk (streaming path), else None
     top_keys: frozenset | None = None   # top-level keys present in a streamed tail (null ones too)
+    truncated: bool = False         # the JSON ends mid-document; only complete events were kept
+    read: "ReadState | None" = None  # what the byte reader learnt (gzip, a stream cut mid-way)
 
 
-def read_blocks(path: Path, warnings: list[str], progress=None) -> Iterator[bytes]:
-    """Decompressed bytes of the file in blocks; gzip is sniffed from the magic number.
+# --- resource bounds ---------------------------------------------------------------------------------
+# Peak memory follows the events kept, never the bytes of what is not an event: these bounds stop a
+# hostile or broken file (a gzip bomb, one absurd event, a FIFO) in seconds with a one-line error.
+# Real gzip'd Kineto traces inflate 8-31x (77 real traces, 2021-2025 Kineto); deflate's ceiling is
+# about 1032x, which is what zeros, spaces or NULs reach. So 200x is 6x above any real trace and
+# 5x below a bomb. The largest event in those traces is 7 KB and the longest name 5,160 characters;
+# a Python stack or a foreach op's shapes over thousands of tensors stays under 1 MB.
+DEFAULT_MAX_INFLATE = 200              # TRACEINSPECT_MAX_INFLATE: decompressed / compressed bytes
+INFLATE_GRACE_BYTES = 16 << 20         # the ratio is checked once this much has been decompressed
+DEFAULT_MAX_JSON_BYTES = 64 << 30      # TRACEINSPECT_MAX_JSON_BYTES: uncompressed JSON of one file
+DEFAULT_MAX_EVENT_BYTES = 32 << 20     # TRACEINSPECT_MAX_EVENT_BYTES: one event (or a stretch with no
+                                       # event boundary: whitespace, garbage) and the metadata before
+                                       # traceEvents; more than a chunk, so the check is exact
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_inflate: float
+    max_json_bytes: int
+    max_event_bytes: int
+
+
+def _env_limit(name: str, default, kind=int):
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        v = kind(raw)
+    except ValueError:
+        v = -1
+    if v < 0 or v != v:
+        raise UsageError(f"{name}={raw!r}: expected a number >= 0 (0 turns the bound off)")
+    return v if v > 0 else float("inf")
+
+
+def limits() -> Limits:
+    """The bounds in force (read from the environment on each load, so tests and users can set them)."""
+    return Limits(max_inflate=_env_limit("TRACEINSPECT_MAX_INFLATE", DEFAULT_MAX_INFLATE, float),
+                  max_json_bytes=_env_limit("TRACEINSPECT_MAX_JSON_BYTES", DEFAULT_MAX_JSON_BYTES),
+                  max_event_bytes=_env_limit("TRACEINSPECT_MAX_EVENT_BYTES", DEFAULT_MAX_EVENT_BYTES))
+
+
+def human_bytes(n: float) -> str:
+    for unit, step in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= step:
+            return f"{n / step:.1f} {unit}"
+    return f"{int(n)} bytes"
+
+
+def _file_kind(mode: int) -> str:
+    for test, what in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return what
+    return "not a regular file"
+
+
+def not_regular(path: str | os.PathLike, mode: int) -> TraceError:
+    """The error for a path that is not a regular file (one message for the CLI and the readers)."""
+    return TraceError(str(path), f"is {_file_kind(mode)}, not a regular file",
+                      hint="pass a trace file saved on disk (.json or .json.gz); traceinspect does not read "
+                           "pipes or devices")
+
+
+def open_regular(path: str | os.PathLike):
+    """Open a trace for reading, refusing anything but a regular file: open() on a FIFO blocks until
+    a writer comes, and a device never ends. The check is made on the opened descriptor (opened
+    non-blocking), so a file swapped for a FIFO after a stat cannot hang the reader either."""
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise not_regular(path, st.st_mode)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise TraceError(str(path), f"cannot open the file ({e.strerror or e})",
+                         hint="check the path and its permissions") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise not_regular(path, st.st_mode)
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+@dataclass
+class ReadState:
+    """What read_blocks learnt about the byte stream, for the truncation report."""
+
+    gzip: bool = False
+    compressed_bytes: int = 0       # bytes read from the file
+    json_bytes: int = 0             # bytes produced (decompressed)
+    stream_cut: bool = False        # a gzip stream that ends without its trailer (cut mid-stream)
+    corrupt: str = ""               # a gzip stream that stops decoding part way
+
+
+def _too_big(path: Path, what: str, env: str, limit) -> TraceError:
+    shown = f"{limit:g}" if env == "TRACEINSPECT_MAX_INFLATE" else f"{int(limit)} ({human_bytes(limit)})"
+    return TraceError(str(path), f"{what}, beyond the bound {env}={shown}",
+                      hint=f"no real trace comes near this: it is probably a decompression bomb or a corrupt "
+                           f"file; if it really is a trace, raise the bound ({env}=0 turns it off)")
+
+
+def read_blocks(path: Path, warnings: list[str], progress=None, state: ReadState | None = None,
+                lim: Limits | None = None) -> Iterator[bytes]:
+    """Decompressed bytes of the file in blocks of at most BLOCK_BYTES; gzip is sniffed from the
+    magic number. Decompression stops with a TraceError as soon as the output passes the bounds
+    (inflation ratio, total size), so a bomb costs a few MiB, not its inflated size.
     progress(fraction of the file read) is called as blocks are read, when given."""
-    f = open(path, "rb")
-    if progress is not None:
-        size = max(1, os.fstat(f.fileno()).st_size)
-        raw_read = f.read
+    state = state if state is not None else ReadState()
+    lim = lim or limits()
+    f = open_regular(path)
+    size = max(1, os.fstat(f.fileno()).st_size)
+    raw_read = f.read
 
-        def read(n):
-            b = raw_read(n)
+    def read(n):
+        b = raw_read(n)
+        state.compressed_bytes += len(b)
+        if progress is not None:
             progress(min(1.0, f.tell() / size))
-            return b
-    else:
-        read = f.read
+        return b
+
     with f:
+        if size > lim.max_json_bytes:
+            raise _too_big(path, f"is {human_bytes(size)}", "TRACEINSPECT_MAX_JSON_BYTES", lim.max_json_bytes)
         first = read(2)
         if first != GZIP_MAGIC:
             while first:
+                state.json_bytes += len(first)
                 yield first
                 first = read(BLOCK_BYTES)
             return
+        state.gzip = True
         d = zlib.decompressobj(wbits=31)
         data = first + read(COMPRESSED_READ)
-        produced = 0
         while True:
+            before = d.copy()
             try:
                 # bounded output per call: a highly compressed trace must not inflate all at once
                 out = d.decompress(data, BLOCK_BYTES)
             except zlib.error as e:
-                if produced == 0:
+                # zlib drops the whole call's output on an error: replay the call from its saved state in
+                # small steps, so everything inflated before the corrupt byte is kept
+                salvage = _salvage(before, data)
+                if salvage:
+                    state.json_bytes += len(salvage)
+                    yield salvage
+                if state.json_bytes == 0:
                     raise TraceError(str(path), f"starts like a gzip file but cannot be decompressed ({e})",
                                      hint="re-download or re-copy the file; it is corrupt") from None
-                warnings.append(f"the gzip stream is corrupt after {produced} bytes ({e}); "
+                state.corrupt = str(e)
+                warnings.append(f"the gzip stream is corrupt after {state.json_bytes} bytes of JSON ({e}); "
                                 "the complete events before it were kept")
                 return
             if out:
-                produced += len(out)
+                state.json_bytes += len(out)
+                produced = state.json_bytes
+                if produced > lim.max_json_bytes:
+                    raise _too_big(path, f"inflates to more than {human_bytes(lim.max_json_bytes)} of JSON",
+                                   "TRACEINSPECT_MAX_JSON_BYTES", lim.max_json_bytes)
+                consumed = max(1, state.compressed_bytes - len(d.unconsumed_tail) - len(d.unused_data))
+                if produced > INFLATE_GRACE_BYTES and produced > lim.max_inflate * consumed:
+                    raise _too_big(path, f"inflates more than {lim.max_inflate:g}x ({human_bytes(consumed)} of "
+                                   f"gzip gave {human_bytes(produced)} of JSON so far)", "TRACEINSPECT_MAX_INFLATE",
+                                   lim.max_inflate)
                 yield out
             if d.eof:
                 rest = d.unused_data + read(COMPRESSED_READ)
@@ -177,23 +308,39 @@ def read_blocks(path: Path, warnings: list[str], progress=None) -> Iterator[byte
                 if not data:
                     tail = d.flush()
                     if tail:
+                        state.json_bytes += len(tail)
                         yield tail
-                    warnings.append("the gzip stream is truncated (the file was cut off while being written); "
-                                    "the complete events before the cut were kept")
+                    state.stream_cut = True
                     return
 
 
-def read_bytes(path: Path, warnings: list[str]) -> tuple[bytes, int]:
-    """The whole file's JSON bytes (the same blocks the streaming reader consumes, joined)."""
-    try:
-        size = os.path.getsize(path)
-    except OSError as e:
-        raise TraceError(str(path), f"cannot read the file ({e.strerror or e})",
-                         hint="check the path and its permissions") from None
+def _salvage(d, data: bytes, step: int = 512) -> bytes:
+    """What decompressor d inflates from data before it hits an error, fed `step` bytes at a time
+    (bounded like every other output: at most BLOCK_BYTES)."""
+    out = bytearray()
+    for i in range(0, len(data), step):
+        try:
+            out += d.decompress(data[i: i + step], BLOCK_BYTES - len(out))
+        except zlib.error:
+            break
+        if len(out) >= BLOCK_BYTES or d.eof:
+            break
+    return bytes(out)
+
+
+def read_bytes(path: Path, warnings: list[str], state: ReadState | None = None) -> tuple[bytearray, int]:
+    """The whole file's JSON bytes, accumulated in one buffer as they are decompressed (never a list of
+    blocks joined into a second copy), under the same bounds as the streaming reader."""
+    f = open_regular(path)
+    with f:
+        size = os.fstat(f.fileno()).st_size
     if size == 0:
         raise TraceError(str(path), "the file is empty (0 bytes)",
                          hint="the profiler probably crashed before writing; capture the trace again")
-    return b"".join(read_blocks(path, warnings)), size
+    buf = bytearray()
+    for b in read_blocks(path, warnings, state=state):
+        buf += b
+    return buf, size
 
 
 # +1 for an opening bracket, -1 for a closing one
@@ -327,21 +474,25 @@ def top_level_keys(obj: bytes) -> frozenset[str] | None:
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 
 
-def _recover_truncated(path: str, data: bytes, is_array: bool):
+def _recover_truncated(path: str, data: bytearray | bytes, is_array: bool):
     """Keep every complete event of a JSON document cut off mid-write.
 
     Walks back over event boundaries (`}, {`) from the end and closes the array there; a boundary
-    inside a nested object fails to parse and the next earlier one is tried.
+    inside a nested object fails to parse and the next earlier one is tried. The closing bracket is
+    written into the buffer in place (and the bytes under it restored), so no copy of the file is made.
+    Returns (document or event list, bytes of the incomplete event discarded).
     """
     closer = b"]" if is_array else b"]}"
     if not is_array:
         pos = data.find(b'"traceEvents"')
         if pos < 0:
             return None
-    end = len(data)
+    buf = data if isinstance(data, bytearray) else bytearray(data)
+    end = len(buf)
+    decoder = _LIST_DECODER if is_array else _DOC_DECODER
     for _ in range(64):
         m = None
-        for m in _BOUNDARY.finditer(data, max(0, end - (1 << 20)), end):
+        for m in _BOUNDARY.finditer(buf, max(0, end - (1 << 20)), end):
             pass
         if m is None:
             if end - (1 << 20) <= 0:
@@ -349,13 +500,17 @@ def _recover_truncated(path: str, data: bytes, is_array: bool):
             end = max(0, end - (1 << 20))
             continue
         cut = m.start() + 1
-        candidate = data[:cut] + closer
+        saved = bytes(buf[cut: cut + len(closer)])
+        buf[cut: cut + len(closer)] = closer
         try:
-            doc = (_LIST_DECODER if is_array else _DOC_DECODER).decode(candidate)
+            # not released explicitly: undecoded Raw shapes in the events may still point into buf
+            doc = decoder.decode(memoryview(buf)[: cut + len(closer)])
         except (msgspec.DecodeError, RecursionError):
             end = m.start()
             continue
-        return doc, len(data) - cut
+        finally:
+            buf[cut: cut + len(closer)] = saved
+        return doc, len(buf) - (m.end() - 1)  # the incomplete event, from its opening brace
     return None
 
 
@@ -464,6 +619,7 @@ def decode(path: str, data: bytes, file_bytes: int, warnings: list[str], origin:
         raise _too_deep(path, origin + deep)
     lost = 0
     dropped = 0
+    rec_used = False
     try:
         try:
             if is_array:
@@ -487,6 +643,7 @@ def decode(path: str, data: bytes, file_bytes: int, warnings: list[str], origin:
             raise TraceError(path, f"is not valid JSON ({e})",
                              hint="the file is corrupt; re-copy it or capture the trace again") from None
         rec = _recover_truncated(path, data, is_array)
+        rec_used = True
         if rec is None:
             raise TraceError(path, "is truncated and no complete event could be recovered",
                              hint="the profiler was killed while writing; capture the trace again") from None
@@ -494,9 +651,7 @@ def decode(path: str, data: bytes, file_bytes: int, warnings: list[str], origin:
         events = doc if is_array else doc.traceEvents
         if is_array:
             doc = Document()
-        warnings.append(
-            f"the file is truncated: the last {lost} bytes (an incomplete event and everything after "
-            f"it) were discarded; every complete event before the cut was kept")
+        # the warning that says how much was lost is written by model.from_loaded, which knows the steps
     if not is_array and not events:
         # distinguish "no traceEvents key" from an empty list
         if b'"traceEvents"' not in data[: min(len(data), 1 << 16)] and b'"traceEvents"' not in data:
@@ -504,7 +659,7 @@ def decode(path: str, data: bytes, file_bytes: int, warnings: list[str], origin:
                              hint="pass a torch.profiler trace (*.pt.trace.json[.gz]), not a memory snapshot or execution trace")
     doc.traceEvents = []
     return Loaded(path=path, events=events, doc=doc, file_bytes=file_bytes, json_bytes=len(data),
-                  warnings=warnings, lost_bytes=lost, dropped_events=dropped)
+                  warnings=warnings, lost_bytes=lost, dropped_events=dropped, truncated=rec_used)
 
 
 def load_file(path: str | os.PathLike) -> Loaded:
@@ -512,8 +667,11 @@ def load_file(path: str | os.PathLike) -> Loaded:
     if not p.exists():
         raise TraceError(str(p), "no such file or directory", hint="check the path")
     warnings: list[str] = []
-    data, size = read_bytes(p, warnings)
-    return decode(str(p), data, size, warnings)
+    state = ReadState()
+    data, size = read_bytes(p, warnings, state)
+    loaded = decode(str(p), data, size, warnings)
+    loaded.read = state
+    return loaded
 
 
 def find_trace_files(directory: str | os.PathLike) -> list[Path]:
