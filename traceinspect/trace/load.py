@@ -52,6 +52,7 @@ class Args(Struct, gc=False):
     total_allocated: Union[int, float, None] = msgspec.field(default=None, name="Total Allocated")
     total_reserved: Union[int, float, None] = msgspec.field(default=None, name="Total Reserved")
     device_type: Union[int, None] = msgspec.field(default=None, name="Device Type")
+    device_id: Union[int, None] = msgspec.field(default=None, name="Device Id")          # [memory] instants
 
 
 class Event(Struct, gc=False):

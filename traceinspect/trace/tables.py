@@ -247,6 +247,7 @@ def extract(events: list[Event]) -> dict:
         "total_reserved_bytes": np.array([(a.total_reserved or 0) if a is not None else 0 for a in ia],
                                          dtype=np.float64),
         "device_type": _opt([a.device_type if a is not None else None for a in ia]),
+        "device_id": _opt([a.device_id if a is not None else None for a in ia]),
     }
     fev = buckets["flow"]
     out["flow"] = {"id": _id_column([e.id if e.id is not None else -1 for e in fev]),
@@ -281,7 +282,7 @@ _SCAN_DTYPES = {"ph": np.uint8, "has_args": np.uint8, "ts": np.float64, "dur": n
                 "total_reserved": np.float64}
 # Args attributes that are columns of the same name in the scan (int64 / float64)
 _SCAN_INT_FIELDS = ("correlation", "external_id", "external_id_old", "device", "stream", "cbid", "cid",
-                    "in_msg_nelems", "out_msg_nelems", "group_size", "device_type")
+                    "in_msg_nelems", "out_msg_nelems", "group_size", "device_type", "device_id")
 _SCAN_FLOAT_FIELDS = ("nbytes", "mem_bytes", "total_allocated", "total_reserved")
 
 
@@ -501,7 +502,7 @@ def extract_scanned(scanned) -> dict:
     out["memory"] = {"ts_us": ts[i], "alloc_bytes": zero_nan("mem_bytes"),
                      "total_allocated_bytes": zero_nan("total_allocated"),
                      "total_reserved_bytes": zero_nan("total_reserved"),
-                     "device_type": opt("device_type", i)}
+                     "device_type": opt("device_type", i), "device_id": opt("device_id", i)}
     f = sel("flow")
     out["flow"] = {"id": ids("id", f, absent=-1), "is_start": ph[f] == ord("s"), "ts_us": ts[f],
                    "tid": ids("tid", f)}
