@@ -15,6 +15,7 @@ import pandas as pd
 
 from . import detectors as registry
 from .detectors.base import Context, Detector, window_label
+from .detectors.memory_fit import memory_section
 from .errors import DetectorFailed, TraceError, UsageError
 from .findings import Failure, Finding, Skipped
 from .report import Report
@@ -70,7 +71,8 @@ def analyze(trace: Trace, *, strict: bool = False, detectors: Sequence[type[Dete
                   breakdown=_breakdown(trace), findings=findings, skipped=skipped, failures=failures,
                   warnings=list(trace.warnings), verdict=_verdict(trace, findings),
                   top_kernels=_top_kernels(trace),
-                  timeline_sample=representative_step(trace) if trace.has_gpu else {})
+                  timeline_sample=representative_step(trace) if trace.has_gpu else {},
+                  memory=memory_section(trace))
 
 
 def _trace_section(trace: Trace) -> dict:

@@ -37,6 +37,7 @@ class Report:
     top_kernels: list[dict] = field(default_factory=list)
     ranks: list[dict] = field(default_factory=list)   # per-rank summaries when several ranks were analysed
     timeline_sample: dict = field(default_factory=dict)  # one representative step's intervals (optional, additive)
+    memory: dict = field(default_factory=dict)    # device memory per step, headroom, batch fit (optional, additive)
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -56,6 +57,8 @@ class Report:
         }
         if self.timeline_sample:  # optional key: reports without it keep their exact shape
             d["timeline_sample"] = self.timeline_sample
+        if self.memory:  # optional key, as timeline_sample
+            d["memory"] = self.memory
         return d
 
     @classmethod
@@ -70,6 +73,7 @@ class Report:
             warnings=list(d.get("warnings", [])), verdict=d.get("verdict", {}),
             top_kernels=d.get("top_kernels", []), ranks=d.get("ranks", []),
             timeline_sample=d.get("timeline_sample") or {},
+            memory=d["memory"] if isinstance(d.get("memory"), dict) else {},
             schema_version=int(d.get("schema_version", SCHEMA_VERSION)))
 
 

@@ -12,7 +12,7 @@ import json
 
 from ..inert import valid_unicode
 from . import charts
-from .common import BREAKDOWN_ORDER, count, evidence_value, gpu_line, ms, num, pct, plain, sev
+from .common import BREAKDOWN_ORDER, count, evidence_value, gpu_line, memory_rows, ms, num, pct, plain, sev
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
@@ -74,6 +74,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
     body += _timeline(report)
     body += _findings(report)
     body += _kernels(report)
+    body += _memory(report)
     body += _ranks(report)
     body += _problems(report)
     body += _environment(report)
@@ -274,6 +275,15 @@ def _kernels(report) -> list[str]:
                  f"<td>{_bar(k['frac_of_kernel_time'])}</td></tr>")
     o.append("</table></section>")
     return o
+
+
+def _memory(report) -> list[str]:
+    rows = memory_rows(report.memory)
+    if not rows:
+        return []
+    return (["<section id=\"memory\"><h2>Device memory</h2>", "<table>"]
+            + [f"<tr><th scope=\"row\">{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows]
+            + ["</table></section>"])
 
 
 def _ranks(report) -> list[str]:

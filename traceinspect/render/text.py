@@ -9,7 +9,8 @@ from __future__ import annotations
 import textwrap
 
 from ..inert import document
-from .common import BREAKDOWN_ORDER, count, evidence_value, gpu_line, ms, num, pct, plain, run_config_items, sev
+from .common import (BREAKDOWN_ORDER, count, evidence_value, gpu_line, memory_rows, ms, num, pct, plain,
+                     run_config_items, sev)
 
 
 def render(report, *, width: int = 100, color: bool = False) -> str:
@@ -61,6 +62,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
     else:
         out.append("No findings.")
         out.append("")
+    out += _memory(report, wrap)
     items = run_config_items(t)
     if items:
         out.append("Run configuration (recorded by traceinspect.capture)")
@@ -86,3 +88,10 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
     if report.skipped:
         out.append(wrap("Not applicable: " + "; ".join(f"{plain(s.name)} ({plain(s.reason)})" for s in report.skipped)))
     return document("\n".join(out).rstrip() + "\n")
+
+
+def _memory(report, wrap) -> list[str]:
+    rows = memory_rows(report.memory)
+    if not rows:
+        return []
+    return ["Device memory"] + [wrap(f"- {plain(k)}: {plain(v)}", "  ") for k, v in rows] + [""]

@@ -1,0 +1,161 @@
+"""The batch-size memory model: how large a micro-batch fits in device memory, and what states fit.
+
+Owns the arithmetic (a pure function of bytes) and the report's memory section. Must not read
+trace tables directly (trace/memory.py does) nor render. `fit_batch` is the one entry point that
+every fix growing the batch uses, and the one a what-if engine must call, so a predicted speed-up
+and the memory estimate always talk about the same batch size.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import asdict, dataclass
+
+from ..trace.memory import memory_profile
+
+SAFETY_MARGIN = 0.90       # plan peaks up to 90% of capacity: fragmentation, the CUDA context, NCCL buffers
+GB = 1e9
+# bytes per parameter of the training state (weights + grads + optimizer states), by recipe
+# (ZeRO paper section 3; bitsandbytes 8-bit optimizers; QLoRA paper section 3)
+STATE_BYTES_PER_PARAM = {
+    "mixed-precision Adam (bf16 weights and grads, fp32 master, fp32 Adam m and v)": 16.0,
+    "bf16 weights, grads and Adam states (no fp32 master)": 8.0,
+    "8-bit Adam states (bf16 weights and grads, fp32 master)": 10.0,
+    "QLoRA: 4-bit base weights, LoRA adapters (~1% of parameters) with Adam": 0.5 + 0.01 * 16.0,
+}
+MIXED_ADAM = next(iter(STATE_BYTES_PER_PARAM))
+
+
+@dataclass(frozen=True)
+class BatchFit:
+    """The largest micro-batch under the margin, and the accumulation that keeps the effective batch."""
+
+    batch: int | None              # recommended per-device micro-batch (None: current batch unknown)
+    factor: int                    # recommended batch / current batch
+    max_factor: float              # the largest growth the memory allows (may be < 1: already over the margin)
+    accumulation: int | None       # matching gradient_accumulation_steps (None: unknown)
+    current_batch: int | None
+    current_accumulation: int | None
+    fixed_bytes: float             # does not scale with the batch (weights, grads, optimizer states)
+    per_batch_bytes: float         # scales with the batch at the current size (activations)
+    capacity_bytes: float
+    margin_frac: float
+    predicted_peak_bytes: float
+    measured: tuple[str, ...]
+    assumed: tuple[str, ...]
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["measured"], d["assumed"] = list(self.measured), list(self.assumed)
+        return d
+
+
+def predicted_peak(fixed_bytes: float, per_batch_bytes: float, factor: float) -> float:
+    """Peak allocated bytes at `factor` x the current batch: activations scale linearly, the rest does not."""
+    return fixed_bytes + per_batch_bytes * factor
+
+
+def fit_batch(*, peak_bytes: float, fixed_bytes: float, capacity_bytes: float, want_factor: int,
+              batch: int | None = None, accumulation: int | None = None, margin: float = SAFETY_MARGIN,
+              measured: tuple[str, ...] = (), assumed: tuple[str, ...] = ()) -> BatchFit:
+    """The largest growth of the micro-batch, up to `want_factor`, whose predicted peak stays under
+    `margin` x capacity; with gradient accumulation the factor divides it so the effective batch holds."""
+    per = max(peak_bytes - fixed_bytes, 0.0)
+    budget = margin * capacity_bytes - fixed_bytes
+    max_factor = budget / per if per > 0 else float(want_factor)
+    factor = max(min(int(math.floor(max_factor + 1e-9)), want_factor), 1)
+    if accumulation and accumulation >= 2:
+        factor = max([d for d in range(1, factor + 1) if accumulation % d == 0])
+    return BatchFit(batch=batch * factor if batch else None, factor=factor, max_factor=round(max_factor, 3),
+                    accumulation=accumulation // factor if accumulation else None, current_batch=batch,
+                    current_accumulation=accumulation, fixed_bytes=fixed_bytes, per_batch_bytes=per,
+                    capacity_bytes=capacity_bytes, margin_frac=margin,
+                    predicted_peak_bytes=predicted_peak(fixed_bytes, per, factor),
+                    measured=tuple(measured), assumed=tuple(assumed))
+
+
+def _cfg_int(trace, key: str) -> int | None:
+    rc = trace.meta.run_config
+    cfg = rc.get("config") if isinstance(rc, dict) else None
+    v = cfg.get(key) if isinstance(cfg, dict) else None
+    return v if isinstance(v, int) and not isinstance(v, bool) and 0 < v < 1 << 31 else None
+
+
+def num_parameters(trace) -> int | None:
+    v = _cfg_int(trace, "num_parameters")
+    if v is None:
+        rc = trace.meta.run_config
+        cfg = rc.get("config") if isinstance(rc, dict) else None
+        f = cfg.get("num_parameters") if isinstance(cfg, dict) else None
+        if isinstance(f, float) and math.isfinite(f) and 0 < f < 1e15:
+            v = int(f)
+    return v
+
+
+def batch_fit_for(trace, want_factor: int) -> BatchFit | None:
+    """fit_batch on this trace's figures (None when the trace has no peak or no capacity)."""
+    prof = memory_profile(trace)
+    if not prof.source:
+        return None
+    dev = trace.device_id if trace.device_id in prof.devices else (prof.devices[0] if prof.devices else None)
+    if dev is None:
+        return None
+    peak, cap = prof.peak(dev), prof.capacity_bytes.get(dev)
+    if peak is None or not cap:
+        return None
+    src = "torch.cuda.max_memory_allocated() per step (capture helper)" if prof.source == "capture" else \
+        "'Total Allocated' of the [memory] events"
+    measured = [f"peak allocated: {src}", "device capacity: " + ("torch.cuda.get_device_properties().total_memory"
+                                                                 if prof.source == "capture" else
+                                                                 "deviceProperties totalGlobalMem")]
+    assumed = ["activations grow linearly with the micro-batch (same sequence length)",
+               f"peaks are planned up to {SAFETY_MARGIN:.0%} of capacity (fragmentation, CUDA context)"]
+    fixed = prof.start(dev)
+    if fixed is not None:
+        measured.append("fixed part: allocated memory at step start (weights, grads, optimizer states)")
+    else:
+        n = num_parameters(trace)
+        if n is None:
+            return None
+        fixed = min(n * STATE_BYTES_PER_PARAM[MIXED_ADAM], peak)
+        assumed.append(f"fixed part: {n} parameters x {STATE_BYTES_PER_PARAM[MIXED_ADAM]:g} B ({MIXED_ADAM})")
+    batch = _cfg_int(trace, "per_device_train_batch_size")
+    ga = _cfg_int(trace, "gradient_accumulation_steps")
+    if batch is not None:
+        measured.append("micro-batch and accumulation: the capture's run configuration")
+    return fit_batch(peak_bytes=peak, fixed_bytes=fixed, capacity_bytes=cap, want_factor=want_factor,
+                     batch=batch, accumulation=ga, measured=tuple(measured), assumed=tuple(assumed))
+
+
+def memory_section(trace) -> dict:
+    """The report's `memory` field: per device the capacity, peaks, headroom and per-step rows; or
+    the reason there is no figure and the capture option that adds it; and the largest batch growth
+    that fits (factor up to 8, the most any fix here asks for)."""
+    prof = memory_profile(trace)
+    if not prof.source and not trace.has_gpu and not prof.reason.startswith("capture helper"):
+        return {}
+    out: dict = {"source": prof.source, "margin_frac": SAFETY_MARGIN}
+    if not prof.source:
+        out["reason"], out["hint"] = prof.reason, prof.hint
+        cap = prof.capacity_bytes.get(trace.device_id) if trace.device_id is not None else None
+        out["devices"] = [{"device": trace.device_id, "capacity_bytes": cap}] if cap else []
+        return out
+    devices = []
+    for d in prof.devices:
+        devices.append({
+            "device": d, "capacity_bytes": prof.capacity_bytes.get(d),
+            "peak_allocated_bytes": prof.peak(d, "allocated"), "peak_reserved_bytes": prof.peak(d, "reserved"),
+            "start_allocated_bytes": prof.start(d), "headroom_bytes": prof.headroom(d),
+            "per_step": [{"step": s.step, "start_allocated_bytes": s.start_allocated_bytes,
+                          "peak_allocated_bytes": s.peak_allocated_bytes,
+                          "peak_reserved_bytes": s.peak_reserved_bytes} for s in prof.device_steps(d)],
+        })
+    out["devices"] = devices
+    fit = batch_fit_for(trace, 8)
+    if fit is not None:
+        out["batch_fit"] = fit.to_dict()
+    return out
+
+
+def gb(v) -> str:
+    return f"{v / GB:.1f} GB" if isinstance(v, numbers.Real) else "unknown"
