@@ -64,10 +64,14 @@ def fit_batch(*, peak_bytes: float, fixed_bytes: float, capacity_bytes: float, w
     budget = margin * capacity_bytes - fixed_bytes
     max_factor = budget / per if per > 0 else float(want_factor)
     factor = max(min(int(math.floor(max_factor + 1e-9)), want_factor), 1)
-    if accumulation and accumulation >= 2:
-        factor = max([d for d in range(1, factor + 1) if accumulation % d == 0])
+    new_acc = None
+    if accumulation:
+        # keep the effective batch: the largest growth that divides the accumulation, when one >= 2 fits
+        divisors = [d for d in range(2, factor + 1) if accumulation % d == 0]
+        factor = max(divisors) if divisors else factor
+        new_acc = max(round(accumulation / factor), 1)
     return BatchFit(batch=batch * factor if batch else None, factor=factor, max_factor=round(max_factor, 3),
-                    accumulation=accumulation // factor if accumulation else None, current_batch=batch,
+                    accumulation=new_acc, current_batch=batch,
                     current_accumulation=accumulation, fixed_bytes=fixed_bytes, per_batch_bytes=per,
                     capacity_bytes=capacity_bytes, margin_frac=margin,
                     predicted_peak_bytes=predicted_peak(fixed_bytes, per, factor),
@@ -120,6 +124,11 @@ def batch_fit_for(trace, want_factor: int) -> BatchFit | None:
         fixed = min(n * STATE_BYTES_PER_PARAM[MIXED_ADAM], peak)
         assumed.append(f"fixed part: {n} parameters x {STATE_BYTES_PER_PARAM[MIXED_ADAM]:g} B ({MIXED_ADAM})")
     batch = _cfg_int(trace, "per_device_train_batch_size")
+    rc = trace.meta.run_config
+    if batch is None and isinstance(rc, dict) and isinstance(rc.get("steps"), list):
+        first = next((s for s in rc["steps"] if isinstance(s, dict)), {})
+        b = first.get("batch_size")
+        batch = b if isinstance(b, int) and not isinstance(b, bool) and 0 < b < 1 << 31 else None
     ga = _cfg_int(trace, "gradient_accumulation_steps")
     if batch is not None:
         measured.append("micro-batch and accumulation: the capture's run configuration")

@@ -1,0 +1,175 @@
+"""Device memory per step, headroom and the batch-size fit (trace/memory.py, detectors/memory_fit.py).
+
+Expected numbers are derived from the builders' inputs in comments; nothing is read off a real trace."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from builders import build_healthy
+from builders_memory import GiB, MemoryTraceBuilder, build_launch_bound_memory
+from builders_transfer import build_cpu_offload
+from traceinspect.analyze import analyze
+from traceinspect.detectors.memory_fit import SAFETY_MARGIN, fit_batch, predicted_peak
+from traceinspect.render import RENDERERS
+from traceinspect.report import Report
+from traceinspect.trace.memory import memory_profile
+from traceinspect.trace.model import load_trace
+
+H100_BYTES = 85_000_000_000        # builders.DEVICE_PROPS["H100"]["totalGlobalMem"]
+
+
+def _render(fmt, rep) -> str:
+    return RENDERERS[fmt][0](rep, width=100, color=False)
+
+
+def _load(builder, tmp_path, name="t.json"):
+    return load_trace(builder.write(tmp_path / name))
+
+
+def test_peaks_start_and_headroom_per_step(tmp_path):
+    fixed, act = 60e9, 4e9
+    tr = _load(build_launch_bound_memory(steps=3, fixed_bytes=fixed, act_bytes=act), tmp_path)
+    prof = memory_profile(tr)
+    assert prof.source == "trace" and prof.devices == [0]
+    rows = prof.device_steps(0)
+    assert [r.step for r in rows] == [10, 11, 12]               # TraceBuilder numbers steps from 10
+    for r in rows:
+        # every step starts with the fixed state and piles all 4 activation chunks before freeing them
+        assert r.start_allocated_bytes == pytest.approx(fixed)
+        assert r.peak_allocated_bytes == pytest.approx(fixed + act)
+        assert r.peak_reserved_bytes == pytest.approx(fixed + act + 1e9)   # reserved_extra = 1 GB
+        assert r.rise_bytes == pytest.approx(act)
+    # headroom: capacity minus the peak reserved
+    assert prof.headroom(0) == pytest.approx(H100_BYTES - (fixed + act + 1e9))
+    assert prof.capacity_bytes[0] == H100_BYTES
+
+
+def test_host_allocations_are_not_device_memory(tmp_path):
+    t = MemoryTraceBuilder(fixed_bytes=GiB)
+    t.meta["profile_memory"] = 1
+    with t.step():
+        t.mem(512 * 1024 * 1024, device_type=0)        # a 512 MiB CPU tensor
+        t.mem(GiB)
+        t.op("aten::add", kernels=[("k", 50.0)])
+    prof = memory_profile(_load(t, tmp_path))
+    assert prof.peak(0) == pytest.approx(2 * GiB)      # fixed 1 GiB + 1 GiB on the device; the CPU one ignored
+
+
+def test_two_devices_are_kept_apart(tmp_path):
+    t = MemoryTraceBuilder(fixed_bytes=0)
+    t.meta["profile_memory"] = 1
+    with t.step():
+        t.mem(3 * GiB, device=0)
+        t.mem(-3 * GiB, device=0)
+        t.mem(5 * GiB, device=1)           # the builder's running total is shared: device 1 peaks at 5 GiB
+        t.op("aten::add", kernels=[("k", 50.0)])
+    prof = memory_profile(_load(t, tmp_path))
+    assert prof.devices == [0, 1]
+    assert prof.peak(0) == pytest.approx(3 * GiB) and prof.peak(1) == pytest.approx(5 * GiB)
+
+
+def test_no_profile_memory_says_why_and_how(tmp_path):
+    rep = analyze(_load(build_healthy(), tmp_path))
+    mem = rep.memory
+    assert mem["source"] == ""
+    assert "profile_memory=True" in mem["reason"] and "profile_memory=True" in mem["hint"]
+    assert mem["devices"] == [{"device": 0, "capacity_bytes": H100_BYTES}]
+    for fmt in ("text", "md", "html", "json"):
+        assert "profile_memory" in _render(fmt, rep).replace("\\_", "_")   # Markdown escapes the underscore
+
+
+def test_fit_batch_arithmetic():
+    # fixed 60 GB, peak 64 GB at batch 1: 4 GB of activations per sample
+    # budget = 0.9 * 85 GB - 60 GB = 16.5 GB -> 4.125x fits; want 8x -> 4x; accumulation 16 -> 4
+    fit = fit_batch(peak_bytes=64e9, fixed_bytes=60e9, capacity_bytes=85e9, want_factor=8, batch=1, accumulation=16)
+    assert SAFETY_MARGIN == 0.9
+    assert fit.max_factor == pytest.approx((0.9 * 85e9 - 60e9) / 4e9, abs=1e-3)
+    assert (fit.factor, fit.batch, fit.accumulation) == (4, 4, 4)
+    assert fit.predicted_peak_bytes == pytest.approx(60e9 + 4 * 4e9) == predicted_peak(60e9, 4e9, 4)
+    assert fit.predicted_peak_bytes <= 0.9 * 85e9
+    # accumulation 6: 4 does not divide it, 3 does -> 3 x 2 keeps the effective batch of 6
+    fit = fit_batch(peak_bytes=64e9, fixed_bytes=60e9, capacity_bytes=85e9, want_factor=8, batch=1, accumulation=6)
+    assert (fit.batch, fit.accumulation) == (3, 2)
+    # already over the margin: no growth
+    fit = fit_batch(peak_bytes=80e9, fixed_bytes=60e9, capacity_bytes=85e9, want_factor=8, batch=2, accumulation=8)
+    assert fit.factor == 1 and fit.max_factor < 1
+
+
+def test_launch_bound_fix_is_sized_by_memory(tmp_path):
+    tr = _load(build_launch_bound_memory(fixed_bytes=60e9, act_bytes=4e9, batch=1, accumulation=16), tmp_path)
+    rep = analyze(tr)
+    f = next(f for f in rep.findings if f.name == "launch-bound")
+    # same derivation as test_fit_batch_arithmetic: 4x fits (8x would peak at 92 GB > 76.5 GB)
+    assert "per_device_train_batch_size 1 x gradient_accumulation_steps 16 -> 4 x 4" in f.fix
+    assert "same effective batch of 16" in f.fix
+    fit = rep.memory["batch_fit"]
+    # the report's section and the fix use the same sizing: the report asks for up to 8x, 4x fits
+    assert (fit["batch"], fit["accumulation"]) == (4, 4)
+    assert fit["current_batch"] == 1 and fit["current_accumulation"] == 16
+    assert any("[memory] events" in m for m in fit["measured"])
+    assert any("linearly" in a for a in fit["assumed"])
+
+
+def test_launch_bound_with_plenty_of_memory_keeps_its_factor(tmp_path):
+    # 2 GB fixed + 1 GB of activations: (76.5 - 2) / 1 = 74x fits, so the busy-derived factor (8x) stands
+    tr = _load(build_launch_bound_memory(fixed_bytes=2e9, act_bytes=1e9), tmp_path)
+    f = next(f for f in analyze(tr).findings if f.name == "launch-bound")
+    assert "1 x gradient_accumulation_steps 16 -> 8 x 2" in f.fix
+
+
+def test_launch_bound_full_memory_recommends_graphs_only(tmp_path):
+    # 70 GB fixed + 6 GB of activations = 76 GB: 2x would peak at 82 GB > 76.5 GB
+    tr = _load(build_launch_bound_memory(fixed_bytes=70e9, act_bytes=6e9), tmp_path)
+    f = next(f for f in analyze(tr).findings if f.name == "launch-bound")
+    assert f.fix.startswith("The batch cannot grow") and "CUDA graphs" in f.fix
+
+
+def test_memory_section_in_every_format_and_json(tmp_path):
+    rep = analyze(_load(build_launch_bound_memory(), tmp_path))
+    d = json.loads(_render("json", rep))
+    dev = d["memory"]["devices"][0]
+    assert dev["peak_allocated_bytes"] == pytest.approx(64e9)
+    assert dev["headroom_bytes"] == pytest.approx(85e9 - 65e9)
+    text = _render("text", rep)
+    md = _render("md", rep)
+    html = _render("html", rep)
+    for out in (text, md, html):
+        assert "64.00 GB" in out and "20.00 GB" in out     # peak allocated, headroom
+
+
+def test_saved_report_without_memory_still_loads(tmp_path):
+    d = analyze(_load(build_healthy(), tmp_path)).to_dict()
+    d.pop("memory", None)
+    rep = Report.from_dict(d)
+    assert rep.memory == {}
+    assert "memory" not in rep.to_dict()
+    d["memory"] = "not an object"
+    assert Report.from_dict(d).memory == {}
+
+
+def test_poisoned_memory_section_renders_inert(tmp_path):
+    d = analyze(_load(build_launch_bound_memory(), tmp_path)).to_dict()
+    d["memory"]["devices"][0]["device"] = "<script>x</script>|`"
+    d["memory"]["devices"][0]["peak_allocated_bytes"] = "<b>big</b>"
+    rep = Report.from_dict(d)
+    html = _render("html", rep)
+    assert "<script>x" not in html and "<b>big" not in html
+    md = _render("md", rep)
+    assert "<script>" not in md
+
+
+def test_cpu_offload_states_what_would_fit(tmp_path):
+    t = build_cpu_offload()
+    tr = _load(t, tmp_path)
+    f = next(f for f in analyze(tr).findings if f.name == "cpu-offload")
+    labels = {e.label: e.value for e in f.evidence}
+    # no run config: the parameter count comes from the gradient copies (16 x 64 MiB device-to-host per
+    # step, bf16 = 2 B/parameter) -> 512 Mi parameters; mixed-precision Adam at 16 B/parameter
+    n = 16 * 64 * 2 ** 20 / 2
+    key = next(k for k in labels if k.startswith("training state"))
+    assert labels[key] == pytest.approx(round(n * 16 / 1e9, 1))
+    assert any(k.startswith("with 8-bit Adam states") for k in labels)
+    assert any(k.startswith("QLoRA") for k in labels)
+    assert "8-bit" in f.fix and "QLoRA" in f.fix
