@@ -168,3 +168,28 @@ def memory_section(trace) -> dict:
 
 def gb(v) -> str:
     return f"{v / GB:.1f} GB" if isinstance(v, numbers.Real) else "unknown"
+
+
+@dataclass(frozen=True)
+class StateOption:
+    """One way to hold the training state on the device, and whether it fits under the margin."""
+
+    recipe: str
+    bytes_per_param: float
+    footprint_bytes: float        # state + the measured activations (when known)
+    fits: bool
+
+
+def state_options(n_params: float, capacity_bytes: float | None, activation_bytes: float = 0.0,
+                  margin: float = SAFETY_MARGIN) -> list[StateOption]:
+    """The training-state recipes of STATE_BYTES_PER_PARAM, least invasive first, with their footprint."""
+    out = []
+    for recipe, bpp in STATE_BYTES_PER_PARAM.items():
+        foot = n_params * bpp + activation_bytes
+        out.append(StateOption(recipe, bpp, foot, bool(capacity_bytes) and foot <= margin * capacity_bytes))
+    return out
+
+
+def gpus_needed(footprint_bytes: float, capacity_bytes: float, margin: float = SAFETY_MARGIN) -> int:
+    """Devices of this capacity that hold `footprint_bytes` sharded evenly (ZeRO-3 / FSDP full sharding)."""
+    return max(int(math.ceil(footprint_bytes / (margin * capacity_bytes))), 1)
