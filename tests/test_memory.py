@@ -201,3 +201,52 @@ def test_cpu_offload_when_nothing_fits_says_how_much_memory(tmp_path):
     f = next(f for f in analyze(_load(_offload_with_params(200_000_000_000), tmp_path)).findings
              if f.name == "cpu-offload")
     assert "shard over 42 such GPUs" in f.fix
+
+
+def test_capture_figures_are_preferred_to_the_events(tmp_path):
+    # [memory] events say 60 + 4 GB; the capture helper saw 62 GB at step start and 70 GB at the peak
+    # (allocations outside the profiled ops): the analyzer takes the helper's numbers
+    t = build_launch_bound_memory(fixed_bytes=60e9, act_bytes=4e9)
+    t.meta["traceinspect"]["memory"] = {
+        "device_index": 0, "device_total_bytes": 80e9, "reason": None,
+        "steps": [{"step": s, "start_allocated_bytes": 62e9, "max_allocated_bytes": 70e9,
+                   "max_reserved_bytes": 72e9} for s in (10, 11, 12)]}
+    rep = analyze(_load(t, tmp_path))
+    dev = rep.memory["devices"][0]
+    assert rep.memory["source"] == "capture"
+    assert dev["capacity_bytes"] == 80e9                       # torch's total_memory wins over deviceProperties
+    assert dev["peak_allocated_bytes"] == 70e9 and dev["headroom_bytes"] == 80e9 - 72e9
+    # fit: (0.9 x 80 - 62) / (70 - 62) = 1.25x: not even 2x fits
+    assert rep.memory["batch_fit"]["max_factor"] == pytest.approx(1.25)
+    f = next(f for f in rep.findings if f.name == "launch-bound")
+    assert f.fix.startswith("The batch cannot grow")
+
+
+def test_malformed_capture_memory_is_ignored(tmp_path):
+    t = build_launch_bound_memory(fixed_bytes=60e9, act_bytes=4e9)
+    t.meta["traceinspect"]["memory"] = {"device_index": "0; rm -rf", "device_total_bytes": "huge",
+                                        "steps": [{"step": True, "max_allocated_bytes": 1}, "x",
+                                                  {"step": 10, "max_allocated_bytes": 1e300},
+                                                  {"step": 11, "max_allocated_bytes": -5}]}
+    rep = analyze(_load(t, tmp_path))
+    assert rep.memory["source"] == "trace"                    # back to the [memory] events
+    assert rep.memory["devices"][0]["peak_allocated_bytes"] == pytest.approx(64e9)
+
+
+def test_cpu_capture_records_null_memory_and_the_report_says_why(tmp_path):
+    torch = pytest.importorskip("torch")
+    from traceinspect.capture import profile_steps
+    from traceinspect.capture.meta import NO_CUDA_MEMORY
+
+    lin = torch.nn.Linear(8, 8)
+    with profile_steps(tmp_path, wait=0, warmup=1, active=2, model=lin, device=torch.device("cpu")) as cap:
+        for _ in range(cap.steps_needed):
+            lin(torch.randn(2, 8)).sum().backward()
+            cap.step()
+    m = cap.metadata["memory"]
+    assert m["device_index"] is None and m["device_total_bytes"] is None and m["reason"] == NO_CUDA_MEMORY
+    assert [s["step"] for s in m["steps"]] == [1, 2]          # warmup step 0 is not recorded
+    assert all(s["max_allocated_bytes"] is None and s["max_reserved_bytes"] is None for s in m["steps"])
+    rep = analyze(load_trace(cap.trace_path))
+    assert rep.memory["source"] == "" and NO_CUDA_MEMORY in rep.memory["reason"]
+    assert "no CUDA device" in _render("text", rep)
