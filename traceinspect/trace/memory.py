@@ -13,10 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 CPU_DEVICE_TYPE = 0            # c10::DeviceType::CPU; CUDA is 1 (ROCm builds also write 1)
-NO_MEMORY_HINT = ("capture with torch.profiler.profile(profile_memory=True) (traceinspect.capture: "
-                  "profile_steps(..., profile_memory=True) or TraceinspectCallback(profile_memory=True)), "
-                  "or with traceinspect.capture on a GPU, which records torch.cuda.max_memory_allocated() "
-                  "per step at no cost")
+NO_MEMORY_HINT = ("capture with torch.profiler.profile(profile_memory=True), or with traceinspect.capture, "
+                  "which records each step's peak on a GPU (docs/memory.md)")
 
 
 @dataclass(frozen=True)
