@@ -116,7 +116,8 @@ def batch_fit_for(trace, want_factor: int) -> BatchFit | None:
                f"peaks are planned up to {SAFETY_MARGIN:.0%} of capacity (fragmentation, CUDA context)"]
     fixed = prof.start(dev)
     if fixed is not None:
-        measured.append("fixed part: allocated memory at step start (weights, grads, optimizer states)")
+        measured.append("fixed part: allocated memory at step start (weights; in training also grads and "
+                        "optimizer states)")
     else:
         n = num_parameters(trace)
         if n is None:

@@ -123,7 +123,9 @@ def from_events(trace) -> MemoryProfile:
     dtype = m["device_type"].to_numpy()
     dev_rows = m[(dtype != CPU_DEVICE_TYPE) & (dtype >= 0)]
     if not len(dev_rows):
-        return MemoryProfile(source="", capacity_bytes=caps, hint=NO_MEMORY_HINT,
+        return MemoryProfile(source="", capacity_bytes=caps,
+                             hint="profile with the CUDA activity (ProfilerActivity.CUDA), or use traceinspect.capture "
+                                  "on the GPU, which records each step's peak",
                              reason="the [memory] events are all host (CPU) allocations: no device memory figure")
     talloc = dev_rows["total_allocated_bytes"].to_numpy()
     tres = dev_rows["total_reserved_bytes"].to_numpy()
