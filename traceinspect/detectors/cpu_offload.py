@@ -17,15 +17,14 @@ from ..trace.tables import name_flags
 from ..trace.timeline import IDLE_PARTS, is_dataloader
 from ..trace.memory import memory_profile
 from .base import Detector, events_from, fmt_us, in_steps, option, pct, window_label
-from .memory_fit import MIXED_ADAM, SAFETY_MARGIN, STATE_BYTES_PER_PARAM, gpus_needed, state_options
+from .memory_fit import MIXED_ADAM_BYTES, SAFETY_MARGIN, gpus_needed, state_options
 
 _OPT_STEP = "Optimizer.step#"
 _OFFLOAD_WORDS = re.compile(r"offload|cpu_?adam|cpuadam", re.IGNORECASE)
 GB = 1e9
 MB = 1e6
-# 16-bit weights (2) + 16-bit grads (2) + fp32 master weights (4) + Adam m and v (8): mixed-precision
-# Adam's state per parameter (ZeRO paper, section 3; DeepSpeed's "~16 bytes per parameter").
-TRAIN_BYTES_PER_PARAM = 16
+# mixed-precision Adam's state per parameter (16 B; memory_fit.STATE_RECIPES says where it comes from)
+TRAIN_BYTES_PER_PARAM = MIXED_ADAM_BYTES
 
 
 @dataclass(frozen=True)
@@ -363,23 +362,21 @@ class CpuOffload(Detector):
         if prof.source and trace.device_id in prof.devices:
             rises = [s.rise_bytes for s in prof.device_steps(trace.device_id) if s.rise_bytes is not None]
             acts = max(rises) if rises else 0.0
-            ev.append(Evidence(label=f"peak allocated on the GPU with offload ({'capture helper' if prof.source == 'capture' else '[memory] events'})",
+            how = "capture helper" if prof.source == "capture" else "[memory] events"
+            ev.append(Evidence(label=f"peak allocated on the GPU with offload ({how})",
                                value=round((prof.peak(trace.device_id) or 0) / GB, 2), unit="GB"))
         options = state_options(nparams, mem, acts) if nparams else []
         if nparams:
             ev.append(Evidence(label=f"parameters (from the {n_source})", value=round(nparams / 1e6, 1),
                                unit="M"))
-            ev.append(Evidence(label=f"training state at ~{TRAIN_BYTES_PER_PARAM} B/parameter (mixed-precision Adam)",
+            ev.append(Evidence(label=f"training state at ~{TRAIN_BYTES_PER_PARAM:g} B/parameter (mixed-precision Adam)",
                                value=round(nparams * TRAIN_BYTES_PER_PARAM / GB, 1), unit="GB"))
         if mem:
             ev.append(Evidence(label="GPU memory", value=round(mem / GB, 1), unit="GB"))
-        short = {MIXED_ADAM: "as now, without offload", next(k for k in STATE_BYTES_PER_PARAM if k.startswith("bf16")):
-                 "with bf16 states", next(k for k in STATE_BYTES_PER_PARAM if k.startswith("8-bit")):
-                 "with 8-bit Adam states", next(k for k in STATE_BYTES_PER_PARAM if k.startswith("QLoRA")):
-                 "QLoRA (4-bit base, LoRA adapters)"}
         for o in options:
-            verdict = ("fits" if o.fits else "does not fit") + (f" under {SAFETY_MARGIN:.0%} of {mem / GB:.0f} GB" if mem else "")
-            ev.append(Evidence(label=f"{short[o.recipe]}: {o.bytes_per_param:g} B/parameter"
+            verdict = ("fits" if o.fits else "does not fit") + (
+                f" under {SAFETY_MARGIN:.0%} of {mem / GB:.0f} GB" if mem else "")
+            ev.append(Evidence(label=f"{o.recipe}: {o.bytes_per_param:g} B/parameter"
                                      + (" + measured activations" if acts else "") + f" ({verdict})",
                                value=round(o.footprint_bytes / GB, 1), unit="GB"))
         if options and mem:
@@ -395,7 +392,7 @@ class CpuOffload(Detector):
                  + (f" in {mem / GB:.0f} GB of GPU memory" if mem else " in GPU memory"))
         yield self.finding(ctx, title=title, time_lost_us=lost,
                            confidence="high" if tr.rule in ("both directions", "CPU optimizer") else "medium",
-                           evidence=ev, fix=_fix(ctx.framework, mem) + _smallest_change(options, mem, short, n_source),
+                           evidence=ev, fix=_fix(ctx.framework, mem) + _smallest_change(options, mem, n_source),
                            events=events_from(mc, trace, "memcpy", 2) + events_from(opt, trace, "cpu", 1))
 
 
@@ -406,7 +403,7 @@ def _num_parameters(trace) -> int | None:
     return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
 
 
-def _smallest_change(options, mem, short, n_source: str) -> str:
+def _smallest_change(options, mem, n_source: str) -> str:
     """The least invasive state recipe that fits, with its footprint; else how much memory it takes."""
     if not options or not mem:
         return ""
@@ -419,7 +416,7 @@ def _smallest_change(options, mem, short, n_source: str) -> str:
                 "the parameter count (with ZeRO/FSDP sharding each rank copies only its shard) before resizing.")
     fit = next((o for o in options if o.fits), None)
     if fit is not None:
-        return (f" Smallest change that fits: {short[fit.recipe]} (~{fit.footprint_bytes / GB:.1f} GB of "
+        return (f" Smallest change that fits: {fit.recipe} (~{fit.footprint_bytes / GB:.1f} GB of "
                 f"{mem / GB:.0f} GB at {SAFETY_MARGIN:.0%}; memory model, docs/memory.md).")
     return (f" No single-GPU recipe here fits {mem / GB:.0f} GB; shard over "
             f"{gpus_needed(options[0].footprint_bytes, mem)} such GPUs or use one of at least "

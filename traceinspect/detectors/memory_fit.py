@@ -15,15 +15,16 @@ from ..trace.memory import memory_profile
 
 SAFETY_MARGIN = 0.90       # plan peaks up to 90% of capacity: fragmentation, the CUDA context, NCCL buffers
 GB = 1e9
-# bytes per parameter of the training state (weights + grads + optimizer states), by recipe
-# (ZeRO paper section 3; bitsandbytes 8-bit optimizers; QLoRA paper section 3)
-STATE_BYTES_PER_PARAM = {
-    "mixed-precision Adam (bf16 weights and grads, fp32 master, fp32 Adam m and v)": 16.0,
-    "bf16 weights, grads and Adam states (no fp32 master)": 8.0,
-    "8-bit Adam states (bf16 weights and grads, fp32 master)": 10.0,
-    "QLoRA: 4-bit base weights, LoRA adapters (~1% of parameters) with Adam": 0.5 + 0.01 * 16.0,
-}
-MIXED_ADAM = next(iter(STATE_BYTES_PER_PARAM))
+# Bytes per parameter of the training state (weights + grads + optimizer states), by recipe, least
+# invasive first: (short name, bytes, what it is). ZeRO paper section 3; bitsandbytes 8-bit optimizers;
+# QLoRA paper section 3 (4-bit NF4 base, LoRA adapters of ~1% of the parameters trained with Adam).
+STATE_RECIPES = (
+    ("as now, without offload", 16.0, "mixed-precision Adam: bf16 weights and grads, fp32 master, fp32 m and v"),
+    ("with bf16 states", 8.0, "bf16 weights, grads and Adam states, no fp32 master"),
+    ("with 8-bit Adam states", 10.0, "bf16 weights and grads, fp32 master, 8-bit m and v"),
+    ("QLoRA (4-bit base, LoRA adapters)", 0.5 + 0.01 * 16.0, "4-bit base weights; adapters of ~1% with Adam"),
+)
+MIXED_ADAM_BYTES = STATE_RECIPES[0][1]
 
 
 @dataclass(frozen=True)
@@ -122,8 +123,8 @@ def batch_fit_for(trace, want_factor: int) -> BatchFit | None:
         n = num_parameters(trace)
         if n is None:
             return None
-        fixed = min(n * STATE_BYTES_PER_PARAM[MIXED_ADAM], peak)
-        assumed.append(f"fixed part: {n} parameters x {STATE_BYTES_PER_PARAM[MIXED_ADAM]:g} B ({MIXED_ADAM})")
+        fixed = min(n * MIXED_ADAM_BYTES, peak)
+        assumed.append(f"fixed part: {n} parameters x {MIXED_ADAM_BYTES:g} B ({STATE_RECIPES[0][2]})")
     batch = _cfg_int(trace, "per_device_train_batch_size")
     rc = trace.meta.run_config
     if batch is None and isinstance(rc, dict) and isinstance(rc.get("steps"), list):
@@ -183,9 +184,9 @@ class StateOption:
 
 def state_options(n_params: float, capacity_bytes: float | None, activation_bytes: float = 0.0,
                   margin: float = SAFETY_MARGIN) -> list[StateOption]:
-    """The training-state recipes of STATE_BYTES_PER_PARAM, least invasive first, with their footprint."""
+    """The training-state recipes of STATE_RECIPES, least invasive first, with their footprint."""
     out = []
-    for recipe, bpp in STATE_BYTES_PER_PARAM.items():
+    for recipe, bpp, _ in STATE_RECIPES:
         foot = n_params * bpp + activation_bytes
         out.append(StateOption(recipe, bpp, foot, bool(capacity_bytes) and foot <= margin * capacity_bytes))
     return out

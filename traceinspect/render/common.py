@@ -90,7 +90,8 @@ def memory_rows(mem: dict) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = []
     src = {"trace": "[memory] events (profile_memory=True)",
            "capture": "torch.cuda.max_memory_allocated() per step (traceinspect.capture)"}.get(mem.get("source"))
-    devices = [d for d in mem.get("devices") or [] if isinstance(d, dict)] if isinstance(mem.get("devices"), list) else []
+    devices = mem.get("devices") if isinstance(mem.get("devices"), list) else []
+    devices = [d for d in devices if isinstance(d, dict)]
     if src is None:
         rows.append(("no memory figure", str(mem.get("reason") or "unknown")))
         if mem.get("hint"):
@@ -109,7 +110,8 @@ def memory_rows(mem: dict) -> list[tuple[str, str]]:
                      _gb(d.get("start_allocated_bytes"))))
         rows.append((f"{dev} headroom (capacity - peak reserved)",
                      _gb(head) + (f" ({pct(head / cap)} of capacity)" if cap and head is not None else "")))
-        steps = [s for s in d.get("per_step") or [] if isinstance(s, dict)] if isinstance(d.get("per_step"), list) else []
+        steps = d.get("per_step") if isinstance(d.get("per_step"), list) else []
+        steps = [s for s in steps if isinstance(s, dict)]
         if steps:
             rows.append((f"{dev} peak allocated per step",
                          ", ".join(f"#{s.get('step')} {_gb(s.get('peak_allocated_bytes'))}" for s in steps[:16])
