@@ -108,6 +108,7 @@ def test_launch_bound_fix_is_sized_by_memory(tmp_path):
     # the report's section and the fix use the same sizing: the report asks for up to 8x, 4x fits
     assert (fit["batch"], fit["accumulation"]) == (4, 4)
     assert fit["current_batch"] == 1 and fit["current_accumulation"] == 16
+    assert "per_device_train_batch_size 1 -> 4, gradient_accumulation_steps 16 -> 4" in _render("text", rep)
     assert any("[memory] events" in m for m in fit["measured"])
     assert any("linearly" in a for a in fit["assumed"])
 

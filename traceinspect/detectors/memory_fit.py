@@ -12,6 +12,7 @@ import numbers
 from dataclasses import asdict, dataclass
 
 from ..trace.memory import memory_profile
+from .base import detect_framework
 
 SAFETY_MARGIN = 0.90       # plan peaks up to 90% of capacity: fragmentation, the CUDA context, NCCL buffers
 GB = 1e9
@@ -165,6 +166,9 @@ def memory_section(trace) -> dict:
     fit = batch_fit_for(trace, 8)
     if fit is not None:
         out["batch_fit"] = fit.to_dict()
+        hf = detect_framework(trace) in ("hf_trainer", "trl")
+        out["batch_fit"]["batch_name"] = "per_device_train_batch_size" if hf else "micro-batch"
+        out["batch_fit"]["accumulation_name"] = "gradient_accumulation_steps" if hf else "gradient accumulation"
     return out
 
 

@@ -121,11 +121,13 @@ def memory_rows(mem: dict) -> list[tuple[str, str]]:
         margin = num(fit.get("margin_frac"))
         mf = num(fit.get("max_factor"))
         cur, new = fit.get("current_batch"), fit.get("batch")
-        grow = (f"micro-batch {cur} -> {new}" if cur is not None and new is not None
-                else f"about {count(fit.get('factor'))}x the current micro-batch")
+        b_name = fit.get("batch_name") or "micro-batch"
+        a_name = fit.get("accumulation_name") or "gradient accumulation"
+        grow = (f"{b_name} {cur} -> {new}" if cur is not None and new is not None
+                else f"about {count(fit.get('factor'))}x the current {b_name}")
         ga, nga = fit.get("current_accumulation"), fit.get("accumulation")
         if ga is not None and nga is not None:
-            grow += f", gradient accumulation {ga} -> {nga} (same effective batch)"
+            grow += f", {a_name} {ga} -> {nga}"
         rows.append(("largest batch growth under " + (pct(margin) if margin is not None else "the margin")
                      + " of capacity", (f"{mf:.1f}x" if mf is not None else "unknown")
                      + f"; recommended (up to 8x): {grow}, predicted peak {_gb(fit.get('predicted_peak_bytes'))}"))
