@@ -144,7 +144,7 @@ def memory_section(trace) -> dict:
     the reason there is no figure and the capture option that adds it; and the largest batch growth
     that fits (factor up to 8, the most any fix here asks for)."""
     prof = memory_profile(trace)
-    if not prof.source and not trace.has_gpu and not prof.reason.startswith("capture helper"):
+    if not prof.source and not trace.has_gpu and not prof.captured:
         return {}
     out: dict = {"source": prof.source, "margin_frac": SAFETY_MARGIN}
     if not prof.source:

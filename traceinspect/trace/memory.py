@@ -44,6 +44,7 @@ class MemoryProfile:
     capacity_bytes: dict[int, float] = field(default_factory=dict)   # device -> total memory
     reason: str = ""              # why there is no figure (source == "")
     hint: str = ""                # the capture option that adds it
+    captured: bool = False        # the trace carries the capture helpers' memory block (even if null)
 
     @property
     def devices(self) -> list[int]:
@@ -170,6 +171,6 @@ def memory_profile(trace) -> MemoryProfile:
         why = mem.get("reason") if isinstance(mem, dict) else None
         if not prof.source and isinstance(why, str) and why:   # e.g. a CPU capture: say what the helper said
             prof = MemoryProfile(source="", capacity_bytes=prof.capacity_bytes,
-                                 reason=f"capture helper: {why[:200]}", hint=prof.hint)
+                                 reason=f"capture helper: {why[:200]}", hint=prof.hint, captured=True)
         return prof
     return trace.memo(("memory profile", tuple(trace.steps["step"])), compute)
