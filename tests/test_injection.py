@@ -413,6 +413,9 @@ SAFE_MD_CALLS = {"md_text", "md_code", "ms", "pct", "count", "_signed", "_opt", 
 
 def _markdown_functions():
     yield REPO / "traceinspect/render/markdown.py", "render"
+    yield REPO / "traceinspect/render/markdown.py", "efficiency_lines"
+    yield REPO / "traceinspect/render/markdown.py", "account_md"
+    yield REPO / "traceinspect/render/markdown.py", "next_bottlenecks_md"
     yield REPO / "traceinspect/render/diff.py", "render_md"
     yield REPO / "traceinspect/tensorboard.py", "summary_markdown"
 

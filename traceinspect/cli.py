@@ -148,6 +148,7 @@ def build_report(path: str, *, rank: str | None = None, steps: str | None = None
     from .analyze import analyze, analyze_many
     from .errors import DetectorFailed
     from .report import Report
+    from .trace import hardware
     from .trace.model import load_trace
     from .trace.stream import native_enabled
     paths = _trace_paths(path)
@@ -158,7 +159,9 @@ def build_report(path: str, *, rank: str | None = None, steps: str | None = None
         json_size = size * (10 if gz else 1)  # estimate
         # the reader is part of the key: both give the same tables, but a cached report must never
         # hide a difference between them
-        key = (cache.key_for(paths[0], {"steps": steps, "native": native_enabled()})
+        # so is the peak table's override file (TRACEINSPECT_HARDWARE): it changes the efficiency numbers
+        key = (cache.key_for(paths[0], {"steps": steps, "native": native_enabled(),
+                                        "hardware": hardware.override_signature()})
                if use_cache and json_size >= cache.MIN_BYTES else None)
         cached = cache.load(key)
         if cached is not None:

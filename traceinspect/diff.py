@@ -178,7 +178,7 @@ def _by_name(r: Report) -> dict[str, dict]:
 
 
 def _unchecked(r: Report) -> dict[str, str]:
-    out = {s.code: f"not applicable: {s.reason}" for s in r.skipped}
+    out = {s.code: f"not applicable: {s.reason}" for s in r.skipped if not s.checked}  # checked: below threshold
     out.update({f.code: f"detector failed: {f.error}" for f in r.failures})
     return out
 

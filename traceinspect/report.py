@@ -10,7 +10,7 @@ from typing import Any
 
 from .findings import Failure, Finding, Skipped
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2   # 2: findings ranked by confidence-weighted time lost; account, masked_by, idle claims
 
 
 def severity(frac: float) -> str:
@@ -37,6 +37,8 @@ class Report:
     top_kernels: list[dict] = field(default_factory=list)
     ranks: list[dict] = field(default_factory=list)   # per-rank summaries when several ranks were analysed
     timeline_sample: dict = field(default_factory=dict)  # one representative step's intervals (optional, additive)
+    efficiency: dict = field(default_factory=dict)  # per-shape table against the roofline (optional, additive)
+    account: dict = field(default_factory=dict)   # GPU idle time: what each finding claims + unexplained
     memory: dict = field(default_factory=dict)    # device memory per step, headroom, batch fit (optional, additive)
     schema_version: int = SCHEMA_VERSION
 
@@ -55,8 +57,12 @@ class Report:
             "top_kernels": self.top_kernels,
             "ranks": self.ranks,
         }
+        if self.account:  # absent for CPU-only traces and for reports saved before schema 2
+            d["account"] = self.account
         if self.timeline_sample:  # optional key: reports without it keep their exact shape
             d["timeline_sample"] = self.timeline_sample
+        if self.efficiency:
+            d["efficiency"] = self.efficiency
         if self.memory:  # optional key, as timeline_sample
             d["memory"] = self.memory
         return d
@@ -72,7 +78,8 @@ class Report:
             failures=[Failure(**f) for f in d.get("failures", [])],
             warnings=list(d.get("warnings", [])), verdict=d.get("verdict", {}),
             top_kernels=d.get("top_kernels", []), ranks=d.get("ranks", []),
-            timeline_sample=d.get("timeline_sample") or {},
+            timeline_sample=d.get("timeline_sample") or {}, account=d.get("account") or {},
+            efficiency=d.get("efficiency") if isinstance(d.get("efficiency"), dict) else {},
             memory=d["memory"] if isinstance(d.get("memory"), dict) else {},
             schema_version=int(d.get("schema_version", SCHEMA_VERSION)))
 

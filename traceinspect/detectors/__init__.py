@@ -6,7 +6,9 @@ from .cpu_offload import CpuOffload
 from .dataloader_stall import DataloaderStall
 from .eager_attention import EagerAttention
 from .exposed_communication import ExposedCommunication
+from .far_from_roofline import FarFromRoofline
 from .fp32_gemm import Fp32Gemm
+from .host_bound import HostBound
 from .host_sync import HostSync
 from .launch_bound import LaunchBound
 from .padding_waste import PaddingWaste
@@ -20,7 +22,9 @@ ALL = (
     DataloaderStall,
     CpuOffload,
     Fp32Gemm,
+    FarFromRoofline,
     HostSync,
+    HostBound,
     UnfusedOptimizer,
     ExposedCommunication,
     PageableMemcpy,

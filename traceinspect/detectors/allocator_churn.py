@@ -131,10 +131,13 @@ class AllocatorChurn(Detector):
         cset = iv.union(calls["ts_us"], calls["end_us"])
         steady = iv.union(st["start_us"].iloc[1:], st["end_us"].iloc[1:])
         under = iv.intersect(cset, steady)
-        lost = sum(iv.total(iv.intersect(tl.sets[p], under)) for p in CLAIMED_PARTS)
+        claims = {p: iv.intersect(tl.sets[p], under) for p in CLAIMED_PARTS}
+        lost = sum(iv.total(c) for c in claims.values())
         synced = iv.total(iv.intersect(tl.sets["idle_sync"], under))
         frac = lost / ctx.window_us if ctx.window_us else 0.0
         if frac < self.min_frac:
+            yield self.declined(f"{len(calls)} steady-state allocation call(s), GPU idle under them {100 * frac:.1f}% of "
+                            f"the window, below the {100 * self.min_frac:g}% threshold")
             return
         n_steady = len(st) - 1
         w = f"steps 2..{len(st)} of {window_label(trace)}"
@@ -174,7 +177,8 @@ class AllocatorChurn(Detector):
             title = title.replace("cudaMalloc/cudaFree", "hipMalloc/hipFree")
         yield self.finding(ctx, title=title, time_lost_us=lost,
                            confidence="high" if frac >= 0.05 else "medium", evidence=ev,
-                           fix=self._fix(ctx, no_cache), events=events_from(calls, trace, "runtime"))
+                           fix=self._fix(ctx, no_cache), events=events_from(calls, trace, "runtime"),
+                           idle_claims=claims)
 
     @staticmethod
     def _fix(ctx, no_cache: bool) -> str:

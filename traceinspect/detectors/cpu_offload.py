@@ -297,12 +297,16 @@ class CpuOffload(Detector):
         opt = tr.cpu_opt if tr.rule != "parameter streaming" else tr.cpu_opt.iloc[0:0]
         opt_idle = opt_idle_all = 0.0
         if len(opt):
-            opt_set = iv.union(opt["ts_us"], opt["end_us"])
-            opt_idle = iv.total(iv.intersect(tl.sets["idle_cpu"], opt_set))
+            st = trace.steps
+            opt_set = iv.intersect(iv.union(opt["ts_us"], opt["end_us"]), iv.union(st["start_us"], st["end_us"]))
+            opt_claim = iv.intersect(tl.sets["idle_cpu"], opt_set)
+            opt_idle = iv.total(opt_claim)
             opt_idle_all = sum(iv.total(iv.intersect(tl.sets[p], opt_set)) for p in IDLE_PARTS)
         lost = exposed + opt_idle
         frac = lost / ctx.window_us if ctx.window_us else 0.0
         if frac < self.min_frac:
+            yield self.declined(f"offload traffic present ({tr.rule}), stalling the GPU {100 * frac:.1f}% of the "
+                                f"window, below the {100 * self.min_frac:g}% threshold")
             return
         n = max(ctx.n_steps, 1)
         w = window_label(trace)
@@ -393,7 +397,17 @@ class CpuOffload(Detector):
         yield self.finding(ctx, title=title, time_lost_us=lost,
                            confidence="high" if tr.rule in ("both directions", "CPU optimizer") else "medium",
                            evidence=ev, fix=_fix(ctx.framework, mem) + _smallest_change(options, mem, n_source),
+                           idle_claims={"idle_cpu": opt_claim} if len(opt) else None,
                            events=events_from(mc, trace, "memcpy", 2) + events_from(opt, trace, "cpu", 1))
+
+
+def offload_optimizer_set(trace) -> iv.Set:
+    """Host time inside a CPU-side optimizer step of an offloaded run: cpu-offload owns the idle_cpu under it."""
+    det = CpuOffload()
+    tr = trace.memo(("offload traffic", det), lambda: det.traffic(trace))
+    if not tr.is_offload or tr.rule == "parameter streaming" or not len(tr.cpu_opt):
+        return iv.EMPTY
+    return iv.union(tr.cpu_opt["ts_us"], tr.cpu_opt["end_us"])
 
 
 def _num_parameters(trace) -> int | None:

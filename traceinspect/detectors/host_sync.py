@@ -140,6 +140,12 @@ class HostSync(Detector):
             return
         ps, pe = starved_sync_pieces(trace)
         if ps.size == 0:
+            idle = iv.total(iv.intersect(trace.timeline.sets["idle_sync"],
+                                         iv.union(trace.steps["start_us"], trace.steps["end_us"])))
+            if idle > 0:
+                yield self.declined(f"{len(syncs)} sync call(s), GPU idle during them {fmt_us(idle / max(ctx.n_steps, 1))}"
+                                "/step, but the next GPU op was already queued: the GPU waited on a dependency "
+                                "(event, other stream or process), not on the blocked host")
             return
         # attribute each starved piece to the sync whose [start, end + relaunch allowance] holds its start
         s_ts = syncs["ts_us"].to_numpy()
@@ -159,6 +165,13 @@ class HostSync(Detector):
         lost = float(lost_each.sum())
         frac = lost / ctx.window_us if ctx.window_us else 0.0
         if frac < self.min_frac:
+            queued = iv.total(iv.intersect(trace.timeline.sets["idle_sync"],
+                                           iv.union(trace.steps["start_us"], trace.steps["end_us"]))) - float((pe - ps).sum())
+            more = (f"; GPU idle {fmt_us(queued / max(ctx.n_steps, 1))}/step during syncs had its next op already "
+                    "queued: it waited on a dependency (event, other stream or process), not on the blocked host"
+                    if queued > lost else "")
+            yield self.declined(f"{len(syncs)} sync call(s) leave the GPU idle {fmt_us(lost / max(ctx.n_steps, 1))}/step "
+                            f"({100 * frac:.1f}%), below the {100 * self.min_frac:g}% threshold" + more)
             return
         n = ctx.n_steps
         w = window_label(trace)
@@ -188,7 +201,10 @@ class HostSync(Detector):
                                 track=f"CPU thread {int(r.tid)}")
                        for r in in_win.nlargest(3, "lost_us").itertuples(index=False))
         yield self.finding(ctx, title=title, time_lost_us=lost, confidence="high" if frac >= 0.1 else "medium",
-                           evidence=ev, fix=self._fix(ctx, causes), events=events)
+                           evidence=ev, fix=self._fix(ctx, causes), events=events,
+                           # the starved pieces the syncs own, scaled to the time lost (min of wait and bubble)
+                           idle_claims={"idle_sync": ((ps[owner >= 0], pe[owner >= 0]),
+                                                      lost / max(float(bubble.sum()), 1e-9))})
 
     @staticmethod
     def _explain(trace, syncs: pd.DataFrame) -> tuple[Counter, Counter, Counter]:

@@ -154,20 +154,20 @@ class LaunchBound(Detector):
             yield self.skip("no CUDA/HIP runtime events: host-late launch gaps cannot be identified")
             return
         tl = trace.timeline
-        per = tl.per_step
         win = ctx.window_us
         if not win:
             return
-        busy = float((per["compute_us"] + per["comm_us"] + per["memcpy_us"]).sum()) / win
+        claimed, raw, busy, reports = self.claim(trace)
         st = trace.steps
         steps_set = iv.union(st["start_us"], st["end_us"])
-        idle = iv.intersect(tl.sets["idle_launch"], steps_set)
-        raw = iv.total(idle)
-        opt_win = unfused_windows(trace)
-        claimed = iv.subtract(iv.subtract(idle, opt_win), steady_alloc_set(trace))
         lost = iv.total(claimed)
         frac = lost / win
-        if frac < self.min_idle_frac or busy > self.max_busy_frac:
+        if not reports:
+            if lost > 0:
+                why = (f"GPU busy {100 * busy:.0f}% (over {100 * self.max_busy_frac:g}%)" if busy > self.max_busy_frac
+                       else f"below the {100 * self.min_idle_frac:g}% threshold")
+                yield self.declined(f"launch gaps present, {fmt_us(lost / max(ctx.n_steps, 1))}/step ({100 * frac:.1f}%), "
+                                f"{why}")
             return
         n = ctx.n_steps
         k = trace.kernels
@@ -217,7 +217,21 @@ class LaunchBound(Detector):
         yield self.finding(ctx, title=title, time_lost_us=lost,
                            confidence="high" if frac >= 0.25 and short >= 0.5 else "medium",
                            evidence=ev, fix=self._fix(trace, ctx, factor, training, graphs > 0, fit),
-                           events=self._events(trace, k, claimed), upper_bound=True)
+                           events=self._events(trace, k, claimed), upper_bound=True,
+                           idle_claims={"idle_launch": claimed})
+
+    def claim(self, trace) -> tuple[iv.Set, float, float, bool]:
+        """The launch gaps this detector claims (idle_launch in the steps, less the unfused-optimizer and
+        allocator-churn parts), the raw idle_launch, the GPU busy share, and whether it reports them."""
+        tl = trace.timeline
+        per = tl.per_step
+        win = float(per["dur_us"].sum())
+        busy = float((per["compute_us"] + per["comm_us"] + per["memcpy_us"]).sum()) / win if win else 0.0
+        st = trace.steps
+        idle = iv.intersect(tl.sets["idle_launch"], iv.union(st["start_us"], st["end_us"]))
+        claimed = iv.subtract(iv.subtract(idle, unfused_windows(trace)), steady_alloc_set(trace))
+        frac = iv.total(claimed) / win if win else 0.0
+        return claimed, iv.total(idle), busy, frac >= self.min_idle_frac and busy <= self.max_busy_frac
 
     @staticmethod
     def _fix(trace, ctx, factor: int, training: bool, has_graphs: bool, fit=None) -> str:

@@ -15,6 +15,9 @@ MB = 1e6
 # the trace (pinned copies) nor the GPU table gives one
 DEFAULT_PINNED_GBPS = 12.0
 _DIRS = (("HtoD", "host-to-device"), ("DtoH", "device-to-host"))
+# idle under a blocking copy call that this detector claims (as allocator-churn does for its calls):
+# idle_sync stays host-sync's, idle_dataloader dataloader-stall's, idle_unknown (queued work) nobody's
+CLAIMED_IDLE = ("idle_launch", "idle_cpu")
 
 
 @dataclass(frozen=True)
@@ -36,13 +39,19 @@ class PageableMemcpy(Detector):
         `non_blocking=True` runs at bus speed while the host keeps launching kernels.
 
     How time lost is estimated
-        For each direction: the GPU time in which only these copies ran (the timeline's memcpy
-        part inside them) times (1 - pageable bandwidth / pinned bandwidth), i.e. the exposed time
-        a copy at pinned speed would save. The pinned bandwidth is what pinned copies of the same
-        direction achieve in this trace when there are enough of them, else the GPU's practical
-        pinned PCIe figure. Only copies of at least `min_copy_bytes` count (smaller ones are
-        latency-bound; host-sync covers their blocking). The overlap pinned copies would
-        additionally allow is not counted, so this is a conservative point estimate.
+        Two parts, added. (1) The GPU idle time while the host is blocked in these copy calls: a
+        pageable copy call is synchronous, so it is counted as allocator-churn counts its blocking
+        calls: the idle time inside the call that the timeline attributes to the host being late
+        (its idle_launch and idle_cpu parts; idle of a synchronising call is left to host-sync,
+        DataLoader waits to dataloader-stall, and gaps whose next GPU op was already queued are
+        the GPU's own). Pinned memory with `non_blocking=True` returns at once, so the host keeps
+        the GPU fed. (2) For each direction, the GPU time in which only these copies ran (the
+        timeline's memcpy part inside them) times (1 - pageable bandwidth / pinned bandwidth): the
+        exposed time a copy at pinned speed would save. The pinned bandwidth is what pinned copies
+        of the same direction achieve in this trace when there are enough of them, else the GPU's
+        practical pinned PCIe figure. Only copies of at least `min_copy_bytes` count (smaller ones are latency-bound;
+        host-sync covers their blocking). The further overlap pinned copies would allow is not
+        counted, so this is a conservative point estimate.
 
     How to fix
         HF Trainer / TRL (`TrainingArguments` / `SFTConfig`):
@@ -135,12 +144,18 @@ class PageableMemcpy(Detector):
                 Evidence(label=f"GPU busy only with these {label} copies (exposed)",
                          value=round(exposed / n / 1e3, 2), unit="ms/step", window=w),
             ]
+        idle = blocked_idle(trace, big)
+        lost += idle
         frac = lost / ctx.window_us if ctx.window_us else 0.0
         if frac < self.min_frac:
+            yield self.declined(f"{len(big)} pageable copies of {self.min_copy_bytes / 2**20:g} MB or more, costing "
+                                f"{100 * frac:.1f}% of the window, below the {100 * self.min_frac:g}% threshold")
             return
         blocked = float(big["launch_dur_us"].fillna(0.0).sum())
         ev.append(Evidence(label="host blocked in the copy calls", value=round(blocked / n / 1e3, 2),
                            unit="ms/step", window=w))
+        ev.append(Evidence(label="GPU idle while the host is blocked in the copy calls (claimed)",
+                           value=round(idle / n / 1e3, 2), unit="ms/step", window=w))
         small = len(pg) - len(big)
         if small:
             ev.append(Evidence(label="smaller pageable copies (not estimated)", value=round(small / n, 1),
@@ -164,6 +179,20 @@ class PageableMemcpy(Detector):
         if peaks is not None and peaks.host_link_gbps:
             return float(peaks.host_link_gbps), f"{peaks.name} practical PCIe"
         return DEFAULT_PINNED_GBPS, "PCIe Gen3 assumed"
+
+
+def blocked_idle(trace, copies) -> float:
+    """GPU idle time inside the copies' (synchronous) runtime calls, in the idle parts the timeline
+    blames on the host being late (launch, cpu)."""
+    ok = copies["launch_ts_us"].notna().to_numpy()
+    if not ok.any():
+        return 0.0
+    start = copies["launch_ts_us"].to_numpy()[ok]
+    end = start + copies["launch_dur_us"].fillna(0.0).to_numpy()[ok]
+    sets = trace.timeline.sets
+    host_late = [sets[p] for p in CLAIMED_IDLE]
+    gaps = iv.union(np.concatenate([h[0] for h in host_late]), np.concatenate([h[1] for h in host_late]))
+    return iv.total(iv.intersect(gaps, iv.union(start, end)))
 
 
 def _fix(framework: str, kinds: set) -> str:

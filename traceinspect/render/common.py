@@ -12,8 +12,8 @@ from ..inert import md_code, md_text, num
 from ..inert import text as plain
 from ..report import severity
 
-__all__ = ["BREAKDOWN_ORDER", "count", "evidence_value", "gpu_line", "md_code", "md_text", "ms", "num", "pct",
-           "plain", "run_config_items", "sev"]
+__all__ = ["BREAKDOWN_ORDER", "count", "efficiency_peaks", "efficiency_rows", "evidence_value", "gpu_line", "md_code",
+           "md_text", "ms", "num", "pct", "plain", "run_config_items", "sev", "sig"]
 
 
 def count(x) -> str:
@@ -65,6 +65,11 @@ def sev(f) -> str:
     return severity(num(f.time_lost_frac) or 0.0)
 
 
+def labels(f) -> str:
+    """Severity (share of the window lost) and confidence (strength of the evidence), each named."""
+    return f"severity {sev(f)}, confidence {plain(f.confidence)}"
+
+
 BREAKDOWN_ORDER = ("compute", "comm", "memcpy", "idle_dataloader", "idle_sync", "idle_launch", "idle_cpu",
                    "idle_unknown")
 
@@ -75,6 +80,43 @@ def run_config_items(trace: dict) -> list[tuple[str, str]]:
     if not isinstance(cfg, dict):
         return []
     return [(str(k), str(v)) for k, v in cfg.items() if v is not None]
+
+
+def sig(x, digits: int = 3) -> str:
+    """A number to `digits` significant digits, or "n/a": digits, sign, point and exponent only."""
+    v = num(x)
+    return "n/a" if v is None or not math.isfinite(v) else f"{v:.{digits}g}"
+
+
+def efficiency_rows(report, top: int = 10) -> list[dict]:
+    """The top rows of the report's per-shape efficiency table as display strings. Numbers are
+    formatted here (digits only); names, shapes and dtypes are raw: the caller escapes them."""
+    eff = getattr(report, "efficiency", None)
+    rows = eff.get("rows") if isinstance(eff, dict) else None
+    if not isinstance(rows, list):
+        return []
+    out = []
+    for r in rows[:top]:
+        if not isinstance(r, dict):
+            continue
+        share = num(r.get("share_of_peak"))
+        out.append({"op": str(r.get("op", "?")), "shape": str(r.get("shape", "")), "dtype": str(r.get("dtype", "")),
+                    "bound": str(r.get("bound") or "n/a"), "calls": sig(r.get("calls_per_step")),
+                    "time": ms(r.get("gpu_us_per_step")), "tflops": sig(r.get("tflops")), "tbps": sig(r.get("tbps")),
+                    "intensity": sig(r.get("intensity")), "share": "n/a" if share is None else pct(share),
+                    "note": str(r.get("note") or "")})
+    return out
+
+
+def efficiency_peaks(report) -> str:
+    """'H100 SXM: 989.4 TFLOP/s bf16/fp16, 3.35 TB/s (source)', unescaped: the caller escapes."""
+    eff = getattr(report, "efficiency", None)
+    p = eff.get("peaks") if isinstance(eff, dict) else None
+    if not isinstance(p, dict):
+        return "no peak table entry for this GPU (set TRACEINSPECT_HARDWARE; docs/roofline.md)"
+    return (f"{p.get('name', '?')}: {sig(p.get('half_tflops'), 5)} TFLOP/s bf16/fp16, {sig(p.get('tf32_tflops'), 5)} "
+            f"TF32, {sig(p.get('fp32_tflops'), 5)} fp32, {sig(p.get('mem_tbps'), 4)} TB/s"
+            + (" (approximate)" if p.get("approximate") else "") + (f"; {p.get('source')}" if p.get("source") else ""))
 
 
 def _gb(x) -> str:

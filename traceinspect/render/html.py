@@ -12,7 +12,8 @@ import json
 
 from ..inert import valid_unicode
 from . import charts
-from .common import BREAKDOWN_ORDER, count, evidence_value, gpu_line, memory_rows, ms, num, pct, plain, sev
+from .common import (BREAKDOWN_ORDER, count, efficiency_peaks, efficiency_rows, evidence_value, gpu_line, memory_rows,
+                     ms, num, pct, plain, sev)
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
@@ -72,8 +73,11 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
                     f"(<code>{esc(charts.INSTALL_HINT)}</code>). The tables below carry the same numbers.</p>")
     body += _breakdown(report)
     body += _timeline(report)
+    body += _account(report)
     body += _findings(report)
+    body += _next_bottlenecks(report)
     body += _kernels(report)
+    body += efficiency_section(report)
     body += _memory(report)
     body += _ranks(report)
     body += _problems(report)
@@ -167,7 +171,7 @@ def _verdict(report) -> str:
     if v.get("top"):
         return "".join([
             "<section class=\"verdict\" id=\"verdict\">",
-            f"<p class=\"big\">{esc(v.get('top_title'))}</p>",
+            f"<p class=\"big\">{esc(v.get('headline') or v.get('top_title'))}</p>",
             "<div class=\"nums\">",
             f"<div><span>top cause</span><b><code>{esc(v['top'])}</code></b></div>",
             f"<div><span>costs per step</span><b>{esc(ms(v.get('top_per_step_us')))}</b> "
@@ -233,18 +237,20 @@ def _timeline(report) -> list[str]:
 
 
 def _findings(report) -> list[str]:
-    if not report.findings:
+    active = [f for f in report.findings if not f.masked_by]
+    if not active:
         return ["<section id=\"findings\"><h2>Findings</h2><p>No findings.</p></section>"]
-    o = ["<section id=\"findings\"><h2>Findings, ranked by time lost</h2>"]
-    for i, f in enumerate(report.findings, 1):
+    o = ["<section id=\"findings\"><h2>Findings, ranked by time lost weighted by confidence</h2>"]
+    for i, f in enumerate(active, 1):
         s = sev(f)
         ub = " (upper bound)" if f.upper_bound else ""
         o.append(f"<article class=\"finding\" id=\"finding-{i}\">")
         o.append(f"<h3>{i}. <code>{esc(f.name)}</code> <span class=\"note\">{esc(f.code)}</span>"
-                 f"<span class=\"sev {esc(s)}\">{esc(s)}</span></h3>")
+                 f"<span class=\"sev {esc(s)}\">severity {esc(s)}</span>"
+                 f"<span class=\"note\"> · confidence {esc(f.confidence)}</span></h3>")
         o.append(f"<p><b>{esc(f.title)}</b></p>")
         o.append(f"<p class=\"note\">{esc(ms(f.time_lost_per_step_us))} per step, {esc(pct(f.time_lost_frac))} of the "
-                 f"window{esc(ub)}; confidence {esc(f.confidence)}</p>")
+                 f"window{esc(ub)}; severity {esc(s)}, confidence {esc(f.confidence)}</p>")
         if f.evidence:
             o.append("<table><tr><th>evidence</th><th class=n>value</th><th>window</th></tr>")
             o += [f"<tr><td>{esc(e.label)}</td><td class=n>{esc(evidence_value(e))}</td><td>{esc(e.window)}</td></tr>"
@@ -263,6 +269,50 @@ def _findings(report) -> list[str]:
     return o
 
 
+def _account(report) -> list[str]:
+    """The explained-time account: GPU idle time per finding, the unexplained rest, and why."""
+    a = report.account
+    if not isinstance(a, dict) or not num(a.get("idle_us")):
+        return []
+    o = ["<section id=\"account\"><h2>Where the GPU idle time goes</h2>",
+         f"<p class=\"note\">explained: {esc(pct(a.get('explained_frac_of_idle')))} of GPU idle time "
+         f"({esc(ms(a.get('idle_per_step_us')))} per step, {esc(pct(a.get('idle_frac_of_step')))} of the step)</p>",
+         "<table><tr><th>claimed by</th><th class=n>per step</th><th class=n>share of the step</th></tr>"]
+    for p in a.get("parts") or []:
+        if isinstance(p, dict):
+            o.append(f"<tr><td><code>{esc(p.get('name'))}</code></td><td class=n>{esc(ms(p.get('per_step_us')))}</td>"
+                     f"<td class=n>{esc(pct(p.get('frac_of_step')))}</td></tr>")
+    o.append(f"<tr><td>unexplained</td><td class=n>{esc(ms(a.get('unexplained_per_step_us')))}</td>"
+             f"<td class=n>{esc(pct(a.get('unexplained_frac_of_step')))}</td></tr></table>")
+    reasons = [r for r in a.get("unexplained_reasons") or [] if isinstance(r, dict)]
+    if reasons:
+        o.append("<ul>" + "".join(f"<li>unexplained <code>{esc(r.get('part'))}</code> "
+                                  f"({esc(ms(r.get('per_step_us')))}/step): {esc(r.get('why'))}</li>"
+                                  for r in reasons) + "</ul>")
+    o.append("</section>")
+    return o
+
+
+def _next_bottlenecks(report) -> list[str]:
+    """Masked causes: their cost now and once the causes that hide them are fixed."""
+    latent = [f for f in report.findings if f.masked_by]
+    if not latent:
+        return []
+    c = num(report.steps.get("count"))
+    n = int(c) if c is not None and 1 <= c < 1e12 else 1
+    o = ["<section id=\"next-bottlenecks\"><h2>Next bottlenecks (present, masked now)</h2>",
+         "<table><tr><th>finding</th><th class=n>lost per step now</th><th class=n>once fixed</th><th>masked by</th>"
+         "<th>severity</th><th>confidence</th></tr>"]
+    for f in latent:
+        o.append(f"<tr><td><code>{esc(f.name)}</code> {esc(f.title)}<br><span class=\"note\">Fix: {esc(f.fix)}</span></td>"
+                 f"<td class=n>{esc(ms(f.time_lost_per_step_us))}</td>"
+                 f"<td class=n>{esc(ms((num(f.projected_lost_us) or 0.0) / n))}</td>"
+                 f"<td>{', '.join(f'<code>{esc(m)}</code>' for m in f.masked_by)}</td>"
+                 f"<td>{esc(sev(f))}</td><td>{esc(f.confidence)}</td></tr>")
+    o.append("</table></section>")
+    return o
+
+
 def _kernels(report) -> list[str]:
     if not report.top_kernels:
         return []
@@ -273,6 +323,25 @@ def _kernels(report) -> list[str]:
                  f"<td class=n>{esc(k['count'])}</td><td class=n>{ms(k['total_us'])}</td>"
                  f"<td class=n>{ms(k.get('median_us'))}</td><td class=n>{pct(k['frac_of_kernel_time'])}</td>"
                  f"<td>{_bar(k['frac_of_kernel_time'])}</td></tr>")
+    o.append("</table></section>")
+    return o
+
+
+def efficiency_section(report, top: int = 15) -> list[str]:
+    """The top rows of the per-shape efficiency table against the roofline."""
+    rows = efficiency_rows(report, top)
+    if not rows:
+        return []
+    o = ["<section id=\"efficiency\"><h2>Efficiency against the roofline, by op and shape</h2>",
+         f"<p class=\"note\">Peaks: {esc(efficiency_peaks(report))}. Share: time at the roofline / measured time.</p>",
+         "<table><tr><th>op</th><th>shapes</th><th>dtype</th><th class=n>calls/step</th><th class=n>GPU time/step</th>"
+         "<th class=n>TFLOP/s</th><th class=n>TB/s</th><th class=n>FLOP/B</th><th>bound</th>"
+         "<th class=n>share of roofline</th></tr>"]
+    for r in rows:
+        o.append(f"<tr><td><code>{esc(r['op'])}</code></td><td>{esc(r['shape'])}</td><td>{esc(r['dtype'])}</td>"
+                 f"<td class=n>{esc(r['calls'])}</td><td class=n>{esc(r['time'])}</td><td class=n>{esc(r['tflops'])}</td>"
+                 f"<td class=n>{esc(r['tbps'])}</td><td class=n>{esc(r['intensity'])}</td><td>{esc(r['bound'])}</td>"
+                 f"<td class=n>{esc(r['share'])}</td></tr>")
     o.append("</table></section>")
     return o
 
@@ -312,8 +381,9 @@ def _problems(report) -> list[str]:
         o += [f"<li>{esc(w)}</li>" for w in report.warnings]
         o.append("</ul></section>")
     if report.skipped:
-        o.append("<section id=\"skipped\"><h2>Not applicable</h2><ul>")
-        o += [f"<li><code>{esc(s.name)}</code> ({esc(s.code)}): {esc(s.reason)}</li>" for s in report.skipped]
+        o.append("<section id=\"skipped\"><h2>Checked below threshold, or not applicable</h2><ul>")
+        o += [f"<li><code>{esc(s.name)}</code> ({esc(s.code)}): {'checked, below threshold: ' if s.checked else ''}"
+              f"{esc(s.reason)}</li>" for s in report.skipped]
         o.append("</ul></section>")
     return o
 
