@@ -307,3 +307,13 @@ def test_real_trace_peaks_match_the_raw_events(shared_dir, rel):
             seen.add((dev["device"], row["step"]))
         assert dev["headroom_bytes"] == caps[dev["device"]] - max(r[1] for k, r in raw.items() if k[0] == dev["device"])
     assert seen == set(raw)
+
+
+def test_device_events_without_device_id_belong_to_the_traced_gpu(tmp_path):
+    # older Kineto wrote no "Device Id": the events go to the GPU the trace's kernels run on (device 0)
+    t = build_launch_bound_memory(steps=2, fixed_bytes=10e9, act_bytes=2e9)
+    for e in t.events:
+        if e.get("name") == "[memory]":
+            e["args"].pop("Device Id")
+    prof = memory_profile(_load(t, tmp_path))
+    assert prof.devices == [0] and prof.peak(0) == pytest.approx(12e9)

@@ -140,6 +140,8 @@ def from_events(trace) -> MemoryProfile:
     talloc, tres = talloc[order], tres[order]
     nbytes = dev_rows["alloc_bytes"].to_numpy()[order]
     devid = dev_rows["device_id"].to_numpy()[order]
+    # a device event without "Device Id" (older Kineto) belongs to the GPU this process drives
+    devid = np.where(devid < 0, trace.device_id if trace.device_id is not None else 0, devid)
     steps = trace.steps
     rows = []
     for d in sorted({int(x) for x in devid}):

@@ -350,6 +350,8 @@ def extract_scanned(scanned) -> dict:
     strings = _strings(raw_strings)
     raws = list(raw_values)
     arrays = {k: np.frombuffer(v, dtype=_scan_dtype(k)) for k, v in raw_cols.items()}
+    if "device_id" not in arrays:   # an extension built before _scan.c read "Device Id": absent everywhere
+        arrays["device_id"] = np.full(n, _NONE, dtype=np.int64)
     dropped = 0
     if deferred:
         # events the scanner was not sure about: decoded exactly as the Python path does, in place
