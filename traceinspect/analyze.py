@@ -18,6 +18,7 @@ import pandas as pd
 from . import detectors as registry
 from .detectors.base import Context, Detector, fmt_us, in_steps, projected_step, window_label
 from .detectors.efficiency import section as efficiency_section
+from .detectors.memory_fit import memory_section
 from .errors import DetectorFailed, TraceError, UsageError
 from .findings import Failure, Finding, Skipped
 from .report import Report
@@ -108,7 +109,8 @@ def analyze(trace: Trace, *, strict: bool = False, detectors: Sequence[type[Dete
                   warnings=list(trace.warnings), verdict=_verdict(trace, findings, account), account=account,
                   top_kernels=_top_kernels(trace),
                   timeline_sample=representative_step(trace) if trace.has_gpu else {},
-                  efficiency=efficiency_section(trace) if trace.has_gpu and trace.window_us >= MIN_WINDOW_US else {})
+                  efficiency=efficiency_section(trace) if trace.has_gpu and trace.window_us >= MIN_WINDOW_US else {},
+                  memory=memory_section(trace))
 
 
 def _trace_section(trace: Trace) -> dict:

@@ -41,6 +41,7 @@ class Report:
     timeline_sample: dict = field(default_factory=dict)  # one representative step's intervals (optional, additive)
     efficiency: dict = field(default_factory=dict)  # per-shape table against the roofline (optional, additive)
     account: dict = field(default_factory=dict)   # GPU idle time: what each finding claims + unexplained
+    memory: dict = field(default_factory=dict)    # device memory per step, headroom, batch fit (optional, additive)
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -64,6 +65,8 @@ class Report:
             d["timeline_sample"] = self.timeline_sample
         if self.efficiency:
             d["efficiency"] = self.efficiency
+        if self.memory:  # optional key, as timeline_sample
+            d["memory"] = self.memory
         return d
 
     @classmethod
@@ -82,6 +85,7 @@ class Report:
             top_kernels=d.get("top_kernels", []), ranks=d.get("ranks", []),
             timeline_sample=d.get("timeline_sample") or {}, account=d.get("account") or {},
             efficiency=d.get("efficiency") if isinstance(d.get("efficiency"), dict) else {},
+            memory=d["memory"] if isinstance(d.get("memory"), dict) else {},
             schema_version=d["schema_version"])
 
 

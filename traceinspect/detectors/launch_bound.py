@@ -11,6 +11,7 @@ from ..trace import intervals as iv
 from ..trace.tables import name_flags
 from .allocator_churn import steady_alloc_set
 from .base import Detector, events_from, fmt_us, in_steps, option, pct, window_label
+from .memory_fit import batch_fit_for, gb
 from .unfused_optimizer import unfused_windows
 
 LAUNCH_CALLS = {
@@ -60,6 +61,21 @@ def batch_arithmetic(run_config, factor: int, framework: str) -> str:
             f"(e.g. 1 x 16 -> {factor} x {16 // factor})")
 
 
+def fit_arithmetic(fit, framework: str) -> str:
+    """batch_arithmetic's sentence for a memory-model BatchFit (the batch it sized, nothing else)."""
+    hf = framework in ("hf_trainer", "trl")
+    b_name, a_name = (("per_device_train_batch_size", "gradient_accumulation_steps") if hf
+                      else ("batch size", "accumulated micro-batches"))
+    if fit.current_accumulation:
+        same = fit.batch * fit.accumulation == fit.current_batch * fit.current_accumulation
+        return (f"{b_name} {fit.current_batch} x {a_name} {fit.current_accumulation} -> {fit.batch} x "
+                f"{fit.accumulation} (" + (f"same effective batch of {fit.batch * fit.accumulation} per device"
+                                           if same else f"effective batch {fit.current_batch * fit.current_accumulation}"
+                                           f" -> {fit.batch * fit.accumulation}: rescale the learning rate") + ")")
+    return (f"{b_name} {fit.current_batch} -> {fit.batch} (the effective batch grows {fit.factor}x: rescale the "
+            f"learning rate, or divide {a_name} by {fit.factor} if you accumulate)")
+
+
 @dataclass(frozen=True)
 class LaunchBound(Detector):
     """
@@ -86,6 +102,11 @@ class LaunchBound(Detector):
         shrinks by less than the idle time when the GPU becomes the bottleneck.
 
     How to fix
+        The factor (2x, 4x or 8x by how idle the GPU is) is capped by the memory model when the trace
+        has memory figures ([memory] events or the capture helpers' peaks): the largest micro-batch
+        whose predicted peak stays under 90% of device memory, with the matching accumulation
+        (docs/memory.md). When not even 2x fits, the fix is CUDA graphs alone.
+
         HF Trainer / TRL (`TrainingArguments` / `SFTConfig`), same effective batch:
 
             # before
@@ -184,12 +205,18 @@ class LaunchBound(Detector):
         title = (f"Launch-bound: the GPU idles {fmt_us(lost / n)} per step ({pct(frac)}) between "
                  f"{len(k) / n:.0f} short kernels per step (median {med:.1f} us)")
         factor = 8 if busy <= 0.125 else 4 if busy <= 0.25 else 2
+        fit = batch_fit_for(trace, factor)      # the same sizing the report's memory section and a what-if use
+        if fit is not None:
+            ev.append(Evidence(label="batch growth that fits under "
+                                     f"{fit.margin_frac:.0%} of {gb(fit.capacity_bytes)} (memory model)",
+                               value=round(fit.max_factor, 1), unit="x"))
+            factor = fit.factor
         ops = trace.cpu_ops
         training = (ctx.framework in ("hf_trainer", "trl", "lightning")
                     or (bool(len(ops)) and bool(name_flags(ops["name"], _TRAINING.search).any())))
         yield self.finding(ctx, title=title, time_lost_us=lost,
                            confidence="high" if frac >= 0.25 and short >= 0.5 else "medium",
-                           evidence=ev, fix=self._fix(trace, ctx, factor, training, graphs > 0),
+                           evidence=ev, fix=self._fix(trace, ctx, factor, training, graphs > 0, fit),
                            events=self._events(trace, k, claimed), upper_bound=True,
                            idle_claims={"idle_launch": claimed})
 
@@ -207,16 +234,26 @@ class LaunchBound(Detector):
         return claimed, iv.total(idle), busy, frac >= self.min_idle_frac and busy <= self.max_busy_frac
 
     @staticmethod
-    def _fix(trace, ctx, factor: int, training: bool, has_graphs: bool) -> str:
+    def _fix(trace, ctx, factor: int, training: bool, has_graphs: bool, fit=None) -> str:
         graphs = ("capture more of the step in CUDA graphs" if has_graphs
                   else 'capture the step with CUDA graphs (torch.compile(model, mode="reduce-overhead"))')
+        mem = ""
+        if fit is not None:
+            mem = (f" (memory: predicted peak {gb(fit.predicted_peak_bytes)} of {gb(fit.capacity_bytes)}, under the "
+                   f"{fit.margin_frac:.0%} margin; {gb(fit.fixed_bytes)} fixed + {gb(fit.per_batch_bytes)} of "
+                   "activations per current batch; see the report's memory section)")
+            if factor < 2:
+                return (f"The batch cannot grow: memory already peaks at {gb(fit.fixed_bytes + fit.per_batch_bytes)} of "
+                        f"{gb(fit.capacity_bytes)} (over the {fit.margin_frac:.0%} margin at 2x); instead {graphs}"
+                        + (" and use a fused optimizer." if training else "."))
         if not training:
-            return (f"Batch more samples per forward (about {factor}x) and {graphs}: each launch then carries "
+            return (f"Batch more samples per forward (about {factor}x){mem} and {graphs}: each launch then carries "
                     "more GPU work.")
-        arith = batch_arithmetic(trace.meta.run_config, factor, ctx.framework)
+        arith = (fit_arithmetic(fit, ctx.framework) if fit is not None and fit.current_batch
+                 else batch_arithmetic(trace.meta.run_config, factor, ctx.framework))
         fused = ('optim="adamw_torch_fused"' if ctx.framework in ("hf_trainer", "trl")
                  else "a fused optimizer (AdamW(fused=True))")
-        return f"Give each launch more work: {arith}; then {graphs} and use {fused}."
+        return f"Give each launch more work: {arith}{mem}; then {graphs} and use {fused}."
 
     @staticmethod
     def _events(trace, k, claimed):

@@ -12,8 +12,8 @@ import json
 
 from ..inert import valid_unicode
 from . import charts
-from .common import (BREAKDOWN_ORDER, count, efficiency_peaks, efficiency_rows, evidence_value, gpu_line, ms, num, pct,
-                     plain, sev)
+from .common import (BREAKDOWN_ORDER, count, efficiency_peaks, efficiency_rows, evidence_value, gpu_line, memory_rows,
+                     ms, num, pct, plain, sev)
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
@@ -78,6 +78,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
     body += _next_bottlenecks(report)
     body += _kernels(report)
     body += efficiency_section(report)
+    body += _memory(report)
     body += _ranks(report)
     body += _problems(report)
     body += _environment(report)
@@ -343,6 +344,15 @@ def efficiency_section(report, top: int = 15) -> list[str]:
                  f"<td class=n>{esc(r['share'])}</td></tr>")
     o.append("</table></section>")
     return o
+
+
+def _memory(report) -> list[str]:
+    rows = memory_rows(report.memory)
+    if not rows:
+        return []
+    return (["<section id=\"memory\"><h2>Device memory</h2>", "<table>"]
+            + [f"<tr><th scope=\"row\">{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows]
+            + ["</table></section>"])
 
 
 def _ranks(report) -> list[str]:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .common import (BREAKDOWN_ORDER, count, efficiency_peaks, efficiency_rows, evidence_value, gpu_line, md_code,
-                     md_text, ms, num, pct, run_config_items, sev)
+                     md_text, memory_rows, ms, num, pct, run_config_items, sev)
 
 MAX_BYTES = 1 << 20  # GitHub step summaries reject more than 1 MiB
 
@@ -80,6 +80,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         o.append("</details>")
         o.append("")
     o += efficiency_lines(report)
+    o += _memory(report)
     items = run_config_items(t)
     if items:
         o.append("<details><summary>Run configuration (recorded by traceinspect.capture)</summary>")
@@ -114,6 +115,13 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         cut = text.encode()[: MAX_BYTES - 200].decode("utf-8", "ignore")
         text = cut.rsplit("\n", 1)[0] + "\n\n_(report truncated to stay under 1 MiB)_\n"
     return text
+
+
+def _memory(report) -> list[str]:
+    rows = memory_rows(report.memory)
+    if not rows:
+        return []
+    return ["### Device memory", ""] + [f"- {md_text(k)}: {md_text(v)}" for k, v in rows] + [""]
 
 
 def efficiency_lines(report, top: int = 10) -> list[str]:

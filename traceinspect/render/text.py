@@ -9,8 +9,8 @@ from __future__ import annotations
 import textwrap
 
 from ..inert import document
-from .common import (BREAKDOWN_ORDER, efficiency_peaks, efficiency_rows, evidence_value, gpu_line, labels, ms, num,
-                     pct, plain, run_config_items)
+from .common import (BREAKDOWN_ORDER, efficiency_peaks, efficiency_rows, evidence_value, gpu_line, labels,
+                     memory_rows, ms, num, pct, plain, run_config_items)
 
 
 def render(report, *, width: int = 100, color: bool = False) -> str:
@@ -66,6 +66,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         out.append("")
     out += next_bottleneck_lines(report, wrap)
     out += efficiency_lines(report)
+    out += _memory(report, wrap)
     items = run_config_items(t)
     if items:
         out.append("Run configuration (recorded by traceinspect.capture)")
@@ -96,6 +97,13 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         out.append(wrap("Not applicable: " + "; ".join(f"{plain(s.name)} ({plain(s.reason)})" for s in report.skipped
                                                        if not s.checked)))
     return document("\n".join(out).rstrip() + "\n")
+
+
+def _memory(report, wrap) -> list[str]:
+    rows = memory_rows(report.memory)
+    if not rows:
+        return []
+    return ["Device memory"] + [wrap(f"- {plain(k)}: {plain(v)}", "  ") for k, v in rows] + [""]
 
 
 def efficiency_lines(report, top: int = 8) -> list[str]:

@@ -152,7 +152,7 @@ enum {
     C_COLL, C_DTYPE, C_ANAME,
     C_PID, C_TID, C_ID,                                          /* int64 */
     C_CORR, C_EXT, C_EXT_OLD, C_DEVICE, C_STREAM, C_CBID, C_CID,
-    C_IN_NEL, C_OUT_NEL, C_GROUP, C_DEVTYPE, C_GRID, C_BLOCK,
+    C_IN_NEL, C_OUT_NEL, C_GROUP, C_DEVTYPE, C_DEVID, C_GRID, C_BLOCK,
     C_DIMS_OFF, C_DIMS_LEN, C_TYPE_OFF, C_TYPE_LEN,
     C_TS, C_DUR, C_NBYTES, C_MEMB, C_TALLOC, C_TRES,             /* float64, NaN none */
     N_COLS
@@ -164,7 +164,7 @@ static const char *COL_NAMES[N_COLS] = {
     "collective_idx", "dtype_idx", "arg_name_idx",
     "pid", "tid", "id",
     "correlation", "external_id", "external_id_old", "device", "stream", "cbid", "cid",
-    "in_msg_nelems", "out_msg_nelems", "group_size", "device_type", "grid", "block",
+    "in_msg_nelems", "out_msg_nelems", "group_size", "device_type", "device_id", "grid", "block",
     "dims_off", "dims_len", "type_off", "type_len",
     "ts", "dur", "nbytes", "mem_bytes", "total_allocated", "total_reserved",
 };
@@ -179,7 +179,7 @@ static size_t col_item(int c) {
 typedef struct {
     uint8_t ph, has_args;
     int32_t s[8];     /* C_CAT .. C_ANAME */
-    int64_t i[20];    /* C_PID .. C_TYPE_LEN */
+    int64_t i[21];    /* C_PID .. C_TYPE_LEN */
     double f[6];      /* C_TS .. C_TRES */
     int64_t old_off, old_len;  /* args["Input dims"], the old spelling */
     uint32_t present;          /* bit I(c): int64 column c was given a value (not absent, not null) */
@@ -601,6 +601,7 @@ static int parse_args(scanner *s, row *r) {
         else if (key_is(k, kl, "Total Allocated")) rc = opt_float(s, &r->f[F(C_TALLOC)], C_TALLOC, s->n);
         else if (key_is(k, kl, "Total Reserved")) rc = opt_float(s, &r->f[F(C_TRES)], C_TRES, s->n);
         else if (key_is(k, kl, "Device Type")) rc = opt_int(s, r, C_DEVTYPE);
+        else if (key_is(k, kl, "Device Id")) rc = opt_int(s, r, C_DEVID);
         else rc = skip_value(s);
         if (rc) return rc;
         more = next_element(s, '}');

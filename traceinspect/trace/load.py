@@ -67,6 +67,7 @@ class Args(Struct, gc=False):
     total_allocated: Union[float, None] = msgspec.field(default=None, name="Total Allocated")
     total_reserved: Union[float, None] = msgspec.field(default=None, name="Total Reserved")
     device_type: Union[Int64, None] = msgspec.field(default=None, name="Device Type")
+    device_id: Union[Int64, None] = msgspec.field(default=None, name="Device Id")          # [memory] instants
 
 
 class Event(Struct, gc=False):

@@ -247,6 +247,7 @@ def extract(events: list[Event]) -> dict:
         "total_reserved_bytes": np.array([(a.total_reserved or 0) if a is not None else 0 for a in ia],
                                          dtype=np.float64),
         "device_type": _opt([a.device_type if a is not None else None for a in ia]),
+        "device_id": _opt([a.device_id if a is not None else None for a in ia]),
     }
     fev = buckets["flow"]
     out["flow"] = {"id": _id_column([e.id if e.id is not None else -1 for e in fev]),
@@ -268,7 +269,7 @@ _NONE = np.iinfo(np.int64).min   # the value _scan gives an absent int; absence 
 # bit k of the scan's `present` column: the k-th int64 column below holds a value (not absent or null)
 _PRESENT_BIT = {c: k for k, c in enumerate(
     ("pid", "tid", "id", "correlation", "external_id", "external_id_old", "device", "stream", "cbid", "cid",
-     "in_msg_nelems", "out_msg_nelems", "group_size", "device_type"))}
+     "in_msg_nelems", "out_msg_nelems", "group_size", "device_type", "device_id"))}
 
 
 def _strings(raw: list[bytes]) -> list[str]:
@@ -285,7 +286,7 @@ _SCAN_DTYPES = {"ph": np.uint8, "has_args": np.uint8, "present": np.uint32, "ts"
                 "total_reserved": np.float64}
 # Args attributes that are columns of the same name in the scan (int64 / float64)
 _SCAN_INT_FIELDS = ("correlation", "external_id", "external_id_old", "device", "stream", "cbid", "cid",
-                    "in_msg_nelems", "out_msg_nelems", "group_size", "device_type")
+                    "in_msg_nelems", "out_msg_nelems", "group_size", "device_type", "device_id")
 _SCAN_FLOAT_FIELDS = ("nbytes", "mem_bytes", "total_allocated", "total_reserved")
 
 
@@ -524,7 +525,7 @@ def extract_scanned(scanned) -> dict:
     out["memory"] = {"ts_us": ts[i], "alloc_bytes": zero_nan("mem_bytes"),
                      "total_allocated_bytes": zero_nan("total_allocated"),
                      "total_reserved_bytes": zero_nan("total_reserved"),
-                     "device_type": opt("device_type", i)}
+                     "device_type": opt("device_type", i), "device_id": opt("device_id", i)}
     f = sel("flow")
     out["flow"] = {"id": ids("id", f, absent=-1), "is_start": ph[f] == ord("s"), "ts_us": ts[f],
                    "tid": ids("tid", f)}
