@@ -198,3 +198,62 @@ def build_allocator_warmup(steps: int = 4, layers: int = 6) -> TraceBuilder:
                 if i == 0:
                     t.malloc(300)
     return t
+
+
+# --- host-bound ------------------------------------------------------------------------------------
+
+HOST_BOUND_STEPS = 4
+HOST_BOUND_CPU_US = 6000.0        # CPU-side tensor work on the launching thread, every step
+HOST_BOUND_OP = "aten::cat"       # ... done by an op that launches no kernel (CPU tensors)
+
+
+def build_host_bound(steps: int = HOST_BOUND_STEPS, cpu_us: float = HOST_BOUND_CPU_US) -> TraceBuilder:
+    """Each step starts with cpu_us of CPU tensor work (an aten op with no kernel) while the GPU has drained
+    (the previous step ended with loss.item()), then a healthy GPU-bound forward/backward."""
+    t = HostTraceBuilder()
+    for _ in range(steps):
+        with t.step():
+            t.op(HOST_BOUND_OP, cpu_us=cpu_us)
+            _forward_backward(t, 6)
+            t.item()
+    return t
+
+
+# --- eager attention masked behind launch-bound ------------------------------------------------------
+
+MASKED_ATT_STEPS = 3
+MASKED_ATT_CALLS = 20             # eager attention blocks per step
+MASKED_ATT_ADDS = 300             # other tiny ops per step
+MASKED_ATT_CPU_US = 20.0          # host time per op before its launch (plus the builder's 5 us launch call)
+MASKED_ATT_KERNELS = (("bmm", 4.0), ("mul", 3.0), ("softmax", 4.0), ("dropout", 3.0), ("bmm", 4.0))
+
+
+def build_launch_bound_eager_attention(steps: int = MASKED_ATT_STEPS) -> TraceBuilder:
+    """Batch 1: tiny kernels behind ~25 us of host time each (launch-bound), with eager attention
+    (bmm -> mul -> softmax -> dropout -> bmm, 3-4 us kernels) MASKED_ATT_CALLS times per step."""
+    from builders_compute import BMM_BF16, DROPOUT, MUL_BF16, SOFTMAX_FWD
+    names = {"bmm": BMM_BF16, "mul": MUL_BF16, "softmax": SOFTMAX_FWD, "dropout": DROPOUT}
+    b, h, l, d = 1, 12, 64, 64
+    bf = ["c10::BFloat16"] * 2
+    c = MASKED_ATT_CPU_US
+    t = TraceBuilder()
+    for _ in range(steps):
+        with t.step():
+            for i in range(MASKED_ATT_ADDS):
+                t.op("aten::add", kernels=[(ELEMENTWISE, 3.0)], cpu_us=c)
+                if i % (MASKED_ATT_ADDS // MASKED_ATT_CALLS) == 0:
+                    (_, bmm_us), (_, mul_us), (_, soft_us), (_, drop_us), _ = MASKED_ATT_KERNELS
+                    with t.span("aten::matmul"):
+                        t.op("aten::bmm", kernels=[(names["bmm"], bmm_us)], cpu_us=c,
+                             input_dims=[[b * h, l, d], [b * h, d, l]], input_type=bf)
+                    t.op("aten::mul", kernels=[(names["mul"], mul_us)], cpu_us=c, input_dims=[[b, h, l, l], []])
+                    with t.span("aten::softmax"):
+                        t.op("aten::_softmax", kernels=[(names["softmax"], soft_us)], cpu_us=c,
+                             input_dims=[[b, h, l, l], [], []], input_type=["c10::BFloat16", "Scalar", "Scalar"])
+                    with t.span("aten::dropout"):
+                        t.op("aten::native_dropout", kernels=[(names["dropout"], drop_us)], cpu_us=c,
+                             input_dims=[[b, h, l, l], [], []])
+                    with t.span("aten::matmul"):
+                        t.op("aten::bmm", kernels=[(names["bmm"], bmm_us)], cpu_us=c,
+                             input_dims=[[b * h, l, l], [b * h, l, d]], input_type=bf)
+    return t

@@ -9,6 +9,7 @@ import pytest
 from conftest import SHARED, shared_available
 from traceinspect.analyze import analyze, analyze_many
 from traceinspect.errors import TraceError
+from traceinspect.report import SCHEMA_VERSION
 from traceinspect.trace import intervals as iv
 from traceinspect.trace.model import load_trace
 from traceinspect.trace.timeline import is_dataloader
@@ -38,7 +39,7 @@ def test_every_shared_file_loads_or_gets_the_documented_error(rel):
         assert rel.split("/")[-1] in str(e) and e.hint
         return
     rep = analyze(tr)
-    assert rep.to_dict()["schema_version"] == 1
+    assert rep.to_dict()["schema_version"] == SCHEMA_VERSION
     if tr.has_gpu:
         per = tr.timeline.per_step
         parts = per[[c for c in per.columns if c.endswith("_us") and c not in ("start_us", "end_us", "dur_us")]]

@@ -1,12 +1,13 @@
 """CLI exit codes and one-line errors (no traceback reaches the user)."""
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 from click.testing import CliRunner
 
-from builders import TraceBuilder, build_dataloader_stall, build_healthy
+from builders import build_dataloader_stall, build_healthy
 from traceinspect.cli import cli
 
 
@@ -124,3 +125,12 @@ def test_a_window_under_a_millisecond_is_not_judged(tmp_path):
     assert code == 0 and rep["findings"] == []
     assert any("too short" in s["reason"] for s in rep["skipped"])
     assert any("under 1 ms" in w for w in rep["warnings"])
+
+
+def test_output_names_and_formats(stall, tmp_path):
+    code, out = run("analyze", stall, "-o", tmp_path / "report.htm")
+    assert code == 2 and "report.htm" in out and ".html" in out and not (tmp_path / "report.htm").exists()
+    assert run("analyze", stall, "-o", tmp_path / "report.htm", "--format", "md")[0] == 0
+    assert (tmp_path / "report.htm").read_text().startswith("## traceinspect")
+    assert run("analyze", stall, "-o", os.devnull)[0] == 0          # no extension: text, as without -o
+    assert run("analyze", stall, "--steps", "0:3:0")[0] == 2

@@ -186,3 +186,49 @@ def test_real_pair_dataloader_workers(shared_dir, expected):
         assert d.speedup == pytest.approx(med_b / med_a)
         text = DIFF_RENDERERS["text"][0](d)
         assert "resolved    dataloader-stall" in text and f"{d.speedup:.2f}x faster" in text
+
+
+# --- a saved report is untrusted input: its shape is checked, and every real report passes ---------
+
+@pytest.mark.parametrize("scenario", ["stall", "healthy", "launch_bound", "ranks", "cpu_only"])
+def test_every_report_we_write_reads_back_unchanged(tmp_path, scenario):
+    """Report.from_dict checks types; a report this version writes must pass it and round-trip exactly."""
+    from builders import TraceBuilder, build_launch_bound
+    from traceinspect.analyze import analyze_many
+    if scenario == "ranks":
+        paths = []
+        for r in range(2):
+            b = build_dataloader_stall(steps=2, load_us=5_000 * (r + 1))
+            b.rank, b.world_size = r, 2
+            paths.append(str(b.write(tmp_path / f"rank{r}.pt.trace.json")))
+        rep = analyze_many(paths, jobs=1)
+    elif scenario == "cpu_only":
+        t = TraceBuilder()
+        for _ in range(3):
+            with t.step():
+                t.cpu(2_000)
+        rep = rep_of(t, tmp_path, "cpu")
+    else:
+        b = {"stall": build_dataloader_stall, "healthy": build_healthy, "launch_bound": build_launch_bound}[scenario]()
+        rep = rep_of(b, tmp_path, scenario)
+    saved = json.loads(json.dumps(rep.to_dict()))
+    assert json.loads(json.dumps(Report.from_dict(saved).to_dict())) == saved
+
+
+@pytest.mark.parametrize("mutate, where", [
+    (lambda d: d["trace"].update(rank="<b>0</b>"), "$.trace.rank"),
+    (lambda d: d["trace"].update(gpu={"name": 7}), "$.trace.gpu.name"),
+    (lambda d: d["findings"][0]["evidence"][0].update(value=[1]), "$.findings[0].evidence[0].value"),
+    (lambda d: d["findings"][0].update(time_lost_us=True), "$.findings[0].time_lost_us"),
+    (lambda d: d["steps"].pop("median_us"), "$.steps"),
+    (lambda d: d["verdict"].update(expected_from="all"), "$.verdict.expected_from"),
+    (lambda d: d.update(ranks=[{"rank": 0}]), "$.ranks[0]"),
+    (lambda d: d["timeline_sample"].update(intervals={"compute": [[0, "x"]]}), "$.timeline_sample.intervals"),
+    (lambda d: d.update(warnings=[1]), "$.warnings[0]"),
+])
+def test_a_report_of_the_wrong_shape_says_where(pair, mutate, where):
+    d = json.loads(json.dumps(pair[0].to_dict()))
+    mutate(d)
+    with pytest.raises(ValueError) as e:
+        Report.from_dict(d)
+    assert where in str(e.value)

@@ -73,3 +73,64 @@ def test_no_reader_thread_left_behind_after_an_early_exit(tmp_path, monkeypatch)
     while threading.active_count() > before and time.time() < deadline:
         time.sleep(0.05)
     assert threading.active_count() <= before
+
+
+@pytest.mark.parametrize("native", ["0", "1"])
+@pytest.mark.parametrize("case", ["open_brackets", "deep_args_gz", "big_ints"])
+def test_class2_inputs_exit_3_or_load_never_5(tmp_path, monkeypatch, native, case):
+    """Issue 11, class 2: deep nesting (RecursionError) and integers beyond int64 ended in exit 5.
+    Deep nesting is now a one-line exit-3 error naming the file and the byte; integers beyond int64
+    are read like values of the wrong type (documented in docs/tables.md), in both readers."""
+    from click.testing import CliRunner
+
+    from traceinspect.cli import cli
+
+    monkeypatch.setenv("TRACEINSPECT_NATIVE", native)
+    doc = build_healthy(steps=2).build()
+    if case == "open_brackets":
+        p = tmp_path / "brackets.json"
+        p.write_bytes(b"[" * (4 << 20))
+    elif case == "deep_args_gz":
+        ev = doc["traceEvents"]
+        ev[len(ev) // 2].setdefault("args", {})["deep"] = "X"
+        raw = json.dumps(doc).encode().replace(b'"deep": "X"', b'"deep": ' + b"[" * 5000 + b"]" * 5000, 1)
+        p = tmp_path / "deep.json.gz"
+        p.write_bytes(gzip.compress(raw))
+    else:
+        for e in doc["traceEvents"]:
+            if e.get("cat") == "kernel":
+                e["args"]["correlation"] = 2 ** 64 + 5
+            if e.get("cat") == "cpu_op":
+                e["tid"] = -(2 ** 70)
+        p = tmp_path / "bigints.json"
+        p.write_text(json.dumps(doc))
+    r = CliRunner().invoke(cli, ["analyze", str(p)])
+    if case == "big_ints":
+        assert r.exit_code == 0, r.output
+        assert "events had fields of unexpected types and were dropped" in r.output
+        return
+    assert r.exit_code == 3, r.output
+    err = r.output.strip().splitlines()
+    assert f"{p}: is nested deeper than 128 levels at byte " in err[0] and "Traceback" not in r.output
+
+
+def test_deep_nesting_fails_before_the_file_is_read(tmp_path, monkeypatch):
+    """Megabytes of '[' have no event boundary to cut at: the streaming reader measures the depth of
+    the unfinished event once it is a chunk long and stops there, instead of buffering the file."""
+    monkeypatch.setattr(stream.L, "BLOCK_BYTES", 16 << 10)
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 64 << 10)
+    read = []
+    real = stream.L.read_blocks
+
+    def counting(*a, **k):
+        for b in real(*a, **k):
+            read.append(len(b))
+            yield b
+
+    monkeypatch.setattr(stream.L, "read_blocks", counting)
+    p = tmp_path / "brackets.json"
+    p.write_bytes(b"[" * (8 << 20))
+    with pytest.raises(TraceError, match=r"is nested deeper than 128 levels at byte 128 of its JSON"):
+        stream.load_streaming(p)
+    # one chunk, plus the blocks the reader thread had queued (3) and the one it was reading
+    assert sum(read) <= (64 << 10) + 5 * (16 << 10) < (8 << 20)

@@ -243,13 +243,18 @@ def test_matplotlib_is_imported_only_to_draw():
 
 def test_a_poisoned_saved_report_is_escaped_in_every_field(tmp_path):
     """A cached or saved report can hold markup anywhere, numbers included (the audit's `rank`)."""
-    d = report_of(crafted(), tmp_path).to_dict()
+    import dataclasses
+    rep = report_of(crafted(), tmp_path)
+    d = rep.to_dict()
     d["trace"]["rank"] = XSS_ANNOTATION
-    d["steps"]["count"] = XSS_ANNOTATION
-    d["top_kernels"][0]["count"] = XSS_ANNOTATION
-    d["breakdown"]["compute"]["frac"] = XSS_ANNOTATION
-    d["findings"][0]["time_lost_frac"] = XSS_ANNOTATION
-    d["findings"][0]["confidence"] = XSS_KERNEL
-    page = render(Report.from_dict(d))
+    with pytest.raises(ValueError):                  # refused on read (a saved report: exit 3; cache: a miss)
+        Report.from_dict(d)
+    # the renderer stays safe whatever it is given: poison the object itself
+    rep.trace["rank"] = XSS_ANNOTATION
+    rep.steps["count"] = XSS_ANNOTATION
+    rep.top_kernels[0]["count"] = XSS_ANNOTATION
+    rep.breakdown["compute"]["frac"] = XSS_ANNOTATION
+    rep.findings[0] = dataclasses.replace(rep.findings[0], time_lost_frac=XSS_ANNOTATION, confidence=XSS_KERNEL)
+    page = render(rep)
     assert "<img" not in page and page.count("<script") == 1
     assert "&lt;img src=x onerror=alert(2)&gt;&amp;amp;" in page          # shown, escaped once

@@ -105,12 +105,24 @@ def test_truncated_beyond_recovery(tmp_path):
 
 def test_cpu_only_trace_loads_with_warning(tmp_path):
     t = TraceBuilder()
+    t.meta["deviceProperties"] = []  # a CPU-only host: Kineto lists no device
     with t.step():
         t.op("aten::mm", cpu_us=500)
     p = t.write(tmp_path / "cpu.json")
     tr = load_trace(p)
     assert not tr.has_gpu and tr.has_cpu
     assert any("CPU-only" in w for w in tr.warnings)
+
+
+def test_trace_naming_a_gpu_without_gpu_events_says_they_are_absent(tmp_path):
+    """deviceProperties name a GPU: the GPU events are absent from the file, not 'no GPU activity'."""
+    t = TraceBuilder("V100")
+    with t.step():
+        t.op("aten::mm", cpu_us=500)
+    tr = load_trace(t.write(tmp_path / "cpu_on_gpu_host.json"))
+    assert not tr.has_gpu
+    assert not any("CPU-only" in w for w in tr.warnings)
+    assert any("Tesla V100" in w and "absent" in w for w in tr.warnings)
 
 
 def test_gpu_only_trace_loads_with_unattributed_idle(tmp_path):

@@ -225,3 +225,43 @@ def test_scanner_survives_random_mutations():
                 assert len(ids) == n and ((ids >= -1) & (ids < len(raws))).all()
             assert memoryview(cols["ts"]).nbytes == 8 * n and memoryview(cols["ph"]).nbytes == n
             assert all(0 <= row < n for row, _ in deferred)
+
+
+def test_scanner_checks_escapes_in_every_string():
+    """msgspec rejects these escapes even in values it skips; the scanner must not accept them (None:
+    the Python path reports the error). Valid escapes in skipped values are accepted."""
+    scan = stream._scan.scan
+    for esc in (rb"\q", rb"\u12g4", rb"\ud800", rb"\udc00", rb"\ud800\u0041", rb"\U0041", rb"\ud83d\u"):
+        for doc in (b'[{"zz": "' + esc + b'", "ph": "X"}]', b'[{"name": "' + esc + b'"}]',
+                    b'[{"args": {"Input Dims": ["' + esc + b'"]}}]'):
+            assert scan(doc) is None, doc
+    for esc in (rb"\n", rb"\/", rb"\u00e9", rb"\ud83d\ude00", rb"\u0000"):
+        n, *_ = scan(b'[{"zz": "' + esc + b'", "ph": "X"}]')
+        assert n == 1, esc
+
+
+def test_scanner_presence_bits_keep_int64_min_a_value():
+    """-2**63 is a value; only null and absence clear the `present` bit (last occurrence wins)."""
+    n, _, cols, _, _, deferred = stream._scan.scan(
+        b'[{"args": {"correlation": -9223372036854775808, "device": 3, "device": null}}, {"ph": "X"}]')
+    assert n == 2 and not deferred
+    corr = np.frombuffer(cols["correlation"], dtype=np.int64)
+    present = np.frombuffer(cols["present"], dtype=np.uint32)
+    bit = {"correlation": 3, "device": 6}   # tables._PRESENT_BIT
+    assert corr[0] == -(1 << 63) and present[0] >> bit["correlation"] & 1
+    assert not present[0] >> bit["device"] & 1            # the later null wins
+    assert not present[1] >> bit["correlation"] & 1       # absent
+
+
+def test_scanner_repeated_slow_number_keeps_the_last_value():
+    n, _, cols, _, _, deferred = stream._scan.scan(b'[{"dur": 1.00000000000000000000001, "dur": 5000}]')
+    assert not deferred and np.frombuffer(cols["dur"], dtype=np.float64)[0] == 5000.0
+    # an out-of-range earlier occurrence still makes the event invalid, as in msgspec: the Python path decides
+    assert stream._scan.scan(b'[{"dur": 1e400, "dur": 5000}]') is None
+
+
+def test_scanner_long_fraction_is_deferred_not_overflowed():
+    """The UBSan finding: billions of fraction digits overflowed an int exponent. The exponent is bounded
+    now (at 100,000 digits), and such a number is left to the Python path; 200,000 zeros show it."""
+    n, _, _, _, _, deferred = stream._scan.scan(b'[{"ts": 0.' + b"0" * 200_000 + b'1, "ph": "X"}]')
+    assert n == 1 and [r for r, _ in deferred] == [0]

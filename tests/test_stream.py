@@ -87,3 +87,30 @@ def test_event_larger_than_a_chunk(tmp_path, tiny_chunks):
     b.events[3]["args"]["Call stack"] = "x" * 50_000  # 10 chunks' worth, no boundary inside
     p = b.write(tmp_path / "big.json")
     _same(_tables(stream.load_streaming(p)), _tables(L.load_file(p)))
+
+
+def test_header_with_odd_types_and_a_nested_trace_events_key(tmp_path, tiny_chunks):
+    """Metadata before traceEvents with a value of an unexpected type, and a `"traceEvents"` key nested
+    inside it: the streaming reader finds the real array and keeps what the whole-buffer path keeps."""
+    doc = build_healthy(steps=3).build()
+    events = doc.pop("traceEvents")
+    doc = {"schemaVersion": "1",
+           "distributedInfo": {"traceEvents": [{"a": 1}], "rank": 2, "world_size": 4}, **doc,
+           "traceEvents": events}
+    p = tmp_path / "odd_header.json"
+    p.write_text(json.dumps(doc))
+    streamed = stream.load_streaming(p)
+    assert streamed.partials is not None and len(streamed.partials) > 1   # really streamed
+    assert streamed.doc.distributedInfo["rank"] == 2
+    _same(_tables(streamed), _tables(L.load_file(p)))
+
+
+def test_leading_whitespace_is_not_accumulated(tmp_path, tiny_chunks):
+    """Whitespace before the document is dropped block by block: the result is the plain file's."""
+    b = build_healthy(steps=2)
+    p = b.write(tmp_path / "t.json")
+    q = tmp_path / "padded.json"
+    q.write_bytes(b" \n\t" * 20_000 + p.read_bytes())
+    streamed = stream.load_streaming(q)
+    assert streamed.json_bytes == q.stat().st_size
+    _same(_tables(streamed), _tables(stream.load_streaming(p)))

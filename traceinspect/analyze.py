@@ -5,23 +5,28 @@ then reduced into one report that calls out the slowest rank. Renders nothing.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import traceback
+from pathlib import Path
 from concurrent.futures import ProcessPoolExecutor
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
 
 from . import detectors as registry
-from .detectors.base import Context, Detector, window_label
+from .detectors.base import Context, Detector, fmt_us, in_steps, projected_step, window_label
 from .detectors.efficiency import section as efficiency_section
+from .detectors.memory_fit import memory_section
 from .errors import DetectorFailed, TraceError, UsageError
 from .findings import Failure, Finding, Skipped
 from .report import Report
 from .timeline_sample import representative_step
 from .trace.model import Trace, load_trace
-from .trace.timeline import PARTS
+from .trace import intervals as iv
+from .trace.rundir import RankFile, check_one_run
+from .trace.timeline import IDLE_PARTS, PARTS
 
 PART_LABELS = {
     "compute": "GPU compute",
@@ -36,6 +41,34 @@ PART_LABELS = {
 
 
 MIN_WINDOW_US = 1000.0  # a training step is milliseconds at least; shorter windows are test artifacts
+
+# Ranking: time lost weighted by how sure the estimate is, so a low-confidence guess or an upper bound
+# does not head the report over a high-confidence cause of similar size.
+CONFIDENCE_WEIGHT = {"high": 1.0, "medium": 0.7, "low": 0.35}
+UPPER_BOUND_WEIGHT = 0.8
+VERDICT_MIN_FRAC = 0.01       # a cause must cost at least 1% of the window to become the verdict
+UNEXPLAINED_MAX_FRAC = 0.10   # more unexplained GPU idle than this (of the step) is never "no slowdown"
+UNEXPLAINED = "unexplained"   # masked_by entry when no finding explains the GPU idle that hides a cause
+
+# the detector that claims each idle part (the account says why a part stayed unexplained)
+PART_OWNER = {"idle_dataloader": "dataloader-stall", "idle_sync": "host-sync", "idle_launch": "launch-bound",
+              "idle_cpu": "host-bound", "idle_unknown": None}
+
+
+def rank_score(f: Finding) -> float:
+    return f.time_lost_us * CONFIDENCE_WEIGHT.get(f.confidence, 0.5) * (UPPER_BOUND_WEIGHT if f.upper_bound else 1.0)
+
+
+def rank(findings: list[Finding]) -> list[Finding]:
+    """Mark latent causes masked by the active ones that keep the GPU waiting, then order: active causes
+    by confidence-weighted time lost, then the masked ones (next bottlenecks) by their projected cost."""
+    def is_latent(f: Finding) -> bool:
+        return f.projected_lost_us is not None   # detectors set it only for a cause off the critical path
+    active = sorted((f for f in findings if not is_latent(f)), key=lambda f: (-rank_score(f), f.code))
+    maskers = tuple(f.name for f in active if f.idle_claims_us and f.time_lost_us > 0)
+    latent = [dataclasses.replace(f, masked_by=maskers or (UNEXPLAINED,)) for f in findings if is_latent(f)]
+    latent.sort(key=lambda f: (-(f.projected_lost_us or 0.0) * CONFIDENCE_WEIGHT.get(f.confidence, 0.5), f.code))
+    return active + latent
 
 
 def run_detectors(trace: Trace, detectors: Sequence[type[Detector]] | None = None, *, strict: bool = False):
@@ -58,8 +91,7 @@ def run_detectors(trace: Trace, detectors: Sequence[type[Detector]] | None = Non
             tb = traceback.extract_tb(e.__traceback__)[-1]
             failures.append(Failure(code=cls.code, name=cls.name,
                                     error=f"{type(e).__name__}: {e} (at {os.path.basename(tb.filename)}:{tb.lineno})"))
-    findings.sort(key=lambda f: (-f.time_lost_us, f.code))
-    return findings, skipped, failures
+    return rank(findings), skipped, failures
 
 
 def analyze(trace: Trace, *, strict: bool = False, detectors: Sequence[type[Detector]] | None = None) -> Report:
@@ -67,12 +99,18 @@ def analyze(trace: Trace, *, strict: bool = False, detectors: Sequence[type[Dete
     if trace.window_us < MIN_WINDOW_US and (trace.has_gpu or trace.has_cpu):
         trace.warnings.append(f"the analysed window is only {trace.window_us:.1f} us (under 1 ms): no cause was judged; "
                               "capture a few whole training steps")
+    breakdown = _breakdown(trace)
+    account = _account(trace, findings, skipped, breakdown)
+    if account.get("overlap_us", 0.0) > 1.0:
+        trace.warnings.append(f"findings claim {account['overlap_us'] / 1e3:.1f} ms of GPU idle time twice "
+                              "(overlapping claims): the explained-time account counts it once")
     return Report(trace=_trace_section(trace), steps=_steps_section(trace),
-                  breakdown=_breakdown(trace), findings=findings, skipped=skipped, failures=failures,
-                  warnings=list(trace.warnings), verdict=_verdict(trace, findings),
+                  breakdown=breakdown, findings=findings, skipped=skipped, failures=failures,
+                  warnings=list(trace.warnings), verdict=_verdict(trace, findings, account), account=account,
                   top_kernels=_top_kernels(trace),
                   timeline_sample=representative_step(trace) if trace.has_gpu else {},
-                  efficiency=efficiency_section(trace) if trace.has_gpu and trace.window_us >= MIN_WINDOW_US else {})
+                  efficiency=efficiency_section(trace) if trace.has_gpu and trace.window_us >= MIN_WINDOW_US else {},
+                  memory=memory_section(trace))
 
 
 def _trace_section(trace: Trace) -> dict:
@@ -91,6 +129,7 @@ def _trace_section(trace: Trace) -> dict:
         "file": os.path.basename(m.path),
         "file_bytes": m.file_bytes, "json_bytes": m.json_bytes, "events": m.n_events,
         "lost_bytes": m.lost_bytes, "dropped_events": m.dropped_events,
+        "truncated": m.truncated, "steps_dropped": list(m.steps_dropped),
         "rank": m.rank, "rank_source": m.rank_source, "world_size": m.world_size,
         "gpu": gpu, "gpu_count_in_trace": len({int(d) for d in trace.kernels["device"].unique()}) if len(trace.kernels) else 0,
         "window": window_label(trace) if len(trace.steps) else "",
@@ -140,30 +179,186 @@ def _breakdown(trace: Trace) -> dict:
     return out
 
 
-def _verdict(trace: Trace, findings: list[Finding]) -> dict:
+def _account(trace: Trace, findings: list[Finding], skipped: list[Skipped], breakdown: dict) -> dict:
+    """The GPU idle time of the analysed steps split into what each active finding claims plus an
+    explicit "unexplained" part, per idle part of the timeline. The parts add up to the idle time."""
+    if not breakdown:
+        return {}
+    win = float(trace.steps["dur_us"].sum())
+    n = max(len(trace.steps), 1)
+    idle_by = {p: float(breakdown[p]["us"]) for p in IDLE_PARTS}
+    idle = sum(idle_by.values())
+    left = dict(idle_by)
+    parts = []
+    for f in findings:
+        if f.masked_by or not f.idle_claims_us:
+            continue
+        us = sum(f.idle_claims_us.values())
+        for p, v in f.idle_claims_us.items():
+            left[p] = left.get(p, 0.0) - v
+        parts.append({"name": f.name, "code": f.code, "us": us, "per_step_us": us / n,
+                      "frac_of_idle": us / idle if idle else 0.0, "frac_of_step": us / win if win else 0.0,
+                      "by_part_us": dict(f.idle_claims_us)})
+    overlap = sum(-v for v in left.values() if v < 0)
+    unexpl_by = {p: max(v, 0.0) for p, v in left.items()}
+    unexplained = sum(unexpl_by.values())
+    explained = idle - unexplained
+    skip_reason = {s.name: s for s in skipped}
+    reasons = []
+    for p in IDLE_PARTS:
+        us = unexpl_by[p]
+        if win and us / win >= 0.005:
+            reasons.append({"part": p, "us": us, "per_step_us": us / n, "frac_of_step": us / win,
+                            "why": _unexplained_why(trace, p, skip_reason)})
+    reasons.sort(key=lambda r: -r["us"])
+    per_step = _account_per_step(trace, [f for f in findings if not f.masked_by and f.idle_claims_us])
+    busy_causes = [{"name": f.name, "code": f.code, "us": f.time_lost_us - sum(f.idle_claims_us.values()),
+                    "per_step_us": (f.time_lost_us - sum(f.idle_claims_us.values())) / n}
+                   for f in findings if not f.masked_by and f.time_lost_us - sum(f.idle_claims_us.values()) > 1e-6]
+    return {
+        "idle_us": idle, "idle_per_step_us": idle / n, "idle_frac_of_step": idle / win if win else 0.0,
+        "parts": parts,
+        "explained_us": explained, "explained_frac_of_idle": explained / idle if idle else 1.0,
+        "unexplained_us": unexplained, "unexplained_per_step_us": unexplained / n,
+        "unexplained_frac_of_step": unexplained / win if win else 0.0,
+        "unexplained_by_part_us": unexpl_by,
+        "unexplained_reasons": reasons,
+        "busy_causes": busy_causes,
+        "overlap_us": overlap,
+        "per_step": per_step,
+    }
+
+
+def _account_per_step(trace: Trace, claimers: list[Finding]) -> list[dict]:
+    """Each step's GPU idle time, what each finding claims of it, and the unexplained rest."""
+    per = trace.timeline.per_step
+    s0, s1 = per["start_us"].to_numpy(), per["end_us"].to_numpy()
+    idle = sum(per[f"{p}_us"].to_numpy() for p in IDLE_PARTS)
+    claims = {}
+    for f in claimers:
+        c = np.zeros(len(per))
+        for p, us in f.idle_claims_us.items():
+            if p in f.claim_sets:
+                st, en, factor = f.claim_sets[p]
+                c += factor * iv.per_window((st, en), s0, s1)
+            else:   # a claim without its intervals (not from a detector): spread like the part's idle
+                part = per[f"{p}_us"].to_numpy()
+                c += us * part / part.sum() if part.sum() else 0.0
+        claims[f.name] = c
+    out = []
+    for i in range(len(per)):
+        cl = {name: float(c[i]) for name, c in claims.items()}
+        out.append({"step": int(per["step"].iloc[i]), "idle_us": float(idle[i]), "claims_us": cl,
+                    "unexplained_us": max(float(idle[i]) - sum(cl.values()), 0.0)})
+    return out
+
+
+def _unexplained_why(trace: Trace, part: str, skip_reason: dict[str, Skipped]) -> str:
+    if part == "idle_unknown":
+        if not len(trace.runtime):
+            return ("the trace has no host (CUDA/HIP runtime) events, so GPU idle time cannot be tied to host work: "
+                    "capture with ProfilerActivity.CPU as well")
+        return ("the GPU had its next op queued and still waited: kernel-to-kernel latency, or a dependency on "
+                "another stream, event, rank or process that this trace does not show (or GPU timestamps offset from "
+                "the CPU clock)" + _longest_wait(trace))
+    owner = PART_OWNER[part]
+    if owner in skip_reason:
+        s = skip_reason[owner]
+        return (f"{owner} looked at it and did not report: {s.reason}" if s.checked else
+                f"{owner} could not judge it: {s.reason}")
+    if part == "idle_sync":
+        return ("the host was blocked in a synchronising call while the GPU already had its next op queued: the "
+                "GPU waited on a dependency (another stream, event or process), not on the host")
+    if part == "idle_cpu":
+        return "host work between launches that no detector claimed"
+    if part == "idle_launch":
+        return "short launch gaps that no detector claimed"
+    return "not claimed by any finding"
+
+
+def _longest_wait(trace: Trace) -> str:
+    """'; longest: 58.9 ms before <op> on stream 84, issued 2.7 ms before the GPU went idle' (or '')."""
+    tl = trace.timeline
+    g = tl.gaps
+    if g is None or not len(g):
+        return ""
+    g = g[g["cause"].to_numpy() == "unknown"]
+    if not len(g):
+        return ""
+    g = in_steps(g, trace, col="start_us")
+    if not len(g):
+        return ""
+    r = g.loc[g["dur_us"].idxmax()]
+    ops = pd.concat([t[["ts_us", "name", "stream", "launch_ts_us", "launch_dur_us"]].assign(device=t["device"])
+                     for t in (trace.kernels, trace.memcpy) if len(t)], ignore_index=True)
+    if tl.device is not None:
+        ops = ops[ops["device"].to_numpy() == tl.device]
+    ops = ops.sort_values("ts_us", kind="stable")
+    i = int(np.searchsorted(ops["ts_us"].to_numpy(), float(r["end_us"]) - 1e-6))
+    if i >= len(ops):
+        return ""
+    op = ops.iloc[i]
+    name = str(op["name"])
+    name = name if len(name) <= 80 else name[:77] + "..."
+    issued = float(op["launch_ts_us"]) + (0.0 if pd.isna(op["launch_dur_us"]) else float(op["launch_dur_us"]))
+    early = float(r["start_us"]) - issued if not pd.isna(issued) else 0.0
+    when = f", issued {fmt_us(early)} before the GPU went idle" if early >= 100.0 else ""
+    return f"; longest wait: {fmt_us(float(r['dur_us']))} before {name} on stream {int(op['stream'])}{when}"
+
+
+def _verdict(trace: Trace, findings: list[Finding], account: dict | None = None) -> dict:
+    """The headline, from the same ranked findings and account the report shows: the top cause is the
+    first active finding that costs at least VERDICT_MIN_FRAC of the window, and "expected if fixed"
+    always includes it."""
     st = trace.steps
     if not len(st):
         return {}
+    account = account or {}
     median = float(st["dur_us"].median())
-    if not findings:
-        headline = ("No significant slowdown found in the analysed steps." if trace.has_gpu else
-                    "No GPU activity in this trace, so the GPU analyses could not run: capture with "
-                    "ProfilerActivity.CUDA on a GPU machine.")
-        return {"top": None, "headline": headline, "median_step_us": median}
-    top = findings[0]
-    fixable = [f for f in findings if f.confidence != "low"][:3]
-    saved = sum(f.time_lost_per_step_us for f in fixable)
+    unexpl = float(account.get("unexplained_frac_of_step", 0.0))
+    causes = [f for f in findings if not f.masked_by and f.time_lost_us > 0 and f.time_lost_frac >= VERDICT_MIN_FRAC]
+    latent = [f for f in findings if f.masked_by]
+    base = {"median_step_us": median, "unexplained_frac_of_step": unexpl,
+            "explained_frac_of_idle": account.get("explained_frac_of_idle"),
+            "next_bottlenecks": [f.name for f in latent]}
+    if not causes:
+        if not trace.has_gpu and trace.meta.devices:  # a GPU is named: its events are absent or lost
+            headline = (f"The trace names {trace.meta.devices[0].name} but holds no GPU events (see the "
+                        "warnings), so the GPU analyses could not run.")
+        elif not trace.has_gpu:
+            headline = ("No GPU activity in this trace, so the GPU analyses could not run: capture with "
+                        "ProfilerActivity.CUDA on a GPU machine.")
+        elif unexpl > UNEXPLAINED_MAX_FRAC:
+            why = "; ".join(r["why"] for r in account.get("unexplained_reasons", [])[:2])
+            headline = (f"No cause found for {100 * unexpl:.0f}% of the step: the GPU idles "
+                        f"{fmt_us(account.get('unexplained_per_step_us', 0.0))} per step that no finding explains"
+                        + (f" ({why})" if why else "") + ".")
+        else:
+            headline = "No significant slowdown found in the analysed steps."
+        if latent and trace.has_gpu:
+            headline += " Next bottleneck once the GPU is the limit: " + ", ".join(f.name for f in latent[:3]) + "."
+        return {"top": None, "headline": headline, **base}
+    top = causes[0]
+    fixable = [top] + [f for f in causes[1:] if f.confidence != "low"][:2]
     # causes are assumed independent; never promise more than 90% of the step back
-    saved = min(saved, 0.9 * median)
+    expected = projected_step(median, sum(f.time_lost_per_step_us for f in fixable))
+    also = [f"{f.name} ({f.time_lost_per_step_us / 1e3:.1f} ms/step)" for f in fixable[1:]]
+    headline = top.title.rstrip(".") + (f". Also: {', '.join(also)}" if also else "")
+    if unexpl > UNEXPLAINED_MAX_FRAC:
+        headline += f". {100 * unexpl:.0f}% of the step is GPU idle time no finding explains"
+    headline += "."
     return {
-        "top": top.name, "top_title": top.title,
+        **base,
+        "top": top.name, "top_title": top.title, "headline": headline,
         "top_per_step_us": top.time_lost_per_step_us, "top_frac": top.time_lost_frac,
-        "median_step_us": median,
-        "expected_step_us": median - saved,
+        "top_confidence": top.confidence,
+        "expected_step_us": expected,
         "expected_from": [f.name for f in fixable],
-        "assumption": ("estimate: median step time minus the per-step time lost of the top "
-                       f"{len(fixable)} medium/high-confidence causes, assuming they are independent "
-                       "and each fix recovers its estimate (capped at 90% of the step)"),
+        "assumption": (("estimate: median step time minus the per-step time lost of the top cause and the next "
+                        f"{len(fixable) - 1} medium/high-confidence active cause(s), assuming they are independent "
+                        "and each fix recovers its estimate") if len(fixable) > 1 else
+                       "estimate: median step time minus the per-step time lost of the top cause, assuming its fix "
+                       "recovers its estimate") + " (capped at 90% of the step)",
     }
 
 
@@ -193,11 +388,19 @@ def analyze_file(path: str, steps: str | None = None, strict: bool = False,
 
 
 def _safe_analyze_file(args) -> dict:
+    """analyze_file, where a file that cannot be read is a value ({error, hint, path}): one bad rank
+    file is skipped with a warning, it does not fail the others."""
     path, steps, strict = args
     try:
         return analyze_file(path, steps, strict, warn_default_rank=True)
     except TraceError as e:
         return {"error": str(e), "hint": e.hint, "path": path}
+    except OSError as e:
+        return {"error": f"{path}: cannot read the file ({e.strerror or e})",
+                "hint": "check the file and its permissions", "path": path}
+    except MemoryError:
+        return {"error": f"{path}: out of memory while reading it", "path": path,
+                "hint": "analyse this rank on its own, or capture fewer active steps"}
 
 
 def analyze_many(paths: Sequence[str], *, steps: str | None = None, strict: bool = False,
@@ -208,7 +411,7 @@ def analyze_many(paths: Sequence[str], *, steps: str | None = None, strict: bool
     if mapper is not None:
         results = list(mapper(_safe_analyze_file, work))
     else:
-        jobs = jobs or min(len(work), os.cpu_count() or 1)
+        jobs = min(jobs or os.cpu_count() or 1, len(work))  # never more workers than files
         if jobs <= 1 or len(work) == 1:
             results = [_safe_analyze_file(w) for w in work]
         else:
@@ -229,6 +432,11 @@ def reduce_ranks(results: list[dict]) -> Report:
     if not ok:
         first = bad[0]
         raise TraceError(first["path"], first["error"].split(": ", 1)[-1], hint=first.get("hint", ""))
+    # the rank each file claims is known for sure only now (the sniff before the parse reads the
+    # head and tail only): two files with the same rank are not one run
+    check_one_run([RankFile(path=Path(r["trace"]["file"]), rank=r["trace"]["rank"],
+                            rank_source=r["trace"]["rank_source"], world_size=r["trace"]["world_size"],
+                            worker=None) for r in ok], "the rank files")
     ok.sort(key=lambda r: r["trace"]["rank"])
     med = [r["steps"]["median_us"] for r in ok]
     slow = int(np.argmax(med))
@@ -247,7 +455,7 @@ def reduce_ranks(results: list[dict]) -> Report:
             f"(median step {med[slow] / 1e3:.1f} ms vs fastest {fastest / 1e3:.1f} ms, "
             f"{(med[slow] / fastest - 1) * 100 if fastest else 0:.0f}% slower)"))
     for b in bad:
-        lead.warnings.append(f"{b['error']} (this file was skipped)")
+        lead.warnings.append(f"rank file skipped, {b['error']}")
     for r in ok:
         if r is ok[slow]:
             continue

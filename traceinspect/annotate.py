@@ -30,8 +30,8 @@ def annotation_events(trace, report) -> list[dict]:
     """The events to add, as Chrome-trace dicts on the file's clock (microseconds, absolute).
 
     Track 0 holds one instant marker per analysed step; track i holds finding i: slices over the exact
-    intervals its detector claims (Detector.claims), each with its share of the time lost, or, for a
-    detector that does not itemise its claim, its exemplar events, marked as such.
+    intervals it claims (_claimed), each with the part of the time lost it carries, or, for a finding that
+    claims no intervals, its exemplar events, marked as such.
     """
     origin = float(trace.tables.origin_us)
     pid = _free_pid(trace)
@@ -55,20 +55,35 @@ def annotation_events(trace, report) -> list[dict]:
         ev.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": i, "args": {"sort_index": i}})
         common = {"finding": f.name, "code": f.code, "title": f.title,
                   "finding_time_lost_us": round(f.time_lost_us, 3), "fix": f.fix}
-        cls = registry.BY_KEY.get(f.name)
-        claim = cls().claims(trace, ctx, f) if cls is not None else None
-        if claim is not None:
-            for a, b, lost in zip(claim.start_us.tolist(), claim.end_us.tolist(), claim.lost_us.tolist()):
-                ev.append({"ph": "X", "cat": CATEGORY, "name": f.name, "pid": pid, "tid": i,
-                           "ts": _ts(origin, a), "dur": round(b - a, 3),
-                           "args": {**common, "what": claim.what, "time_lost_us": lost}})
-        else:
+        slices = _claimed(trace, ctx, f)
+        for a, b, lost, what in slices:
+            ev.append({"ph": "X", "cat": CATEGORY, "name": f.name, "pid": pid, "tid": i,
+                       "ts": _ts(origin, a), "dur": round(b - a, 3),
+                       "args": {**common, "what": what, "time_lost_us": lost}})
+        if not slices:
             for e in f.events:
                 ev.append({"ph": "X", "cat": CATEGORY, "name": f.name, "pid": pid, "tid": i,
                            "ts": _ts(origin, e.ts_us), "dur": round(e.dur_us, 3),
                            "args": {**common, "what": f"example event {e.name} on {e.track} (this finding does "
                                                       "not itemise its intervals)"}})
     return ev
+
+
+def _claimed(trace, ctx, f) -> list[tuple[float, float, float, str]]:
+    """(start, end, time lost, what) of every interval a finding claims: the GPU idle it claims per timeline
+    part (Finding.claim_sets, the sets the explained-time account adds up, each with the share of it
+    claimed), and the GPU work its detector itemises (Detector.claims: the kernels a fix would speed up)."""
+    out = []
+    for part, (s, e, factor) in sorted((getattr(f, "claim_sets", None) or {}).items()):
+        what = f"GPU {part.replace('_', ': ', 1)} claimed by this finding" + (
+            f" ({100 * factor:.0f}% of it)" if factor < 1 - 1e-9 else "")
+        out += [(a, b, (b - a) * factor, what) for a, b in zip(s.tolist(), e.tolist())]
+    cls = registry.BY_KEY.get(f.name)
+    claim = cls().claims(trace, ctx, f) if cls is not None else None
+    if claim is not None:
+        out += list(zip(claim.start_us.tolist(), claim.end_us.tolist(), claim.lost_us.tolist(),
+                        [claim.what] * claim.start_us.size))
+    return sorted(out)
 
 
 def annotate_file(src: str, out: str, trace, report) -> int:

@@ -38,6 +38,9 @@ class _Group(click.Group):
         except MemoryError:
             _fail("error: out of memory while reading the trace",
                   "analyse one rank at a time (--rank N) or a shorter capture (fewer active steps)", 3)
+        except OSError as e:  # reading an input (output errors are UsageErrors with their own message)
+            where = f"{e.filename}: " if e.filename else ""
+            _fail(f"error: {where}cannot read ({e.strerror or e})", "check the path and its permissions", 3)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
             raise
         except KeyboardInterrupt:
@@ -90,28 +93,44 @@ def _write(text: str, output: str | None) -> None:
         _echo(text)
 
 
-def _choose_format(fmt: str | None, output: str | None) -> str:
-    from .render import format_for_path
+def _choose_format(fmt: str | None, output: str | None, formats=None) -> str:
+    """--format if given; else from -o's extension (an extension that names no format is a usage
+    error, never a silent plain-text file); else text (also for a name without an extension, such
+    as /dev/null)."""
+    from .render import RENDERERS, format_for_path
     if fmt:
         return fmt
-    if output and output != "-":
+    if output and output != "-" and Path(output).suffix:
         guess = format_for_path(output)
-        if guess:
-            return guess
+        if guess is None or (formats is not None and guess not in formats):
+            known = ", ".join(f"{ext} ({name})" for name, (_, ext) in RENDERERS.items()
+                              if formats is None or name in formats)
+            raise UsageError(f"-o {output}: the extension names no output format (known: {known})",
+                             hint="use one of these extensions, or give the format with --format")
+        return guess
     return "text"
 
 
 def _trace_paths(path: str) -> list[str]:
-    from .trace.load import find_trace_files
+    """PATH -> the trace files to analyse: the file itself, or the rank files of the one run in a
+    directory (rundir.one_run says which, and refuses a folder of several runs)."""
+    import stat
+    from .trace.rundir import one_run
+    if not path:
+        raise UsageError("PATH is empty (\"\"): it names no trace file or directory",
+                         hint="pass a trace file, or the directory of one run's rank files ('.' for this one)")
     p = Path(path)
-    if not p.exists():
-        raise TraceError(path, "no such file or directory", hint="check the path")
-    if p.is_dir():
-        files = find_trace_files(p)
-        if not files:
-            raise TraceError(path, "is a directory with no *.pt.trace.json[.gz] or *.json[.gz] files",
-                             hint="pass the directory that tensorboard_trace_handler wrote, or one trace file")
-        return [str(f) for f in files]
+    try:
+        mode = p.stat().st_mode
+    except FileNotFoundError:
+        raise TraceError(path, "no such file or directory", hint="check the path") from None
+    except OSError as e:
+        raise TraceError(path, f"cannot read it ({e.strerror or e})", hint="check the path and its permissions") from None
+    if stat.S_ISDIR(mode):
+        return [str(f.path) for f in one_run(p)]
+    if not stat.S_ISREG(mode):
+        from .trace.load import not_regular
+        raise not_regular(path, mode)
     return [str(p)]
 
 
@@ -141,31 +160,36 @@ class _Progress:
             sys.stderr.flush()
 
 
+def cache_options(steps: str | None) -> dict:
+    """Everything besides the file that changes a report, for the cache key."""
+    from .trace import hardware
+    from .trace.stream import native_enabled
+    # the reader is part of the key: both give the same tables, but a cached report must never
+    # hide a difference between them; so is the peak table's override file (TRACEINSPECT_HARDWARE):
+    # it changes the efficiency numbers
+    return {"steps": steps, "native": native_enabled(), "hardware": hardware.override_signature()}
+
+
 def build_report(path: str, *, rank: str | None = None, steps: str | None = None, strict: bool = False,
                  jobs: int | None = None, scheduler: str | None = None, use_cache: bool = True):
     """PATH (file or directory of rank files) -> Report."""
     from . import cache
     from .analyze import analyze, analyze_many
     from .errors import DetectorFailed
-    from .report import Report
-    from .trace import hardware
-    from .trace.model import load_trace
-    from .trace.stream import native_enabled
+    from .trace.load import open_regular
+    from .trace.model import load_trace, parse_step_slice
+    if steps:
+        parse_step_slice(steps)  # a bad --steps is a usage error before any file is read
     paths = _trace_paths(path)
     if len(paths) == 1:
         size = Path(paths[0]).stat().st_size
-        with open(paths[0], "rb") as f:
+        with open_regular(paths[0]) as f:  # a FIFO or device: exit 3 at once, never a blocking open
             gz = f.read(2) == b"\x1f\x8b"
         json_size = size * (10 if gz else 1)  # estimate
-        # the reader is part of the key: both give the same tables, but a cached report must never
-        # hide a difference between them
-        # so is the peak table's override file (TRACEINSPECT_HARDWARE): it changes the efficiency numbers
-        key = (cache.key_for(paths[0], {"steps": steps, "native": native_enabled(),
-                                        "hardware": hardware.override_signature()})
+        key = (cache.key_for(paths[0], cache_options(steps))
                if use_cache and json_size >= cache.MIN_BYTES else None)
-        cached = cache.load(key)
-        if cached is not None:
-            report = Report.from_dict(cached)
+        report = cache.load(key)
+        if report is not None:
             if strict and report.failures:
                 raise DetectorFailed(f"detector {report.failures[0].name} failed: {report.failures[0].error}")
         else:
@@ -177,8 +201,8 @@ def build_report(path: str, *, rank: str | None = None, steps: str | None = None
             trace.select_steps(steps)
             report = analyze(trace, strict=strict)
             cache.store(key, report.to_dict())
-        if rank not in (None, "all") and int(rank) != report.trace["rank"]:
-            raise UsageError(f"--rank {rank}: {paths[0]} is rank {report.trace['rank']}")
+        if rank not in (None, "all") and int(rank) != report.trace.get("rank"):
+            raise UsageError(f"--rank {rank}: {paths[0]} is rank {report.trace.get('rank')}")
         return report
     mapper = None
     if scheduler:
@@ -215,7 +239,7 @@ _FORMATS = ["text", "md", "json", "html"]
               help="Also write the trace with the findings drawn in as tracks (see 'annotate'), e.g. out.json.gz.")
 def analyze(path, fmt, output, rank, steps, fail_on, strict, jobs, assets, tb_logdir, scheduler, no_cache,
             annotate_out):
-    """Analyse a trace file (.json or .json.gz) or a directory of per-rank traces."""
+    """Analyse a trace file (.json or .json.gz) or the directory of one run's rank files."""
     if rank not in (None, "all"):
         try:
             int(rank)
@@ -223,12 +247,12 @@ def analyze(path, fmt, output, rank, steps, fail_on, strict, jobs, assets, tb_lo
             raise UsageError(f"--rank {rank!r}: expected a rank number or 'all'") from None
     if fail_on is not None and not 0 <= fail_on <= 1:
         raise UsageError("--fail-on takes a fraction between 0 and 1, e.g. 0.1 for 10%")
+    fmt = _choose_format(fmt, output)  # a bad -o name fails before the analysis, not after
     if annotate_out:
         report = _annotate(path, annotate_out, steps=steps, strict=strict, jobs=jobs)
     else:
         report = build_report(path, rank=rank, steps=steps, strict=strict, jobs=jobs, scheduler=scheduler,
                               use_cache=not no_cache)
-    fmt = _choose_format(fmt, output)
     renderers = _renderers()
     if fmt not in renderers:
         raise UsageError(f"--format {fmt} is not available in this installation")
@@ -272,10 +296,11 @@ def diff(before, after, fmt, output, steps, fail_pct):
     """Compare two runs: each a trace, or a report saved with 'analyze --format json -o x.json'."""
     from .diff import diff as diff_reports
     from .render.diff import DIFF_RENDERERS
-    if fail_pct is not None and fail_pct < 0:
+    if fail_pct is not None and not 0 <= fail_pct < float("inf"):
         raise UsageError("--fail-on-regression takes a percentage >= 0, e.g. 5 for 5%")
+    fmt = _choose_format(fmt, output, DIFF_RENDERERS)
     d = diff_reports(_report_or_trace(before, steps), _report_or_trace(after, steps))
-    render, _ = DIFF_RENDERERS[_choose_format(fmt, output)]
+    render, _ = DIFF_RENDERERS[fmt]
     width = shutil.get_terminal_size((100, 24)).columns if not output else 100
     _write(render(d, width=width), output)
     if fail_pct is not None:

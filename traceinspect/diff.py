@@ -178,7 +178,7 @@ def _by_name(r: Report) -> dict[str, dict]:
 
 
 def _unchecked(r: Report) -> dict[str, str]:
-    out = {s.code: f"not applicable: {s.reason}" for s in r.skipped}
+    out = {s.code: f"not applicable: {s.reason}" for s in r.skipped if not s.checked}  # checked: below threshold
     out.update({f.code: f"detector failed: {f.error}" for f in r.failures})
     return out
 
@@ -268,12 +268,12 @@ def load_saved_report(path: str | Path) -> Report | None:
         return None
     try:
         doc = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None                    # let the trace loader say what is wrong with the file
     if not is_saved_report(doc):
         return None
     try:
-        return Report.from_dict(doc)
-    except (ValueError, TypeError, KeyError) as e:
-        raise TraceError(str(path), f"looks like a saved traceinspect report but cannot be read ({type(e).__name__}: {e})",
+        return Report.from_dict(doc)   # checks the type of every key that diff and the renderers read
+    except ValueError as e:
+        raise TraceError(str(path), f"is a saved traceinspect report of the wrong shape: {e}",
                          hint="write it again with: traceinspect analyze TRACE --format json -o report.json") from None

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
+
+import msgspec
 
 from .findings import Failure, Finding, Skipped
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2   # 2: findings ranked by confidence-weighted time lost; account, masked_by, idle claims
 
 
 def severity(frac: float) -> str:
@@ -38,6 +40,8 @@ class Report:
     ranks: list[dict] = field(default_factory=list)   # per-rank summaries when several ranks were analysed
     timeline_sample: dict = field(default_factory=dict)  # one representative step's intervals (optional, additive)
     efficiency: dict = field(default_factory=dict)  # per-shape table against the roofline (optional, additive)
+    account: dict = field(default_factory=dict)   # GPU idle time: what each finding claims + unexplained
+    memory: dict = field(default_factory=dict)    # device memory per step, headroom, batch fit (optional, additive)
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -55,26 +59,194 @@ class Report:
             "top_kernels": self.top_kernels,
             "ranks": self.ranks,
         }
+        if self.account:  # absent for CPU-only traces and for reports saved before schema 2
+            d["account"] = self.account
         if self.timeline_sample:  # optional key: reports without it keep their exact shape
             d["timeline_sample"] = self.timeline_sample
         if self.efficiency:
             d["efficiency"] = self.efficiency
+        if self.memory:  # optional key, as timeline_sample
+            d["memory"] = self.memory
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Report":
-        if not isinstance(d, dict) or "findings" not in d or "breakdown" not in d:
-            raise ValueError("not a traceinspect JSON report")
+        """A Report from its JSON form (a saved report, a cache entry): untrusted input. Every key the
+        renderers, `diff` and the CLI read is checked for its type first; anything else is a
+        ValueError that says where (`$.trace.rank`), never an exception from deep inside a renderer.
+        Keys this version does not know are kept as they are."""
+        _check_shape(d)
         return cls(
-            trace=d.get("trace", {}), steps=d.get("steps", {}), breakdown=d.get("breakdown", {}),
-            findings=[Finding.from_dict({k: v for k, v in f.items() if k != "severity"}) for f in d["findings"]],
-            skipped=[Skipped(**s) for s in d.get("skipped", [])],
-            failures=[Failure(**f) for f in d.get("failures", [])],
-            warnings=list(d.get("warnings", [])), verdict=d.get("verdict", {}),
+            trace=d.get("trace") or {}, steps=d.get("steps") or {}, breakdown=d["breakdown"],
+            findings=msgspec.convert(d["findings"], list[Finding]),
+            skipped=msgspec.convert(d.get("skipped", []), list[Skipped]),
+            failures=msgspec.convert(d.get("failures", []), list[Failure]),
+            warnings=list(d.get("warnings", [])), verdict=d.get("verdict") or {},
             top_kernels=d.get("top_kernels", []), ranks=d.get("ranks", []),
-            timeline_sample=d.get("timeline_sample") or {},
+            timeline_sample=d.get("timeline_sample") or {}, account=d.get("account") or {},
             efficiency=d.get("efficiency") if isinstance(d.get("efficiency"), dict) else {},
-            schema_version=int(d.get("schema_version", SCHEMA_VERSION)))
+            memory=d["memory"] if isinstance(d.get("memory"), dict) else {},
+            schema_version=d["schema_version"])
+
+
+# --- the shape of a report's JSON form, checked on every read (one declaration, used by from_dict) -----
+# Fields without a default must be present; the others are optional but typed when present. A float
+# field accepts an int (JSON has one number type); an int field takes no bool and no float.
+
+class _Peaks(msgspec.Struct):
+    name: str
+    fp32_tflops: Optional[float] = None
+    tf32_tflops: Optional[float] = None
+    half_tflops: Optional[float] = None
+    approximate: bool = False
+
+
+class _Gpu(msgspec.Struct):
+    name: str
+    id: Optional[int] = None
+    arch: Optional[str] = None
+    compute_capability: Optional[str] = None
+    num_sms: Optional[int] = None
+    memory_bytes: Optional[int] = None
+    rocm: bool = False
+    peaks: Optional[_Peaks] = None
+
+
+class _Trace(msgspec.Struct):
+    file: str = ""
+    file_bytes: Optional[int] = None
+    json_bytes: Optional[int] = None
+    events: Optional[int] = None
+    lost_bytes: Optional[int] = None
+    dropped_events: Optional[int] = None
+    rank: int = 0
+    rank_source: Optional[str] = None
+    world_size: Optional[int] = None
+    gpu: Optional[_Gpu] = None
+    gpu_count_in_trace: Optional[int] = None
+    window: str = ""
+    profiler: Optional[dict[str, Any]] = None
+    versions: Optional[dict[str, Any]] = None
+    framework: Optional[str] = None
+    run_config: Optional[dict[str, Any]] = None
+    run_framework: Optional[dict[str, Any]] = None
+    origin_us: Optional[float] = None
+    base_time_ns: Optional[int] = None
+    has_gpu: bool = False
+    has_cpu: bool = False
+
+
+class _StepRow(msgspec.Struct):
+    step: int
+    start_us: float
+    dur_us: float
+    breakdown_us: dict[str, float] = {}
+
+
+class _Steps(msgspec.Struct):
+    count: int
+    source: str
+    mean_us: float
+    median_us: float
+    min_us: float
+    max_us: float
+    std_us: float = 0.0
+    window_us: float = 0.0
+    per_step: list[_StepRow] = []
+
+
+class _Part(msgspec.Struct):
+    us: float
+    label: str = ""
+    frac: float = 0.0
+    per_step_us: float = 0.0
+
+
+class _VerdictTop(msgspec.Struct):
+    top: str
+    top_title: str
+    median_step_us: float
+    expected_step_us: float
+    expected_from: list[str]
+    assumption: str
+    top_per_step_us: Optional[float] = None
+    top_frac: Optional[float] = None
+
+
+class _VerdictNone(msgspec.Struct):
+    top: None = None
+    headline: str = ""
+    median_step_us: Optional[float] = None
+
+
+class _TopKernel(msgspec.Struct):
+    name: str
+    count: int
+    total_us: float
+    median_us: float
+    frac_of_kernel_time: float
+
+
+class _RankRow(msgspec.Struct):
+    rank: int
+    file: str
+    median_step_us: float
+    mean_step_us: float
+    steps: int
+    slowest: bool
+    gpu_busy_frac: Optional[float] = None
+    top_finding: Optional[str] = None
+
+
+class _TimelineSample(msgspec.Struct):
+    intervals: dict[str, list[tuple[float, float]]] = {}
+    step: Optional[int] = None
+    index: Optional[int] = None
+    start_us: Optional[float] = None
+    dur_us: Optional[float] = None
+    device: Optional[int] = None
+    resolution_us: Optional[float] = None
+    choice: str = ""
+    dropped: int = 0
+
+
+class _Report(msgspec.Struct):
+    schema_version: int
+    findings: list[Finding]
+    breakdown: dict[str, _Part]
+    trace: _Trace = msgspec.field(default_factory=_Trace)
+    skipped: list[Skipped] = []
+    failures: list[Failure] = []
+    warnings: list[str] = []
+    top_kernels: list[_TopKernel] = []
+    ranks: list[_RankRow] = []
+
+
+def _check_shape(d: Any) -> None:
+    """ValueError naming the first key whose type is wrong or that is missing (msgspec's path)."""
+    if not isinstance(d, dict):
+        raise ValueError(f"a report is a JSON object, not {type(d).__name__}")
+    _convert(d, _Report, "")
+    for key, shape in (("steps", _Steps), ("timeline_sample", _TimelineSample)):
+        if d.get(key) is not None and d.get(key) != {}:  # {} means absent (no steps, no GPU)
+            _convert(d[key], shape, key)
+    v = d.get("verdict")
+    if v is not None and v != {}:
+        _convert(v, _VerdictTop if isinstance(v, dict) and v.get("top") is not None else _VerdictNone, "verdict")
+    if not 1 <= d["schema_version"] <= SCHEMA_VERSION:  # older versions are read: their keys are a subset
+        raise ValueError(f"schema_version is {d['schema_version']}; this traceinspect reads 1 to {SCHEMA_VERSION}")
+
+
+def _convert(value: Any, shape: type, where: str) -> None:
+    try:
+        msgspec.convert(value, shape)
+    except msgspec.ValidationError as e:
+        msg = str(e)
+        if where:
+            msg = msg.replace("- at `$", f"- at `$.{where}") if "- at `$" in msg else f"{msg} - at `$.{where}`"
+        raise ValueError(msg) from None
+    except UnicodeError:  # a lone surrogate (JSON allows "\\udcff"): msgspec cannot even quote the value
+        raise ValueError(f"text that is not valid Unicode (a lone surrogate) - at `${'.' + where if where else ''}`") from None
 
 
 def _version() -> str:

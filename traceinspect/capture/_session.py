@@ -66,6 +66,10 @@ class ProfileSession:
         self._finished = False
         self._broken = False
         self._stopped = False
+        self._mem_index: int | None = None
+        self._mem_reason: str | None = "the profiler was not started"
+        self._mem_steps: list[dict[str, Any]] = []
+        self._mem_start: int | None = None
 
     # -- lifecycle ---------------------------------------------------------
     def start(self) -> "ProfileSession":
@@ -89,6 +93,8 @@ class ProfileSession:
             record_shapes=self.record_shapes, profile_memory=self.profile_memory,
             with_stack=self.with_stack, with_flops=self.with_flops)
         self._prof.__enter__()
+        self._mem_index, self._mem_reason = _meta.memory_device(self.device)
+        self._mem_begin()
         return self
 
     @property
@@ -155,6 +161,7 @@ class ProfileSession:
         try:
             if self.is_recording():
                 self._flush_pending()
+                self._mem_end()
                 if self._is_last_active():
                     self._push_metadata(live=True)
         except Exception as exc:  # noqa: BLE001
@@ -164,6 +171,7 @@ class ProfileSession:
         except Exception as exc:  # noqa: BLE001
             self._broken = True
             _warn("torch.profiler step failed; profiling stopped", exc)
+        self._mem_begin()
         if self.trace_path is not None or self.step_num >= self.total_steps:
             self._finished = True
             self.stop()  # window done: release the profiler (cheap; nothing is recording)
@@ -176,6 +184,7 @@ class ProfileSession:
         try:
             if self.is_recording():
                 self._flush_pending()
+                self._mem_end()
                 self._push_metadata(live=True)
         except Exception as exc:  # noqa: BLE001
             _warn("could not prepare the trace metadata", exc)
@@ -185,6 +194,21 @@ class ProfileSession:
             _warn("torch.profiler stop failed", exc)
         finally:
             self._finished = True
+
+    # -- device memory per recorded step -------------------------------------
+    def _mem_begin(self) -> None:
+        """At the start of a recorded step: reset the CUDA peak counters (host-side, no sync)."""
+        try:
+            self._mem_start = _meta.memory_step_begin(self._mem_index) if self.is_recording() else None
+        except Exception as exc:  # noqa: BLE001
+            _warn("could not read the CUDA memory counters", exc)
+
+    def _mem_end(self) -> None:
+        """At the end of a recorded step: its peaks (null on the CPU, where the block says why)."""
+        try:
+            self._mem_steps.append(_meta.memory_step_end(self._mem_index, self.step_num, self._mem_start))
+        except Exception as exc:  # noqa: BLE001
+            _warn("could not read the CUDA memory counters", exc)
 
     # -- metadata + export -------------------------------------------------
     def _build_metadata(self) -> dict[str, Any]:
@@ -201,8 +225,9 @@ class ProfileSession:
         except Exception as exc:  # noqa: BLE001
             _warn("could not read the run configuration", exc)
             config = {}
+        memory = _meta.memory_block(self._mem_index, self._mem_reason, self._mem_steps)
         return _meta.build_metadata(source=self.source, config=config, steps=steps,
-                                    device=self.device, extra=self.extra)
+                                    device=self.device, extra=self.extra, memory=memory)
 
     def _push_metadata(self, live: bool) -> None:
         self.metadata = self._build_metadata()

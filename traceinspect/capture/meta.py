@@ -411,7 +411,8 @@ def resolve_counts(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def build_metadata(*, source: str, config: Mapping[str, Any] | None = None,
                    steps: list[dict[str, Any]] | None = None, device: Any = None,
-                   extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                   extra: Mapping[str, Any] | None = None,
+                   memory: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The complete ``"traceinspect"`` object (schema_version 1)."""
     dev = _try(lambda: device_info(device)) or {"type": None, "name": None, "count": None}
     state = _try(torch_state) or {}
@@ -431,10 +432,64 @@ def build_metadata(*, source: str, config: Mapping[str, Any] | None = None,
         "steps": [dict(s) for s in (steps or [])],
         "torch_state": state,
     }
+    if memory is not None:
+        meta["memory"] = dict(memory)
     for key, value in (extra or {}).items():
         if key not in meta:
             meta[key] = _jsonable(value)
     return meta
+
+
+# ---------------------------------------------------------------------------
+# device memory per profiled step (read by traceinspect/trace/memory.py)
+# ---------------------------------------------------------------------------
+
+NO_CUDA_MEMORY = ("no CUDA device: torch.cuda.max_memory_allocated() measures GPU memory only, "
+                  "so a CPU run has no figure")
+
+
+def memory_device(device: Any = None) -> tuple[int | None, str | None]:
+    """(CUDA device index, None), or (None, the reason there is no memory figure)."""
+    torch = _torch()
+    if torch is None:
+        return None, "torch is not importable"
+    dev_type = (_try(lambda: device.type) or _try(lambda: str(device).split(":")[0])) if device is not None else None
+    if dev_type not in (None, "cuda"):
+        return None, NO_CUDA_MEMORY
+    if not _try(torch.cuda.is_available, False):
+        return None, NO_CUDA_MEMORY
+    index = _try(lambda: device.index) if device is not None else None
+    if index is None:
+        index = _try(torch.cuda.current_device)
+    return (int(index), None) if isinstance(index, int) else (None, "the CUDA device index is unknown")
+
+
+def memory_step_begin(index: int | None) -> int | None:
+    """At a step start: reset the allocator's peak counters and return the bytes allocated now.
+    Host-side allocator counters only: no synchronisation, no kernel."""
+    if index is None:
+        return None
+    torch = _torch()
+    _try(lambda: torch.cuda.reset_peak_memory_stats(index))
+    return _try(lambda: int(torch.cuda.memory_allocated(index)))
+
+
+def memory_step_end(index: int | None, step: int, start: int | None) -> dict[str, Any]:
+    """One ``memory.steps`` entry: the step's peaks since memory_step_begin (null on the CPU)."""
+    torch = _torch() if index is not None else None
+    return {"step": step, "start_allocated_bytes": start,
+            "max_allocated_bytes": _try(lambda: int(torch.cuda.max_memory_allocated(index))) if torch else None,
+            "max_reserved_bytes": _try(lambda: int(torch.cuda.max_memory_reserved(index))) if torch else None}
+
+
+def memory_block(index: int | None, reason: str | None, steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``"memory"`` object of the metadata block."""
+    total = None
+    if index is not None:
+        torch = _torch()
+        total = _try(lambda: int(torch.cuda.get_device_properties(index).total_memory))
+    return {"device_index": index, "device_total_bytes": total, "reason": reason,
+            "steps": [dict(s) for s in steps]}
 
 
 def dumps(meta: Mapping[str, Any]) -> str:

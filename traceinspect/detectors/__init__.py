@@ -8,6 +8,7 @@ from .eager_attention import EagerAttention
 from .exposed_communication import ExposedCommunication
 from .far_from_roofline import FarFromRoofline
 from .fp32_gemm import Fp32Gemm
+from .host_bound import HostBound
 from .host_sync import HostSync
 from .launch_bound import LaunchBound
 from .padding_waste import PaddingWaste
@@ -23,6 +24,7 @@ ALL = (
     Fp32Gemm,
     FarFromRoofline,
     HostSync,
+    HostBound,
     UnfusedOptimizer,
     ExposedCommunication,
     PageableMemcpy,

@@ -9,7 +9,7 @@ import pandas as pd
 from ..findings import Evidence
 from ..trace import intervals as iv
 from ..trace.tables import name_flags
-from .base import Claim, Detector, events_from, fmt_us, in_steps, option, pct, window_label
+from .base import Detector, events_from, fmt_us, in_steps, option, pct, window_label
 
 # blocking driver allocations; stream-ordered cudaMallocAsync/cudaFreeAsync are not churn
 ALLOC_CALLS = {
@@ -128,11 +128,16 @@ class AllocatorChurn(Detector):
         if not len(calls):
             return
         tl = trace.timeline
-        under = _under_calls(trace, calls)
-        lost = sum(iv.total(iv.intersect(tl.sets[p], under)) for p in CLAIMED_PARTS)
+        cset = iv.union(calls["ts_us"], calls["end_us"])
+        steady = iv.union(st["start_us"].iloc[1:], st["end_us"].iloc[1:])
+        under = iv.intersect(cset, steady)
+        claims = {p: iv.intersect(tl.sets[p], under) for p in CLAIMED_PARTS}
+        lost = sum(iv.total(c) for c in claims.values())
         synced = iv.total(iv.intersect(tl.sets["idle_sync"], under))
         frac = lost / ctx.window_us if ctx.window_us else 0.0
         if frac < self.min_frac:
+            yield self.declined(f"{len(calls)} steady-state allocation call(s), GPU idle under them {100 * frac:.1f}% of "
+                            f"the window, below the {100 * self.min_frac:g}% threshold")
             return
         n_steady = len(st) - 1
         w = f"steps 2..{len(st)} of {window_label(trace)}"
@@ -172,7 +177,8 @@ class AllocatorChurn(Detector):
             title = title.replace("cudaMalloc/cudaFree", "hipMalloc/hipFree")
         yield self.finding(ctx, title=title, time_lost_us=lost,
                            confidence="high" if frac >= 0.05 else "medium", evidence=ev,
-                           fix=self._fix(ctx, no_cache), events=events_from(calls, trace, "runtime"))
+                           fix=self._fix(ctx, no_cache), events=events_from(calls, trace, "runtime"),
+                           idle_claims=claims)
 
     @staticmethod
     def _fix(ctx, no_cache: bool) -> str:
@@ -184,19 +190,3 @@ class AllocatorChurn(Detector):
                     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, and remove torch.cuda.empty_cache() from callbacks.")
         return ("Keep shapes static (pad to a few bucket sizes), set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, "
                 "and remove torch.cuda.empty_cache() from the training loop.")
-
-    def claims(self, trace, ctx, finding):
-        under = _under_calls(trace, steady_alloc_calls(trace))
-        pieces = [iv.intersect(trace.timeline.sets[p], under) for p in CLAIMED_PARTS]
-        a = np.concatenate([p[0] for p in pieces])
-        b = np.concatenate([p[1] for p in pieces])
-        order = np.argsort(a, kind="stable")
-        return Claim(what="GPU idle under a steady-state allocation call", start_us=a[order], end_us=b[order],
-                     lost_us=(b - a)[order])
-
-
-def _under_calls(trace, calls) -> iv.Set:
-    """Host time inside the allocation calls of the steady-state steps (every analysed step after the first)."""
-    st = trace.steps
-    return iv.intersect(iv.union(calls["ts_us"], calls["end_us"]),
-                        iv.union(st["start_us"].iloc[1:], st["end_us"].iloc[1:]))

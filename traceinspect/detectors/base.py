@@ -73,12 +73,12 @@ def detect_framework(trace: Trace) -> str:
 
 @dataclass(frozen=True)
 class Claim:
-    """Where a finding's time lost lies: intervals on the tables' clock (us from the trace origin) and the part of
-    time_lost_us each carries. lost_us sums to the finding's time_lost_us; it equals the interval's duration
-    where the whole interval is lost (idle gaps) and is a share of it where only part is (a kernel that would
-    run faster). Read by `annotate`, which draws the intervals into the trace; never by renderers."""
+    """The GPU work behind a finding's time lost (the idle time it claims is Finding.claim_sets): intervals
+    on the tables' clock (us from the trace origin) and the part of time_lost_us each carries, a share of
+    the interval (a kernel that would run faster). Read by `annotate`, which draws the intervals into the
+    trace; never by renderers."""
 
-    what: str               # what the intervals are, e.g. "GPU idle waiting for the DataLoader"
+    what: str               # what the intervals are, e.g. "fp32 GEMM/convolution kernel"
     start_us: np.ndarray
     end_us: np.ndarray
     lost_us: np.ndarray
@@ -98,23 +98,50 @@ class Detector:
         raise NotImplementedError
 
     def claims(self, trace: Trace, ctx: Context, finding: Finding) -> Claim | None:
-        """The exact intervals behind `finding` (one this detector yielded on this trace), or None where the
-        detector does not itemise its claim (annotate then draws the finding's exemplar events)."""
+        """The GPU work behind `finding` (one this detector yielded on this trace) beyond the idle time it
+        claims, or None (annotate then draws the idle claims, or else the finding's exemplar events)."""
         return None
 
     # --- helpers ------------------------------------------------------------------------------------
     def skip(self, reason: str) -> Skipped:
         return Skipped(code=self.code, name=self.name, reason=reason)
 
+    def declined(self, reason: str) -> Skipped:
+        """The detector saw its signature, measured it, and does not report it (below a threshold): it
+        was checked, so a user (and diff) can tell it from a detector that did not apply."""
+        return Skipped(code=self.code, name=self.name, reason=reason, checked=True)
+
     def finding(self, ctx: Context, *, title: str, time_lost_us: float, confidence: str,
                 evidence: Iterable[Evidence], fix: str, events: Iterable[EventRef] = (),
-                upper_bound: bool = False) -> Finding:
+                upper_bound: bool = False, idle_claims: dict | None = None,
+                projected_lost_us: float | None = None) -> Finding:
+        """idle_claims: the GPU idle time, per timeline idle part, that time_lost_us consists of (the
+        explained-time account adds these up, so they must not overlap another detector's claim): per
+        part, the claimed interval set, or (set, factor) when only a share factor <= 1 of it is claimed.
+        projected_lost_us: the cost once the GPU is the bottleneck, when it differs from the cost now
+        (analyze marks the finding masked, by the active causes that keep the GPU waiting)."""
         lost = float(max(0.0, min(time_lost_us, ctx.window_us)))  # never more than the window
+        sets = {}
+        for p, v in (idle_claims or {}).items():
+            if isinstance(v, tuple) and len(v) == 2 and isinstance(v[1], (int, float)):
+                (s, e), factor = v
+            else:
+                (s, e), factor = v, 1.0
+            sets[p] = (np.asarray(s, dtype=float), np.asarray(e, dtype=float), float(factor))
+        claims = {p: float((e - s).sum()) * f for p, (s, e, f) in sets.items()}
+        claims = {p: v for p, v in claims.items() if v > 0}
+        total = sum(claims.values())
+        if total > lost > 0 or (lost == 0 and total > 0):   # a claim never exceeds the time lost
+            k = lost / total
+            claims = {p: v * k for p, v in claims.items()}
+            sets = {p: (s, e, f * k) for p, (s, e, f) in sets.items()}
+        proj = None if projected_lost_us is None else float(max(0.0, min(projected_lost_us, ctx.window_us)))
         return Finding(code=self.code, name=self.name, title=title, time_lost_us=lost,
                        time_lost_frac=lost / ctx.window_us if ctx.window_us > 0 else 0.0,
                        time_lost_per_step_us=lost / ctx.n_steps if ctx.n_steps else 0.0,
                        confidence=confidence, evidence=tuple(evidence), fix=fix,
-                       events=tuple(events), upper_bound=upper_bound)
+                       events=tuple(events), upper_bound=upper_bound, idle_claims_us=claims,
+                       projected_lost_us=proj, claim_sets={p: sets[p] for p in claims})
 
     @classmethod
     def options(cls) -> list[tuple[str, object, str]]:
@@ -169,6 +196,14 @@ def in_steps(df: pd.DataFrame, trace: Trace, col: str = "ts_us") -> pd.DataFrame
     i = np.searchsorted(st["start_us"].to_numpy(), ts, side="right") - 1
     ok = (i >= 0) & (ts < st["end_us"].to_numpy()[np.maximum(i, 0)])
     return df[ok]
+
+
+MAX_PROMISE = 0.9   # an estimate never promises more than 90% of the step back
+
+
+def projected_step(median_us: float, saved_per_step_us: float) -> float:
+    """The median step once saved_per_step_us is recovered (the verdict's rule, shared so numbers agree)."""
+    return median_us - min(max(saved_per_step_us, 0.0), MAX_PROMISE * median_us)
 
 
 def fmt_us(us: float) -> str:

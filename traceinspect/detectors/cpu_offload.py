@@ -15,15 +15,16 @@ from ..findings import Evidence
 from ..trace import intervals as iv
 from ..trace.tables import name_flags
 from ..trace.timeline import IDLE_PARTS, is_dataloader
+from ..trace.memory import memory_profile
 from .base import Detector, events_from, fmt_us, in_steps, option, pct, window_label
+from .memory_fit import MIXED_ADAM_BYTES, SAFETY_MARGIN, gpus_needed, state_options
 
 _OPT_STEP = "Optimizer.step#"
 _OFFLOAD_WORDS = re.compile(r"offload|cpu_?adam|cpuadam", re.IGNORECASE)
 GB = 1e9
 MB = 1e6
-# 16-bit weights (2) + 16-bit grads (2) + fp32 master weights (4) + Adam m and v (8): mixed-precision
-# Adam's state per parameter (ZeRO paper, section 3; DeepSpeed's "~16 bytes per parameter").
-TRAIN_BYTES_PER_PARAM = 16
+# mixed-precision Adam's state per parameter (16 B; memory_fit.STATE_RECIPES says where it comes from)
+TRAIN_BYTES_PER_PARAM = MIXED_ADAM_BYTES
 
 
 @dataclass(frozen=True)
@@ -164,6 +165,13 @@ class CpuOffload(Detector):
         shrink the state: LoRA / QLoRA (4-bit base weights), 8-bit or paged 8-bit optimizers, a
         smaller model. Pinned offload buffers are only a secondary improvement.
 
+        The evidence sizes each option with the memory model (docs/memory.md): the parameter count
+        (from the run configuration, else from the device-to-host gradient copies at 2 bytes per
+        parameter), the state at 16 B/parameter as now, 8 B with bf16 states, 10 B with 8-bit Adam
+        states, ~0.66 B with QLoRA, plus the measured activations when the trace has memory figures;
+        each against 90% of the device's memory. The fix names the least invasive one that fits, or
+        how many such GPUs (sharded) or how large a single GPU the current state needs.
+
         HF Trainer / TRL (`TrainingArguments` / `SFTConfig`, DeepSpeed JSON):
 
             # before: ZeRO-2 with CPU offload on one GPU
@@ -289,12 +297,16 @@ class CpuOffload(Detector):
         opt = tr.cpu_opt if tr.rule != "parameter streaming" else tr.cpu_opt.iloc[0:0]
         opt_idle = opt_idle_all = 0.0
         if len(opt):
-            opt_set = iv.union(opt["ts_us"], opt["end_us"])
-            opt_idle = iv.total(iv.intersect(tl.sets["idle_cpu"], opt_set))
+            st = trace.steps
+            opt_set = iv.intersect(iv.union(opt["ts_us"], opt["end_us"]), iv.union(st["start_us"], st["end_us"]))
+            opt_claim = iv.intersect(tl.sets["idle_cpu"], opt_set)
+            opt_idle = iv.total(opt_claim)
             opt_idle_all = sum(iv.total(iv.intersect(tl.sets[p], opt_set)) for p in IDLE_PARTS)
         lost = exposed + opt_idle
         frac = lost / ctx.window_us if ctx.window_us else 0.0
         if frac < self.min_frac:
+            yield self.declined(f"offload traffic present ({tr.rule}), stalling the GPU {100 * frac:.1f}% of the "
+                                f"window, below the {100 * self.min_frac:g}% threshold")
             return
         n = max(ctx.n_steps, 1)
         w = window_label(trace)
@@ -341,12 +353,41 @@ class CpuOffload(Detector):
         ev.append(Evidence(label="offload rule", value=tr.rule, unit=""))
         dev = trace.device
         mem = dev.total_mem_bytes if dev is not None else None
+        prof = memory_profile(trace)
+        if prof.source and trace.device_id in prof.devices:
+            cap = prof.capacity_bytes.get(trace.device_id)
+            mem = int(cap) if cap else mem
         nparams = _num_parameters(trace)
+        n_source = "run configuration"
+        if not nparams and dtoh_b > 0:
+            # the gradients leave the GPU once per step: bf16/fp16 gradients are 2 bytes per parameter
+            nparams, n_source = int(dtoh_b / n / 2), "device-to-host gradient copies at 2 B/parameter (assumed bf16)"
+        acts = 0.0
+        if prof.source and trace.device_id in prof.devices:
+            rises = [s.rise_bytes for s in prof.device_steps(trace.device_id) if s.rise_bytes is not None]
+            acts = max(rises) if rises else 0.0
+            how = "capture helper" if prof.source == "capture" else "[memory] events"
+            ev.append(Evidence(label=f"peak allocated on the GPU with offload ({how})",
+                               value=round((prof.peak(trace.device_id) or 0) / GB, 2), unit="GB"))
+        options = state_options(nparams, mem, acts) if nparams else []
         if nparams:
-            ev.append(Evidence(label=f"training state at ~{TRAIN_BYTES_PER_PARAM} B/parameter (mixed-precision Adam)",
+            ev.append(Evidence(label=f"parameters (from the {n_source})", value=round(nparams / 1e6, 1),
+                               unit="M"))
+            ev.append(Evidence(label=f"training state at ~{TRAIN_BYTES_PER_PARAM:g} B/parameter (mixed-precision Adam)",
                                value=round(nparams * TRAIN_BYTES_PER_PARAM / GB, 1), unit="GB"))
         if mem:
             ev.append(Evidence(label="GPU memory", value=round(mem / GB, 1), unit="GB"))
+        for o in options:
+            verdict = ("fits" if o.fits else "does not fit") + (
+                f" under {SAFETY_MARGIN:.0%} of {mem / GB:.0f} GB" if mem else "")
+            ev.append(Evidence(label=f"{o.recipe}: {o.bytes_per_param:g} B/parameter"
+                                     + (" + measured activations" if acts else "") + f" ({verdict})",
+                               value=round(o.footprint_bytes / GB, 1), unit="GB"))
+        if options and mem:
+            ev.append(Evidence(label=f"GPUs of {mem / GB:.0f} GB that hold the current state sharded (ZeRO-3/FSDP)",
+                               value=gpus_needed(options[0].footprint_bytes, mem), unit="GPUs"))
+            ev.append(Evidence(label="smallest single GPU that holds the current state without offload",
+                               value=round(options[0].footprint_bytes / SAFETY_MARGIN / GB, 0), unit="GB"))
         moved = (htod_b + dtoh_b) / n
         title = (f"CPU offload moves {moved / GB:.2f} GB per step over PCIe"
                  + (f" and runs the optimizer on the CPU ({fmt_us(float(opt['dur_us'].median()))})" if len(opt) else "")
@@ -355,8 +396,18 @@ class CpuOffload(Detector):
                  + (f" in {mem / GB:.0f} GB of GPU memory" if mem else " in GPU memory"))
         yield self.finding(ctx, title=title, time_lost_us=lost,
                            confidence="high" if tr.rule in ("both directions", "CPU optimizer") else "medium",
-                           evidence=ev, fix=_fix(ctx.framework, mem),
+                           evidence=ev, fix=_fix(ctx.framework, mem) + _smallest_change(options, mem, n_source),
+                           idle_claims={"idle_cpu": opt_claim} if len(opt) else None,
                            events=events_from(mc, trace, "memcpy", 2) + events_from(opt, trace, "cpu", 1))
+
+
+def offload_optimizer_set(trace) -> iv.Set:
+    """Host time inside a CPU-side optimizer step of an offloaded run: cpu-offload owns the idle_cpu under it."""
+    det = CpuOffload()
+    tr = trace.memo(("offload traffic", det), lambda: det.traffic(trace))
+    if not tr.is_offload or tr.rule == "parameter streaming" or not len(tr.cpu_opt):
+        return iv.EMPTY
+    return iv.union(tr.cpu_opt["ts_us"], tr.cpu_opt["end_us"])
 
 
 def _num_parameters(trace) -> int | None:
@@ -364,6 +415,26 @@ def _num_parameters(trace) -> int | None:
     cfg = rc.get("config") if isinstance(rc, dict) else None
     v = cfg.get("num_parameters") if isinstance(cfg, dict) else None
     return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
+
+
+def _smallest_change(options, mem, n_source: str) -> str:
+    """The least invasive state recipe that fits, with its footprint; else how much memory it takes."""
+    if not options or not mem:
+        return ""
+    if options[0].fits:
+        if n_source == "run configuration":
+            return (f" By the memory model the state fits as it is ({options[0].footprint_bytes / GB:.1f} GB of "
+                    f"{mem / GB:.0f} GB at {SAFETY_MARGIN:.0%}): try dropping the offload first.")
+        return (f" Estimated from the gradient copies ({n_source}), the state would fit as it is "
+                f"({options[0].footprint_bytes / GB:.1f} GB of {mem / GB:.0f} GB at {SAFETY_MARGIN:.0%}): check "
+                "the parameter count (with ZeRO/FSDP sharding each rank copies only its shard) before resizing.")
+    fit = next((o for o in options if o.fits), None)
+    if fit is not None:
+        return (f" Smallest change that fits: {fit.recipe} (~{fit.footprint_bytes / GB:.1f} GB of "
+                f"{mem / GB:.0f} GB at {SAFETY_MARGIN:.0%}; memory model, docs/memory.md).")
+    return (f" No single-GPU recipe here fits {mem / GB:.0f} GB; shard over "
+            f"{gpus_needed(options[0].footprint_bytes, mem)} such GPUs or use one of at least "
+            f"{options[0].footprint_bytes / SAFETY_MARGIN / GB:.0f} GB.")
 
 
 def _fix(framework: str, mem: int | None) -> str:

@@ -8,7 +8,7 @@ import numpy as np
 from ..findings import Evidence
 from ..trace import intervals as iv
 from ..trace.timeline import is_dataloader
-from .base import Claim, Detector, config_value, current, events_from, fmt_us, in_steps, option, pct, window_label
+from .base import Detector, config_value, current, events_from, fmt_us, in_steps, option, pct, window_label
 
 
 @dataclass(frozen=True)
@@ -77,12 +77,15 @@ class DataloaderStall(Detector):
         if not len(dl):
             yield self.skip("no DataLoader spans (enumerate(DataLoader)#...__next__) in the trace")
             return
-        idle = trace.timeline.total("idle_dataloader")
+        st = trace.steps
+        claim = iv.intersect(trace.timeline.sets["idle_dataloader"], iv.union(st["start_us"], st["end_us"]))
+        idle = iv.total(claim)
         frac = idle / ctx.window_us if ctx.window_us else 0.0
         if frac < self.min_frac:
+            yield self.declined(f"DataLoader spans present, GPU idle in them {fmt_us(idle / max(ctx.n_steps, 1))}/step "
+                            f"({100 * frac:.1f}%), below the {100 * self.min_frac:g}% threshold")
             return
         dl_in = in_steps(dl, trace)
-        st = trace.steps
         dl_set = iv.union(dl["ts_us"], dl["end_us"])
         per_step = iv.per_window(dl_set, st["start_us"].to_numpy(), st["end_us"].to_numpy())
         share = per_step / st["dur_us"].to_numpy()
@@ -123,9 +126,4 @@ class DataloaderStall(Detector):
                  + (" (num_workers=0)" if single else ""))
         yield self.finding(ctx, title=title, time_lost_us=idle,
                            confidence="high" if frac >= 0.1 else "medium", evidence=ev, fix=fix,
-                           events=events_from(dl_in, trace, "cpu"))
-
-    def claims(self, trace, ctx, finding):
-        # time lost is the timeline's idle_dataloader part, interval by interval
-        a, b = trace.timeline.sets["idle_dataloader"]
-        return Claim(what="GPU idle waiting for the DataLoader", start_us=a, end_us=b, lost_us=b - a)
+                           events=events_from(dl_in, trace, "cpu"), idle_claims={"idle_dataloader": claim})

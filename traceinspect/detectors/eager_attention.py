@@ -155,10 +155,22 @@ class EagerAttention(Detector):
         gpu_saving = block_us - fused_us
         n_calls = len(attn)
         if n_calls < self.min_calls or gpu_saving < self.min_saving_frac * ctx.window_us:
+            yield self.declined(f"eager attention present ({n_calls} softmax call(s)), a fused kernel would save "
+                            f"{fmt_us(gpu_saving / max(ctx.n_steps, 1))}/step of GPU time "
+                            f"({100 * gpu_saving / ctx.window_us:.1f}%), below the {100 * self.min_saving_frac:g}% "
+                            f"threshold" + (f" or under {self.min_calls} calls" if n_calls < self.min_calls else ""))
             return
         # per kernel: the bmm keeps fused_gemm_fraction of its time, everything else in the block goes
         delta = np.where(is_gemm, (1.0 - self.fused_gemm_fraction) * dur, dur)[in_block]
         lost, critical = on_critical_path(trace, k[in_block], delta)
+        # The host is the bottleneck when most of the GPU saving is off the critical path: then the
+        # block's extra launches (one fused kernel per call replaces them) cost host time now, and the
+        # GPU saving is what the fix is worth once the host keeps up (a masked cause).
+        extra = int(in_block.sum()) - n_calls
+        spacing = _launch_spacing(k)
+        masked = lost < 0.5 * gpu_saving
+        launch_cost = max(extra, 0) * spacing if masked else 0.0
+        lost_now = min(lost + launch_cost, gpu_saving + launch_cost)
         n_fwd = sum(1 for s in attn if str(names[s]) in _SOFTMAX_FWD)
         shapes = _shape_summary(trace, ops, [s for s in attn if str(names[s]) in _SOFTMAX_FWD][:64])
         fused_ops = int(K.flags_by_category(ops["name"], K.is_fused_attention_op).sum())
@@ -182,6 +194,13 @@ class EagerAttention(Detector):
             Evidence(label="share of the eager attention time on the critical path (host waiting on the GPU)",
                      value=round(100 * critical, 1), unit="%", window=win),
         ]
+        if masked:
+            ev.append(Evidence(label="extra kernel launches of the eager blocks (a fused kernel launches one per call)",
+                               value=round(extra / n, 1), unit="launches/step", window=win))
+            ev.append(Evidence(label="host time per launch (median spacing of kernel launches)",
+                               value=round(spacing, 1), unit="us", window=win))
+            ev.append(Evidence(label="host time of the extra launches now", value=round(launch_cost / n / 1e3, 3),
+                               unit="ms/step", window=win))
         if shapes:
             ev.append(Evidence(label="attention score shape (softmax input)", value=shapes["shape"], unit=""))
             if shapes.get("score_mb") is not None:
@@ -196,11 +215,22 @@ class EagerAttention(Detector):
         conf = "high" if confident and not fused_ops and not fused_k_us else "medium"
         title = (f"Attention runs eagerly (bmm + softmax + bmm, {n_fwd} forward softmax calls): "
                  f"{fmt_us(block_us / n)} per step, {pct(block_us / compute_us)} of GPU kernel time; "
-                 f"a fused kernel would save ~{fmt_us(lost / n)} per step")
-        if lost < 0.5 * gpu_saving:
-            title += f" now ({fmt_us(gpu_saving / n)} of GPU time; the GPU mostly waits on the host)"
-        yield self.finding(ctx, title=title, time_lost_us=lost, confidence=conf, evidence=ev,
+                 f"a fused kernel would save ~{fmt_us(lost_now / n)} per step")
+        if masked:
+            title += (f" now ({extra / n:.0f} extra launches per step), and ~{fmt_us(gpu_saving / n)} of GPU time "
+                      "once the host keeps up")
+        yield self.finding(ctx, title=title, time_lost_us=lost_now, confidence=conf, evidence=ev,
+                           projected_lost_us=gpu_saving if masked else None,
                            fix=_fix(ctx.framework, math_sdpa > 0).rstrip(".") + current(trace, "attn_implementation") + ".", events=events_from(k[in_block & (kind == K.SOFTMAX)], trace, "kernel"))
+
+
+def _launch_spacing(k: pd.DataFrame) -> float:
+    """Median host time between consecutive kernel launches (us): what one more launch costs the host."""
+    lt = np.sort(k["launch_ts_us"].to_numpy()) if "launch_ts_us" in k.columns else np.empty(0)
+    lt = lt[~np.isnan(lt)]
+    d = np.diff(lt)
+    d = d[d > 0]
+    return float(np.median(d)) if d.size else 0.0
 
 
 def _attention_softmax(trace, ops: pd.DataFrame, soft_rows: np.ndarray, g_rows: np.ndarray) -> dict:

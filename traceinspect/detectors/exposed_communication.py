@@ -150,6 +150,8 @@ class ExposedCommunication(Detector):
         exposed = tl.total("comm")
         frac = exposed / ctx.window_us if ctx.window_us else 0.0
         if frac < self.min_frac:
+            yield self.declined(f"collectives present, {100 * frac:.1f}% of the window not overlapped with compute, "
+                                f"below the {100 * self.min_frac:g}% threshold")
             return
         n = max(ctx.n_steps, 1)
         w = window_label(trace)

@@ -132,12 +132,17 @@ class Fp32Gemm(Detector):
         fp32_us = float(dur[sel].sum())
         share = fp32_us / compute_us
         if share < self.min_share:
+            yield self.declined(f"fp32 GEMM/convolution present, {100 * share:.1f}% of GPU compute, below the "
+                            f"{100 * self.min_share:g}% threshold")
             return
         s = hw["speedup_ratio"] * self.efficiency
         s = float(min(self.max_speedup, max(1.0, s)))
         delta = dur[sel] * (1.0 - 1.0 / s)
         gpu_saving = float(delta.sum())
         if gpu_saving < self.min_saving_frac * ctx.window_us:
+            yield self.declined(f"fp32 GEMM/convolution present ({fmt_us(fp32_us / max(ctx.n_steps, 1))}/step), tensor "
+                            f"cores would save {100 * gpu_saving / ctx.window_us:.1f}% of the window, below the "
+                            f"{100 * self.min_saving_frac:g}% threshold")
             return
         lost, critical = on_critical_path(trace, kin[sel], delta)
         conv_us = float(dur[sel & (kind == K.CONV)].sum())
@@ -178,9 +183,11 @@ class Fp32Gemm(Detector):
         if lost < 0.5 * gpu_saving:
             title = (f"{pct(share)} of GPU compute ({fmt_us(fp32_us / n)} per step) is fp32 {what} on {hw['simt']} "
                      f"of a {hw['short']} with {hw['tc_label']}: tensor cores would save {fmt_us(gpu_saving / n)} of "
-                     f"GPU time per step, but the GPU mostly waits on the host, so ~{fmt_us(lost / n)} per step now")
+                     f"GPU time per step, but only {pct(critical)} of their time is on the critical path (after it the GPU waits "
+                     f"on the host), so ~{fmt_us(lost / n)} per step now")
         yield self.finding(ctx, title=title, time_lost_us=lost, confidence=conf, evidence=ev,
-                           fix=_fix(ctx.framework, hw, amp_on), events=events_from(kin[sel], trace, "kernel"))
+                           fix=_fix(ctx.framework, hw, amp_on), events=events_from(kin[sel], trace, "kernel"),
+                           projected_lost_us=gpu_saving if lost < 0.5 * gpu_saving else None)
 
 
     def _select(self, trace, k, hw):
@@ -204,8 +211,8 @@ class Fp32Gemm(Detector):
         return kin, kind, compute_us, by_name, by_op, op_float, op_total, sel
 
     def claims(self, trace, ctx, finding):
-        # the fp32 kernels themselves; each carries a share of time lost proportional to the GPU time it
-        # would save (its duration), which is how on_critical_path() adds the savings up per busy run
+        # the fp32 kernels themselves (this finding claims no idle time); each carries a share of time lost
+        # proportional to the GPU time it would save (its duration), as on_critical_path() adds them up
         k = trace.kernels
         if trace.device_id is not None:
             k = k[k["device"] == trace.device_id]

@@ -12,7 +12,7 @@ from ..findings import EventRef, Evidence
 from ..trace import intervals as iv
 from ..trace.tables import name_flags
 from ..trace.timeline import SYNC_CALLS, SYNC_RELAUNCH_US
-from .base import Claim, Detector, fmt_us, in_steps, option, pct, window_label
+from .base import Detector, fmt_us, in_steps, option, pct, window_label
 
 LOOKBACK = 20_000          # ops / frames scanned back from a sync to find its enclosing ones
 MAX_EXPLAINED = 500        # syncs whose causing op / Python line is looked up (the costliest first)
@@ -140,11 +140,38 @@ class HostSync(Detector):
             return
         ps, pe = starved_sync_pieces(trace)
         if ps.size == 0:
+            idle = iv.total(iv.intersect(trace.timeline.sets["idle_sync"],
+                                         iv.union(trace.steps["start_us"], trace.steps["end_us"])))
+            if idle > 0:
+                yield self.declined(f"{len(syncs)} sync call(s), GPU idle during them {fmt_us(idle / max(ctx.n_steps, 1))}"
+                                "/step, but the next GPU op was already queued: the GPU waited on a dependency "
+                                "(event, other stream or process), not on the blocked host")
             return
-        owner, bubble, lost_each = _attribute(syncs, ps, pe)
+        # attribute each starved piece to the sync whose [start, end + relaunch allowance] holds its start
+        s_ts = syncs["ts_us"].to_numpy()
+        s_end = syncs["end_us"].to_numpy() + SYNC_RELAUNCH_US
+        run_max = np.maximum.accumulate(s_end)
+        run_arg = np.array([0], dtype=np.int64) if s_end.size == 1 else _running_argmax(s_end)
+        j = np.searchsorted(s_ts, ps, side="right") - 1
+        ok = j >= 0
+        own = np.where(ok, j, 0)
+        inside = ok & (ps <= s_end[own])
+        other = ok & ~inside & (ps <= run_max[own])
+        owner = np.full(ps.size, -1, dtype=np.int64)
+        owner[inside] = own[inside]
+        owner[other] = run_arg[own[other]]
+        bubble = np.bincount(owner[owner >= 0], weights=(pe - ps)[owner >= 0], minlength=len(syncs))
+        lost_each = np.minimum(syncs["dur_us"].to_numpy(), bubble)
         lost = float(lost_each.sum())
         frac = lost / ctx.window_us if ctx.window_us else 0.0
         if frac < self.min_frac:
+            queued = iv.total(iv.intersect(trace.timeline.sets["idle_sync"],
+                                           iv.union(trace.steps["start_us"], trace.steps["end_us"]))) - float((pe - ps).sum())
+            more = (f"; GPU idle {fmt_us(queued / max(ctx.n_steps, 1))}/step during syncs had its next op already "
+                    "queued: it waited on a dependency (event, other stream or process), not on the blocked host"
+                    if queued > lost else "")
+            yield self.declined(f"{len(syncs)} sync call(s) leave the GPU idle {fmt_us(lost / max(ctx.n_steps, 1))}/step "
+                            f"({100 * frac:.1f}%), below the {100 * self.min_frac:g}% threshold" + more)
             return
         n = ctx.n_steps
         w = window_label(trace)
@@ -174,7 +201,10 @@ class HostSync(Detector):
                                 track=f"CPU thread {int(r.tid)}")
                        for r in in_win.nlargest(3, "lost_us").itertuples(index=False))
         yield self.finding(ctx, title=title, time_lost_us=lost, confidence="high" if frac >= 0.1 else "medium",
-                           evidence=ev, fix=self._fix(ctx, causes), events=events)
+                           evidence=ev, fix=self._fix(ctx, causes), events=events,
+                           # the starved pieces the syncs own, scaled to the time lost (min of wait and bubble)
+                           idle_claims={"idle_sync": ((ps[owner >= 0], pe[owner >= 0]),
+                                                      lost / max(float(bubble.sum()), 1e-9))})
 
     @staticmethod
     def _explain(trace, syncs: pd.DataFrame) -> tuple[Counter, Counter, Counter]:
@@ -232,19 +262,6 @@ class HostSync(Detector):
         s = "; ".join(parts)
         return s[0].upper() + s[1:] + "."
 
-    def claims(self, trace, ctx, finding):
-        # each starved piece, carrying its sync's time lost in proportion to the piece's share of that
-        # sync's bubble (a sync loses at most its own duration)
-        rt = trace.runtime
-        syncs = rt[name_flags(rt["name"], SYNC_CALLS)]
-        ps, pe = starved_sync_pieces(trace)
-        owner, bubble, lost_each = _attribute(syncs, ps, pe)
-        mine = owner >= 0
-        o = owner[mine]
-        share = np.where(bubble[o] > 0, lost_each[o] / np.where(bubble[o] > 0, bubble[o], 1.0), 0.0)
-        return Claim(what="GPU idle while the host was blocked in a synchronising call", start_us=ps[mine],
-                     end_us=pe[mine], lost_us=(pe - ps)[mine] * share)
-
 
 _USER_FACING = re.compile(r"^aten::(is_nonzero|item|nonzero|masked_select|unique|_unique2|tolist|cpu)$")
 
@@ -266,23 +283,3 @@ def _running_argmax(a: np.ndarray) -> np.ndarray:
             best = i
         out[i] = best
     return out
-
-
-def _attribute(syncs, ps, pe):
-    """Each starved piece's owning sync (-1: none), each sync's bubble, and its time lost (at most its own
-    duration): a piece belongs to the sync whose [start, end + relaunch allowance] holds its start."""
-    s_ts = syncs["ts_us"].to_numpy()
-    s_end = syncs["end_us"].to_numpy() + SYNC_RELAUNCH_US
-    run_max = np.maximum.accumulate(s_end)
-    run_arg = np.array([0], dtype=np.int64) if s_end.size == 1 else _running_argmax(s_end)
-    j = np.searchsorted(s_ts, ps, side="right") - 1
-    ok = j >= 0
-    own = np.where(ok, j, 0)
-    inside = ok & (ps <= s_end[own])
-    other = ok & ~inside & (ps <= run_max[own])
-    owner = np.full(ps.size, -1, dtype=np.int64)
-    owner[inside] = own[inside]
-    owner[other] = run_arg[own[other]]
-    bubble = np.bincount(owner[owner >= 0], weights=(pe - ps)[owner >= 0], minlength=len(syncs))
-    lost_each = np.minimum(syncs["dur_us"].to_numpy(), bubble)
-    return owner, bubble, lost_each

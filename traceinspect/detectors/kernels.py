@@ -55,8 +55,12 @@ _MASK = re.compile(r"masked_fill", re.I)
 _GEMV = re.compile(r"gemv|gemmk1_kernel|\bdot_kernel|splitkreduce|reduce_1block_kernel", re.I)
 _CONV = re.compile(r"conv(?!ert)|scudnn|hcudnn|fprop|dgrad|wgrad|winograd|igemm_(?:fwd|bwd|wrw)|implicit_gemm|"
                    r"implicitgemm", re.I)
-_CONV_HELPER = re.compile(r"compute\w*offsets|im2col|col2im|nchwtonhwc|nhwctonchw|transpose|scalepacked", re.I)
-_GEMM = re.compile(r"gemm|^cijk_|nvjet|xmma_gemm|matmul|^bmm_|cutlass.*tensorop|cutlass.*simt", re.I)
+# Every pattern here runs in time linear in the name: literal alternations, anchored prefixes, and no
+# `.*` or `\w*` between two words (Python's re retries those from every occurrence of the first word,
+# which is quadratic: 1.3 s for 20 KB of "cutlass"). Those two-word tests are plain str.find below.
+_CONV_HELPER = re.compile(r"im2col|col2im|nchwtonhwc|nhwctonchw|transpose|scalepacked", re.I)
+_GEMM = re.compile(r"gemm|^cijk_|nvjet|xmma_gemm|matmul|^bmm_", re.I)
+_WORD = re.compile(r"\w+")
 _TENSILE = re.compile(r"^Cijk_A[a-z]+_B[a-z]+_([A-Z0-9]+)(?:_|$)")
 _NVJET = re.compile(r"nvjet_(?:sm\d+_)?([a-z]{3})_", re.I)
 _ARCH_WORD = re.compile(r"(?:^|[^a-z])(maxwell|pascal|volta|turing|ampere|ada|hopper)_", re.I)
@@ -65,8 +69,29 @@ _ARCH_WORDS = {"maxwell": 50, "pascal": 60, "volta": 70, "turing": 75, "ampere":
 _TEMPLATE_TYPES = {"float": FP32, "double": FP64, "__half": HALF, "c10::Half": HALF, "__nv_bfloat16": HALF,
                    "c10::BFloat16": HALF, "__hip_bfloat16": HALF, "half": HALF}
 _FLOAT_T = r"(?:float|double|__half|c10::Half|__nv_bfloat16|c10::BFloat16|__hip_bfloat16|half)\b"
-# the first template argument that is a floating-point type, skipping integer / bool / constant arguments
-_FIRST_FLOAT_TEMPLATE = re.compile(r"<(?:\s*(?!" + _FLOAT_T + r")[^<>,]*,)*\s*(" + _FLOAT_T + ")")
+# a template argument that is a floating-point type (matched at the argument's start)
+_FLOAT_ARG = re.compile(r"\s*(" + _FLOAT_T + ")")
+_ARG_END = re.compile(r"[<>,]")
+
+
+def _first_float_template(name: str) -> str | None:
+    """The first template argument that is a floating-point type, skipping integer / bool / constant
+    arguments, in the argument list opened by any `<`. A scan, not one regular expression: the
+    pattern `<(?:\\s*(?!float)[^<>,]*,)*\\s*(float)` backtracks exponentially on `<  ,  ,  , x`
+    (18 s for 16 arguments). Each `<` scans only up to the next `<` or `>`, so this is linear."""
+    i = name.find("<")
+    while i >= 0:
+        j = i + 1
+        while True:
+            m = _FLOAT_ARG.match(name, j)
+            if m:
+                return m.group(1)
+            e = _ARG_END.search(name, j)
+            if e is None or name[e.start()] != ",":
+                break
+            j = e.end()
+        i = name.find("<", i + 1)
+    return None
 
 _FP8_TOKENS = ("e4m3", "e5m2", "fp8", "mxfp4", "e2m1", "nvfp4", "float8")
 _INT8_TOKENS = ("i8816", "i16832", "int8", "imma", "igemm_int8")
@@ -74,6 +99,26 @@ _HALF_TOKENS = ("bf16", "bfloat16", "fp16", "f16", "half", "h884", "h1688", "h16
 _FP64_TOKENS = ("dgemm", "d884", "dmma", "double")
 _COMPLEX_TOKENS = ("cgemm", "zgemm", "gcgemm")
 _FP32_TOKENS = ("sgemm", "ffma", "scudnn", "f32f32_f32f32", "_fp32_", "simt_s")
+
+
+def _conv_helper(ident: str) -> bool:
+    """_CONV_HELPER, or `compute\\w*offsets` (cuDNN's computeOffsetsKernel) within one word."""
+    if _CONV_HELPER.search(ident):
+        return True
+    for w in _WORD.finditer(ident.lower()):
+        i = w.group().find("compute")
+        if i >= 0 and w.group().find("offsets", i + 7) >= 0:
+            return True
+    return False
+
+
+def _is_gemm(head: str) -> bool:
+    """_GEMM, or `cutlass` followed later by `tensorop` / `simt` (CUTLASS's own GEMM kernels)."""
+    if _GEMM.search(head):
+        return True
+    low = head.lower()
+    i = low.find("cutlass")
+    return i >= 0 and (low.find("tensorop", i + 7) >= 0 or low.find("simt", i + 7) >= 0)
 
 
 def _tensile_precision(name: str) -> str | None:
@@ -117,9 +162,9 @@ def _precision(name: str) -> str:
     if any(t in n for t in _FP32_TOKENS):
         return FP32
     # templated library kernels (cuDNN, cuBLAS small-GEMM): the first floating-point template argument
-    m = _FIRST_FLOAT_TEMPLATE.search(name.replace("(anonymous namespace)", "").split("(", 1)[0])
-    if m:
-        return _TEMPLATE_TYPES[m.group(1)]
+    t = _first_float_template(name.replace("(anonymous namespace)", "").split("(", 1)[0])
+    if t:
+        return _TEMPLATE_TYPES[t]
     return UNKNOWN
 
 
@@ -165,9 +210,9 @@ def classify_name(name: str) -> KernelClass:
         return KernelClass(MASK, UNKNOWN, arch)
     if _GEMV.search(ident):
         return KernelClass(GEMV, _precision(name), arch)
-    if _CONV.search(head) and not _CONV_HELPER.search(ident):
+    if _CONV.search(head) and not _conv_helper(ident):
         return KernelClass(CONV, _precision(name), arch)
-    if _GEMM.search(head):
+    if _is_gemm(head):
         return KernelClass(GEMM, _precision(name), arch)
     return KernelClass(OTHER, UNKNOWN, arch)
 

@@ -10,7 +10,8 @@ from ..findings import Evidence
 from ..trace import intervals as iv
 from ..trace.tables import name_flags
 from .allocator_churn import steady_alloc_set
-from .base import Claim, Detector, events_from, fmt_us, in_steps, option, pct, window_label
+from .base import Detector, events_from, fmt_us, in_steps, option, pct, window_label
+from .memory_fit import batch_fit_for, gb
 from .unfused_optimizer import unfused_windows
 
 LAUNCH_CALLS = {
@@ -60,6 +61,21 @@ def batch_arithmetic(run_config, factor: int, framework: str) -> str:
             f"(e.g. 1 x 16 -> {factor} x {16 // factor})")
 
 
+def fit_arithmetic(fit, framework: str) -> str:
+    """batch_arithmetic's sentence for a memory-model BatchFit (the batch it sized, nothing else)."""
+    hf = framework in ("hf_trainer", "trl")
+    b_name, a_name = (("per_device_train_batch_size", "gradient_accumulation_steps") if hf
+                      else ("batch size", "accumulated micro-batches"))
+    if fit.current_accumulation:
+        same = fit.batch * fit.accumulation == fit.current_batch * fit.current_accumulation
+        return (f"{b_name} {fit.current_batch} x {a_name} {fit.current_accumulation} -> {fit.batch} x "
+                f"{fit.accumulation} (" + (f"same effective batch of {fit.batch * fit.accumulation} per device"
+                                           if same else f"effective batch {fit.current_batch * fit.current_accumulation}"
+                                           f" -> {fit.batch * fit.accumulation}: rescale the learning rate") + ")")
+    return (f"{b_name} {fit.current_batch} -> {fit.batch} (the effective batch grows {fit.factor}x: rescale the "
+            f"learning rate, or divide {a_name} by {fit.factor} if you accumulate)")
+
+
 @dataclass(frozen=True)
 class LaunchBound(Detector):
     """
@@ -86,6 +102,11 @@ class LaunchBound(Detector):
         shrinks by less than the idle time when the GPU becomes the bottleneck.
 
     How to fix
+        The factor (2x, 4x or 8x by how idle the GPU is) is capped by the memory model when the trace
+        has memory figures ([memory] events or the capture helpers' peaks): the largest micro-batch
+        whose predicted peak stays under 90% of device memory, with the matching accumulation
+        (docs/memory.md). When not even 2x fits, the fix is CUDA graphs alone.
+
         HF Trainer / TRL (`TrainingArguments` / `SFTConfig`), same effective batch:
 
             # before
@@ -133,18 +154,20 @@ class LaunchBound(Detector):
             yield self.skip("no CUDA/HIP runtime events: host-late launch gaps cannot be identified")
             return
         tl = trace.timeline
-        per = tl.per_step
         win = ctx.window_us
         if not win:
             return
-        busy = float((per["compute_us"] + per["comm_us"] + per["memcpy_us"]).sum()) / win
+        claimed, raw, busy, reports = self.claim(trace)
         st = trace.steps
         steps_set = iv.union(st["start_us"], st["end_us"])
-        idle, claimed = _launch_gaps(trace)
-        raw = iv.total(idle)
         lost = iv.total(claimed)
         frac = lost / win
-        if frac < self.min_idle_frac or busy > self.max_busy_frac:
+        if not reports:
+            if lost > 0:
+                why = (f"GPU busy {100 * busy:.0f}% (over {100 * self.max_busy_frac:g}%)" if busy > self.max_busy_frac
+                       else f"below the {100 * self.min_idle_frac:g}% threshold")
+                yield self.declined(f"launch gaps present, {fmt_us(lost / max(ctx.n_steps, 1))}/step ({100 * frac:.1f}%), "
+                                f"{why}")
             return
         n = ctx.n_steps
         k = trace.kernels
@@ -182,25 +205,55 @@ class LaunchBound(Detector):
         title = (f"Launch-bound: the GPU idles {fmt_us(lost / n)} per step ({pct(frac)}) between "
                  f"{len(k) / n:.0f} short kernels per step (median {med:.1f} us)")
         factor = 8 if busy <= 0.125 else 4 if busy <= 0.25 else 2
+        fit = batch_fit_for(trace, factor)      # the same sizing the report's memory section and a what-if use
+        if fit is not None:
+            ev.append(Evidence(label="batch growth that fits under "
+                                     f"{fit.margin_frac:.0%} of {gb(fit.capacity_bytes)} (memory model)",
+                               value=round(fit.max_factor, 1), unit="x"))
+            factor = fit.factor
         ops = trace.cpu_ops
         training = (ctx.framework in ("hf_trainer", "trl", "lightning")
                     or (bool(len(ops)) and bool(name_flags(ops["name"], _TRAINING.search).any())))
         yield self.finding(ctx, title=title, time_lost_us=lost,
                            confidence="high" if frac >= 0.25 and short >= 0.5 else "medium",
-                           evidence=ev, fix=self._fix(trace, ctx, factor, training, graphs > 0),
-                           events=self._events(trace, k, claimed), upper_bound=True)
+                           evidence=ev, fix=self._fix(trace, ctx, factor, training, graphs > 0, fit),
+                           events=self._events(trace, k, claimed), upper_bound=True,
+                           idle_claims={"idle_launch": claimed})
+
+    def claim(self, trace) -> tuple[iv.Set, float, float, bool]:
+        """The launch gaps this detector claims (idle_launch in the steps, less the unfused-optimizer and
+        allocator-churn parts), the raw idle_launch, the GPU busy share, and whether it reports them."""
+        tl = trace.timeline
+        per = tl.per_step
+        win = float(per["dur_us"].sum())
+        busy = float((per["compute_us"] + per["comm_us"] + per["memcpy_us"]).sum()) / win if win else 0.0
+        st = trace.steps
+        idle = iv.intersect(tl.sets["idle_launch"], iv.union(st["start_us"], st["end_us"]))
+        claimed = iv.subtract(iv.subtract(idle, unfused_windows(trace)), steady_alloc_set(trace))
+        frac = iv.total(claimed) / win if win else 0.0
+        return claimed, iv.total(idle), busy, frac >= self.min_idle_frac and busy <= self.max_busy_frac
 
     @staticmethod
-    def _fix(trace, ctx, factor: int, training: bool, has_graphs: bool) -> str:
+    def _fix(trace, ctx, factor: int, training: bool, has_graphs: bool, fit=None) -> str:
         graphs = ("capture more of the step in CUDA graphs" if has_graphs
                   else 'capture the step with CUDA graphs (torch.compile(model, mode="reduce-overhead"))')
+        mem = ""
+        if fit is not None:
+            mem = (f" (memory: predicted peak {gb(fit.predicted_peak_bytes)} of {gb(fit.capacity_bytes)}, under the "
+                   f"{fit.margin_frac:.0%} margin; {gb(fit.fixed_bytes)} fixed + {gb(fit.per_batch_bytes)} of "
+                   "activations per current batch; see the report's memory section)")
+            if factor < 2:
+                return (f"The batch cannot grow: memory already peaks at {gb(fit.fixed_bytes + fit.per_batch_bytes)} of "
+                        f"{gb(fit.capacity_bytes)} (over the {fit.margin_frac:.0%} margin at 2x); instead {graphs}"
+                        + (" and use a fused optimizer." if training else "."))
         if not training:
-            return (f"Batch more samples per forward (about {factor}x) and {graphs}: each launch then carries "
+            return (f"Batch more samples per forward (about {factor}x){mem} and {graphs}: each launch then carries "
                     "more GPU work.")
-        arith = batch_arithmetic(trace.meta.run_config, factor, ctx.framework)
+        arith = (fit_arithmetic(fit, ctx.framework) if fit is not None and fit.current_batch
+                 else batch_arithmetic(trace.meta.run_config, factor, ctx.framework))
         fused = ('optim="adamw_torch_fused"' if ctx.framework in ("hf_trainer", "trl")
                  else "a fused optimizer (AdamW(fused=True))")
-        return f"Give each launch more work: {arith}; then {graphs} and use {fused}."
+        return f"Give each launch more work: {arith}{mem}; then {graphs} and use {fused}."
 
     @staticmethod
     def _events(trace, k, claimed):
@@ -211,15 +264,3 @@ class LaunchBound(Detector):
         ts = k["ts_us"].to_numpy()
         idx = np.unique(np.minimum(np.searchsorted(ts, claimed[1][top] - 1e-6), len(k) - 1))
         return events_from(k.iloc[idx], trace, "kernel")
-
-    def claims(self, trace, ctx, finding):
-        a, b = _launch_gaps(trace)[1]
-        return Claim(what="GPU idle between kernels the host launched late", start_us=a, end_us=b, lost_us=b - a)
-
-
-def _launch_gaps(trace):
-    """The launch gaps inside the analysed steps, and the part this detector claims (not inside an unfused
-    optimizer step or steady allocator churn, which those detectors claim)."""
-    st = trace.steps
-    idle = iv.intersect(trace.timeline.sets["idle_launch"], iv.union(st["start_us"], st["end_us"]))
-    return idle, iv.subtract(iv.subtract(idle, unfused_windows(trace)), steady_alloc_set(trace))

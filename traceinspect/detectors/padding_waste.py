@@ -161,11 +161,16 @@ class PaddingWaste(Detector):
             else:
                 return
         if share < self.min_share:
+            yield self.declined(f"padding measured or assumed at {100 * share:.1f}% of the tokens, below the "
+                                f"{100 * self.min_share:g}% threshold")
             return
         token_us, attn_us, kin = _token_time(trace)
         base_us = max(token_us - attn_us, 0.0) if unpadded_attention else token_us
         gpu_saving = share * base_us
         if gpu_saving < self.min_saving_frac * ctx.window_us:
+            yield self.declined(f"padding at {100 * share:.0f}% of the tokens would save "
+                                f"{100 * gpu_saving / ctx.window_us:.1f}% of the window, below the "
+                                f"{100 * self.min_saving_frac:g}% threshold")
             return
         per_token = np.ones(len(kin), dtype=bool)
         if unpadded_attention:
@@ -187,6 +192,7 @@ class PaddingWaste(Detector):
                      f"is spent on pad tokens")
         yield self.finding(ctx, title=title, time_lost_us=lost, confidence=conf, evidence=ev,
                            fix=_fix(ctx.framework), upper_bound=upper,
+                           projected_lost_us=gpu_saving if lost < 0.5 * gpu_saving else None,
                            events=events_from(kin, trace, "kernel"))
 
 

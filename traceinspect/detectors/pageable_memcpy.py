@@ -148,6 +148,8 @@ class PageableMemcpy(Detector):
         lost += idle
         frac = lost / ctx.window_us if ctx.window_us else 0.0
         if frac < self.min_frac:
+            yield self.declined(f"{len(big)} pageable copies of {self.min_copy_bytes / 2**20:g} MB or more, costing "
+                                f"{100 * frac:.1f}% of the window, below the {100 * self.min_frac:g}% threshold")
             return
         blocked = float(big["launch_dur_us"].fillna(0.0).sum())
         ev.append(Evidence(label="host blocked in the copy calls", value=round(blocked / n / 1e3, 2),

@@ -217,7 +217,8 @@ class UnfusedOptimizer(Detector):
         st = trace.steps
         steps_set = iv.union(st["start_us"], st["end_us"])
         tl = trace.timeline
-        idle_launch = iv.total(iv.intersect(iv.intersect(tl.sets["idle_launch"], steps_set), win))
+        launch_claim = iv.intersect(iv.intersect(tl.sets["idle_launch"], steps_set), win)
+        idle_launch = iv.total(launch_claim)
         idle_cpu = iv.total(iv.intersect(iv.intersect(tl.sets["idle_cpu"], steps_set), win))
         n_spans = len(bad)
         busy = float(bad["busy_us"].sum())
@@ -233,6 +234,8 @@ class UnfusedOptimizer(Detector):
         lost = idle_launch + saving
         frac = lost / ctx.window_us if ctx.window_us else 0.0
         if frac < self.min_frac:
+            yield self.declined(f"unfused optimizer steps present ({len(bad)}), wasting {100 * frac:.1f}% of the "
+                            f"window, below the {100 * self.min_frac:g}% threshold")
             return
         impl = str(bad["impl"].mode().iloc[0])
         k_per = float(bad["n_kernels"].mean())
@@ -266,7 +269,8 @@ class UnfusedOptimizer(Detector):
                        for r in bad.nlargest(3, "n_kernels").itertuples(index=False))
         yield self.finding(ctx, title=title, time_lost_us=lost,
                            confidence="high" if frac >= 0.05 and impl == "for-loop" else "medium",
-                           evidence=ev, fix=self._fix(ctx, cls), events=events)
+                           evidence=ev, fix=self._fix(ctx, cls), events=events,
+                           idle_claims={"idle_launch": launch_claim})
 
     @staticmethod
     def _fix(ctx, cls: str) -> str:

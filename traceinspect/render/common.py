@@ -65,6 +65,11 @@ def sev(f) -> str:
     return severity(num(f.time_lost_frac) or 0.0)
 
 
+def labels(f) -> str:
+    """Severity (share of the window lost) and confidence (strength of the evidence), each named."""
+    return f"severity {sev(f)}, confidence {plain(f.confidence)}"
+
+
 BREAKDOWN_ORDER = ("compute", "comm", "memcpy", "idle_dataloader", "idle_sync", "idle_launch", "idle_cpu",
                    "idle_unknown")
 
@@ -112,3 +117,64 @@ def efficiency_peaks(report) -> str:
     return (f"{p.get('name', '?')}: {sig(p.get('half_tflops'), 5)} TFLOP/s bf16/fp16, {sig(p.get('tf32_tflops'), 5)} "
             f"TF32, {sig(p.get('fp32_tflops'), 5)} fp32, {sig(p.get('mem_tbps'), 4)} TB/s"
             + (" (approximate)" if p.get("approximate") else "") + (f"; {p.get('source')}" if p.get("source") else ""))
+
+
+def _gb(x) -> str:
+    v = num(x)
+    return "unknown" if v is None else f"{v / 1e9:.2f} GB"
+
+
+def memory_rows(mem: dict) -> list[tuple[str, str]]:
+    """The report's memory section as (label, value) pairs of raw text: every renderer escapes both
+    (the section comes from a trace or a saved report, so device ids and reasons are untrusted)."""
+    if not isinstance(mem, dict) or not mem:
+        return []
+    rows: list[tuple[str, str]] = []
+    src = {"trace": "[memory] events (profile_memory=True)",
+           "capture": "torch.cuda.max_memory_allocated() per step (traceinspect.capture)"}.get(mem.get("source"))
+    devices = mem.get("devices") if isinstance(mem.get("devices"), list) else []
+    devices = [d for d in devices if isinstance(d, dict)]
+    if src is None:
+        rows.append(("no memory figure", str(mem.get("reason") or "unknown")))
+        if mem.get("hint"):
+            rows.append(("to get one", str(mem.get("hint"))))
+        for d in devices:
+            rows.append((f"device {d.get('device')} capacity", _gb(d.get("capacity_bytes"))))
+        return rows
+    rows.append(("source", src))
+    for d in devices:
+        dev = f"device {d.get('device')}"
+        cap, head = num(d.get("capacity_bytes")), num(d.get("headroom_bytes"))
+        rows.append((f"{dev} peak allocated / reserved",
+                     f"{_gb(d.get('peak_allocated_bytes'))} / {_gb(d.get('peak_reserved_bytes'))}"
+                     + (f" of {_gb(cap)}" if cap else "")))
+        rows.append((f"{dev} allocated at step start (does not scale with the batch)",
+                     _gb(d.get("start_allocated_bytes"))))
+        rows.append((f"{dev} headroom (capacity - peak reserved)",
+                     _gb(head) + (f" ({pct(head / cap)} of capacity)" if cap and head is not None else "")))
+        steps = d.get("per_step") if isinstance(d.get("per_step"), list) else []
+        steps = [s for s in steps if isinstance(s, dict)]
+        if steps:
+            rows.append((f"{dev} peak allocated per step",
+                         ", ".join(f"#{s.get('step')} {_gb(s.get('peak_allocated_bytes'))}" for s in steps[:16])
+                         + (" ..." if len(steps) > 16 else "")))
+    fit = mem.get("batch_fit")
+    if isinstance(fit, dict):
+        margin = num(fit.get("margin_frac"))
+        mf = num(fit.get("max_factor"))
+        cur, new = fit.get("current_batch"), fit.get("batch")
+        b_name = fit.get("batch_name") or "micro-batch"
+        a_name = fit.get("accumulation_name") or "gradient accumulation"
+        grow = (f"{b_name} {cur} -> {new}" if cur is not None and new is not None
+                else f"about {count(fit.get('factor'))}x the current {b_name}")
+        ga, nga = fit.get("current_accumulation"), fit.get("accumulation")
+        if ga is not None and nga is not None:
+            grow += f", {a_name} {ga} -> {nga}"
+        rows.append(("largest batch growth under " + (pct(margin) if margin is not None else "the margin")
+                     + " of capacity", (f"{mf:.1f}x" if mf is not None else "unknown")
+                     + f"; recommended (up to 8x): {grow}, predicted peak {_gb(fit.get('predicted_peak_bytes'))}"))
+        for key, label in (("measured", "measured"), ("assumed", "assumed")):
+            vals = fit.get(key)
+            if isinstance(vals, list) and vals:
+                rows.append((label, "; ".join(str(v) for v in vals)))
+    return rows

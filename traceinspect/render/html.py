@@ -12,8 +12,8 @@ import json
 
 from ..inert import valid_unicode
 from . import charts
-from .common import (BREAKDOWN_ORDER, count, efficiency_peaks, efficiency_rows, evidence_value, gpu_line, ms, num, pct,
-                     plain, sev)
+from .common import (BREAKDOWN_ORDER, count, efficiency_peaks, efficiency_rows, evidence_value, gpu_line, memory_rows,
+                     ms, num, pct, plain, sev)
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
@@ -75,9 +75,12 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
                     f"(<code>{esc(charts.INSTALL_HINT)}</code>). The tables below carry the same numbers.</p>")
     body += _breakdown(report)
     body += _timeline(report)
+    body += _account(report)
     body += _findings(report)
+    body += _next_bottlenecks(report)
     body += _kernels(report)
     body += efficiency_section(report)
+    body += _memory(report)
     body += _ranks(report)
     body += _problems(report)
     body += _environment(report)
@@ -170,7 +173,7 @@ def _verdict(report) -> str:
     if v.get("top"):
         return "".join([
             "<section class=\"verdict\" id=\"verdict\">",
-            f"<p class=\"big\">{esc(v.get('top_title'))}</p>",
+            f"<p class=\"big\">{esc(v.get('headline') or v.get('top_title'))}</p>",
             "<div class=\"nums\">",
             f"<div><span>top cause</span><b><code>{esc(v['top'])}</code></b></div>",
             f"<div><span>costs per step</span><b>{esc(ms(v.get('top_per_step_us')))}</b> "
@@ -236,18 +239,20 @@ def _timeline(report) -> list[str]:
 
 
 def _findings(report) -> list[str]:
-    if not report.findings:
+    active = [f for f in report.findings if not f.masked_by]
+    if not active:
         return ["<section id=\"findings\"><h2>Findings</h2><p>No findings.</p></section>"]
-    o = ["<section id=\"findings\"><h2>Findings, ranked by time lost</h2>"]
-    for i, f in enumerate(report.findings, 1):
+    o = ["<section id=\"findings\"><h2>Findings, ranked by time lost weighted by confidence</h2>"]
+    for i, f in enumerate(active, 1):
         s = sev(f)
         ub = " (upper bound)" if f.upper_bound else ""
         o.append(f"<article class=\"finding\" id=\"finding-{i}\">")
         o.append(f"<h3>{i}. <code>{esc(f.name)}</code> <span class=\"note\">{esc(f.code)}</span>"
-                 f"<span class=\"sev {esc(s)}\">{esc(s)}</span></h3>")
+                 f"<span class=\"sev {esc(s)}\">severity {esc(s)}</span>"
+                 f"<span class=\"note\"> · confidence {esc(f.confidence)}</span></h3>")
         o.append(f"<p><b>{esc(f.title)}</b></p>")
         o.append(f"<p class=\"note\">{esc(ms(f.time_lost_per_step_us))} per step, {esc(pct(f.time_lost_frac))} of the "
-                 f"window{esc(ub)}; confidence {esc(f.confidence)}</p>")
+                 f"window{esc(ub)}; severity {esc(s)}, confidence {esc(f.confidence)}</p>")
         if f.evidence:
             # fixed columns: a long kernel name in a value is cut with an ellipsis (full text on hover), so
             # it cannot push the table past its card
@@ -269,6 +274,50 @@ def _findings(report) -> list[str]:
                  f"search <code>{esc(f.name)}</code> for its slices.</p>")
         o.append("</article>")
     o.append("</section>")
+    return o
+
+
+def _account(report) -> list[str]:
+    """The explained-time account: GPU idle time per finding, the unexplained rest, and why."""
+    a = report.account
+    if not isinstance(a, dict) or not num(a.get("idle_us")):
+        return []
+    o = ["<section id=\"account\"><h2>Where the GPU idle time goes</h2>",
+         f"<p class=\"note\">explained: {esc(pct(a.get('explained_frac_of_idle')))} of GPU idle time "
+         f"({esc(ms(a.get('idle_per_step_us')))} per step, {esc(pct(a.get('idle_frac_of_step')))} of the step)</p>",
+         "<table><tr><th>claimed by</th><th class=n>per step</th><th class=n>share of the step</th></tr>"]
+    for p in a.get("parts") or []:
+        if isinstance(p, dict):
+            o.append(f"<tr><td><code>{esc(p.get('name'))}</code></td><td class=n>{esc(ms(p.get('per_step_us')))}</td>"
+                     f"<td class=n>{esc(pct(p.get('frac_of_step')))}</td></tr>")
+    o.append(f"<tr><td>unexplained</td><td class=n>{esc(ms(a.get('unexplained_per_step_us')))}</td>"
+             f"<td class=n>{esc(pct(a.get('unexplained_frac_of_step')))}</td></tr></table>")
+    reasons = [r for r in a.get("unexplained_reasons") or [] if isinstance(r, dict)]
+    if reasons:
+        o.append("<ul>" + "".join(f"<li>unexplained <code>{esc(r.get('part'))}</code> "
+                                  f"({esc(ms(r.get('per_step_us')))}/step): {esc(r.get('why'))}</li>"
+                                  for r in reasons) + "</ul>")
+    o.append("</section>")
+    return o
+
+
+def _next_bottlenecks(report) -> list[str]:
+    """Masked causes: their cost now and once the causes that hide them are fixed."""
+    latent = [f for f in report.findings if f.masked_by]
+    if not latent:
+        return []
+    c = num(report.steps.get("count"))
+    n = int(c) if c is not None and 1 <= c < 1e12 else 1
+    o = ["<section id=\"next-bottlenecks\"><h2>Next bottlenecks (present, masked now)</h2>",
+         "<table><tr><th>finding</th><th class=n>lost per step now</th><th class=n>once fixed</th><th>masked by</th>"
+         "<th>severity</th><th>confidence</th></tr>"]
+    for f in latent:
+        o.append(f"<tr><td><code>{esc(f.name)}</code> {esc(f.title)}<br><span class=\"note\">Fix: {esc(f.fix)}</span></td>"
+                 f"<td class=n>{esc(ms(f.time_lost_per_step_us))}</td>"
+                 f"<td class=n>{esc(ms((num(f.projected_lost_us) or 0.0) / n))}</td>"
+                 f"<td>{', '.join(f'<code>{esc(m)}</code>' for m in f.masked_by)}</td>"
+                 f"<td>{esc(sev(f))}</td><td>{esc(f.confidence)}</td></tr>")
+    o.append("</table></section>")
     return o
 
 
@@ -305,6 +354,15 @@ def efficiency_section(report, top: int = 15) -> list[str]:
     return o
 
 
+def _memory(report) -> list[str]:
+    rows = memory_rows(report.memory)
+    if not rows:
+        return []
+    return (["<section id=\"memory\"><h2>Device memory</h2>", "<table>"]
+            + [f"<tr><th scope=\"row\">{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows]
+            + ["</table></section>"])
+
+
 def _ranks(report) -> list[str]:
     if not report.ranks or len(report.ranks) < 2:
         return []
@@ -331,8 +389,9 @@ def _problems(report) -> list[str]:
         o += [f"<li>{esc(w)}</li>" for w in report.warnings]
         o.append("</ul></section>")
     if report.skipped:
-        o.append("<section id=\"skipped\"><h2>Not applicable</h2><ul>")
-        o += [f"<li><code>{esc(s.name)}</code> ({esc(s.code)}): {esc(s.reason)}</li>" for s in report.skipped]
+        o.append("<section id=\"skipped\"><h2>Checked below threshold, or not applicable</h2><ul>")
+        o += [f"<li><code>{esc(s.name)}</code> ({esc(s.code)}): {'checked, below threshold: ' if s.checked else ''}"
+              f"{esc(s.reason)}</li>" for s in report.skipped]
         o.append("</ul></section>")
     return o
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .common import (BREAKDOWN_ORDER, count, efficiency_peaks, efficiency_rows, evidence_value, gpu_line, md_code,
-                     md_text, ms, num, pct, run_config_items, sev)
+                     md_text, memory_rows, ms, num, pct, run_config_items, sev)
 
 MAX_BYTES = 1 << 20  # GitHub step summaries reject more than 1 MiB
 
@@ -22,7 +22,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
                  f"(mean {ms(st.get('mean_us'))}, min {ms(st.get('min_us'))}, max {ms(st.get('max_us'))})")
     o.append("")
     if v.get("top"):
-        o.append(f"**Verdict:** {md_text(v.get('top_title', ''))}")
+        o.append(f"**Verdict:** {md_text(v.get('headline') or v.get('top_title', ''))}")
         o.append("")
         o.append(f"Fixing {', '.join(md_code(n) for n in v.get('expected_from', []))} would bring the "
                  f"step to about **{ms(v.get('expected_step_us'))}** instead of {ms(v.get('median_step_us'))} "
@@ -40,17 +40,19 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         b = bd.get("gpu_busy", {})
         o.append(f"| **GPU busy** | {ms(b.get('per_step_us'))} | {pct(b.get('frac'))} |")
         o.append("")
-    if report.findings:
-        o.append("### Findings, ranked by time lost")
+    o += account_md(report)
+    active = [f for f in report.findings if not f.masked_by]
+    if active:
+        o.append("### Findings, ranked by time lost weighted by confidence")
         o.append("")
-        o.append("| # | finding | lost per step | share | confidence |")
-        o.append("|---:|---|---:|---:|---|")
-        for i, f in enumerate(report.findings, 1):
+        o.append("| # | finding | lost per step | share | severity | confidence |")
+        o.append("|---:|---|---:|---:|---|---|")
+        for i, f in enumerate(active, 1):
             o.append(f"| {count(i)} | {md_code(f.name, in_table=True)} {md_text(f.title)} | "
                      f"{ms(f.time_lost_per_step_us)} | {pct(f.time_lost_frac)} | "
-                     f"{md_text(f.confidence)} ({md_text(sev(f))}) |")
+                     f"{md_text(sev(f))} | {md_text(f.confidence)} |")
         o.append("")
-        for i, f in enumerate(report.findings, 1):
+        for i, f in enumerate(active, 1):
             o.append(f"#### {count(i)}. {md_code(f.name)} ({md_text(f.code)})")
             o.append("")
             o.append(md_text(f.title))
@@ -65,6 +67,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
     else:
         o.append("No findings.")
         o.append("")
+    o += next_bottlenecks_md(report)
     if report.top_kernels:
         o.append("<details><summary>Top kernels</summary>")
         o.append("")
@@ -77,6 +80,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         o.append("</details>")
         o.append("")
     o += efficiency_lines(report)
+    o += _memory(report)
     items = run_config_items(t)
     if items:
         o.append("<details><summary>Run configuration (recorded by traceinspect.capture)</summary>")
@@ -113,6 +117,13 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
     return text
 
 
+def _memory(report) -> list[str]:
+    rows = memory_rows(report.memory)
+    if not rows:
+        return []
+    return ["### Device memory", ""] + [f"- {md_text(k)}: {md_text(v)}" for k, v in rows] + [""]
+
+
 def efficiency_lines(report, top: int = 10) -> list[str]:
     """The top rows of the per-shape efficiency table (GPU time per step, achieved rates, roofline share)."""
     rows = efficiency_rows(report, top)
@@ -127,6 +138,50 @@ def efficiency_lines(report, top: int = 10) -> list[str]:
                  f"{md_text(r['calls'])} | {md_text(r['time'])} | {md_text(r['tflops'])} | {md_text(r['tbps'])} | "
                  f"{md_text(r['intensity'])} | {md_text(r['bound'])} | {md_text(r['share'])} |")
     o += ["", "</details>", ""]
+    return o
+
+
+def account_md(report) -> list[str]:
+    """The explained-time account as a table: GPU idle per finding, then the unexplained rest and why."""
+    a = report.account
+    if not isinstance(a, dict) or not num(a.get("idle_us")):
+        return []
+    o = [f"### Where the GPU idle time goes (explained: {pct(a.get('explained_frac_of_idle'))} of GPU idle time)",
+         "", "| claimed by | per step | share of the step |", "|---|---:|---:|"]
+    for p in a.get("parts") or []:
+        if isinstance(p, dict):
+            o.append(f"| {md_code(p.get('name'), in_table=True)} | {ms(p.get('per_step_us'))} | "
+                     f"{pct(p.get('frac_of_step'))} |")
+    o.append(f"| unexplained | {ms(a.get('unexplained_per_step_us'))} | {pct(a.get('unexplained_frac_of_step'))} |")
+    o.append(f"| **GPU idle** | {ms(a.get('idle_per_step_us'))} | {pct(a.get('idle_frac_of_step'))} |")
+    o.append("")
+    reasons = [r for r in a.get("unexplained_reasons") or [] if isinstance(r, dict)]
+    for r in reasons:
+        o.append(f"- unexplained {md_code(r.get('part'))} ({ms(r.get('per_step_us'))}/step): {md_text(r.get('why'))}")
+    if reasons:
+        o.append("")
+    return o
+
+
+def next_bottlenecks_md(report) -> list[str]:
+    """Masked causes, with their cost now and once the masking causes are fixed."""
+    latent = [f for f in report.findings if f.masked_by]
+    if not latent:
+        return []
+    c = num(report.steps.get("count"))
+    n = int(c) if c is not None and 1 <= c < 1e12 else 1
+    o = ["### Next bottlenecks (present, masked now)", "",
+         "| finding | lost per step now | once fixed | masked by | severity | confidence |",
+         "|---|---:|---:|---|---|---|"]
+    for f in latent:
+        o.append(f"| {md_code(f.name, in_table=True)} {md_text(f.title)} | {ms(f.time_lost_per_step_us)} | "
+                 f"{ms((num(f.projected_lost_us) or 0.0) / n)} | "
+                 f"{', '.join(md_code(m, in_table=True) for m in f.masked_by)} | {md_text(sev(f))} | "
+                 f"{md_text(f.confidence)} |")
+    o.append("")
+    for f in latent:
+        o.append(f"- {md_code(f.name)} fix: {md_text(f.fix)}")
+    o.append("")
     return o
 
 

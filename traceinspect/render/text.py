@@ -9,8 +9,8 @@ from __future__ import annotations
 import textwrap
 
 from ..inert import document
-from .common import (BREAKDOWN_ORDER, count, efficiency_peaks, efficiency_rows, evidence_value, gpu_line, ms, num, pct,
-                     plain, run_config_items, sev)
+from .common import (BREAKDOWN_ORDER, efficiency_peaks, efficiency_rows, evidence_value, gpu_line, labels,
+                     memory_rows, ms, num, pct, plain, run_config_items)
 
 
 def render(report, *, width: int = 100, color: bool = False) -> str:
@@ -26,7 +26,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
                         f"steps from {plain(st.get('source'))}"))
     out.append("")
     if v.get("top"):
-        out.append(wrap(f"VERDICT: {plain(v.get('top_title', ''))}"))
+        out.append(wrap(f"VERDICT: {plain(v.get('headline') or v.get('top_title', ''))}"))
         out.append(wrap(f"Fixing {', '.join(plain(n) for n in v.get('expected_from', []))} would bring the step "
                         f"to about {ms(v.get('expected_step_us'))} instead of {ms(v.get('median_step_us'))} "
                         f"({plain(v.get('assumption', ''))}).", "  "))
@@ -44,12 +44,14 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
             out.append(f"  {plain(b.get('label', p)):<38} {ms(b.get('per_step_us')):>10} {pct(b.get('frac')):>7}  {bar}")
         out.append(f"  {'GPU busy':<38} {ms(busy.get('per_step_us')):>10} {pct(busy.get('frac')):>7}")
         out.append("")
-    if report.findings:
-        out.append("Findings, ranked by time lost")
-        for i, f in enumerate(report.findings, 1):
+    out += account_lines(report, wrap)
+    active = [f for f in report.findings if not f.masked_by]
+    if active:
+        out.append("Findings, ranked by time lost weighted by confidence")
+        for i, f in enumerate(active, 1):
             ub = " (upper bound)" if f.upper_bound else ""
-            out.append(wrap(f"{i}. [{sev(f)}] {plain(f.name)} ({plain(f.code)}): {ms(f.time_lost_per_step_us)}/step, "
-                            f"{pct(f.time_lost_frac)} of the window{ub}; confidence {plain(f.confidence)}"))
+            out.append(wrap(f"{i}. {plain(f.name)} ({plain(f.code)}): {ms(f.time_lost_per_step_us)}/step, "
+                            f"{pct(f.time_lost_frac)} of the window{ub} [{labels(f)}]"))
             out.append(wrap(plain(f.title), "   "))
             for e in f.evidence:
                 win = f" [{plain(e.window)}]" if e.window else ""
@@ -62,7 +64,9 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
     else:
         out.append("No findings.")
         out.append("")
+    out += next_bottleneck_lines(report, wrap)
     out += efficiency_lines(report)
+    out += _memory(report, wrap)
     items = run_config_items(t)
     if items:
         out.append("Run configuration (recorded by traceinspect.capture)")
@@ -85,9 +89,21 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         for wmsg in report.warnings:
             out.append(wrap(f"- {plain(wmsg)}", "  "))
         out.append("")
-    if report.skipped:
-        out.append(wrap("Not applicable: " + "; ".join(f"{plain(s.name)} ({plain(s.reason)})" for s in report.skipped)))
+    declined = [s for s in report.skipped if s.checked]
+    if declined:
+        out.append(wrap("Checked, below threshold: " + "; ".join(f"{plain(s.name)} ({plain(s.reason)})"
+                                                                for s in declined)))
+    if len(declined) < len(report.skipped):
+        out.append(wrap("Not applicable: " + "; ".join(f"{plain(s.name)} ({plain(s.reason)})" for s in report.skipped
+                                                       if not s.checked)))
     return document("\n".join(out).rstrip() + "\n")
+
+
+def _memory(report, wrap) -> list[str]:
+    rows = memory_rows(report.memory)
+    if not rows:
+        return []
+    return ["Device memory"] + [wrap(f"- {plain(k)}: {plain(v)}", "  ") for k, v in rows] + [""]
 
 
 def efficiency_lines(report, top: int = 8) -> list[str]:
@@ -101,4 +117,41 @@ def efficiency_lines(report, top: int = 8) -> list[str]:
         out.append(f"  {r['time']:>9}/step  {r['share']:>7} of roofline  {r['tflops']:>6} TFLOP/s  {r['tbps']:>6} TB/s"
                    f"  {plain(r['bound']):<7}  {plain(r['op'])[:40]} {plain(r['shape'])[:60]} {plain(r['dtype'])}")
     out.append("")
+    return out
+def account_lines(report, wrap) -> list[str]:
+    """The explained-time account: GPU idle time per finding plus what stayed unexplained, and why."""
+    a = report.account
+    if not isinstance(a, dict) or not num(a.get("idle_us")):
+        return []
+    out = [f"Where the GPU idle time goes (explained: {pct(a.get('explained_frac_of_idle'))} of GPU idle time; "
+           f"idle {ms(a.get('idle_per_step_us'))} per step)"]
+    for p in a.get("parts") or []:
+        if isinstance(p, dict):
+            out.append(f"  {plain(p.get('name')):<38} {ms(p.get('per_step_us')):>10} {pct(p.get('frac_of_step')):>7} "
+                       "of the step")
+    out.append(f"  {'unexplained':<38} {ms(a.get('unexplained_per_step_us')):>10} "
+               f"{pct(a.get('unexplained_frac_of_step')):>7} of the step")
+    for r in a.get("unexplained_reasons") or []:
+        if isinstance(r, dict):
+            out.append(wrap(f"- unexplained {plain(r.get('part'))} ({ms(r.get('per_step_us'))}/step): "
+                            f"{plain(r.get('why'))}", "  "))
+    out.append("")
+    return out
+
+
+def next_bottleneck_lines(report, wrap) -> list[str]:
+    """Masked causes: present now but hidden behind the active ones; what they cost now and later."""
+    latent = [f for f in report.findings if f.masked_by]
+    if not latent:
+        return []
+    c = num(report.steps.get("count"))
+    n = int(c) if c is not None and 1 <= c < 1e12 else 1
+    out = ["Next bottlenecks (present, masked now by the causes above)"]
+    for i, f in enumerate(latent, 1):
+        proj = (num(f.projected_lost_us) or 0.0) / n
+        out.append(wrap(f"{i}. {plain(f.name)} ({plain(f.code)}): {ms(f.time_lost_per_step_us)}/step now, about "
+                        f"{ms(proj)}/step once {', '.join(plain(m) for m in f.masked_by)} is fixed [{labels(f)}]"))
+        out.append(wrap(plain(f.title), "   "))
+        out.append(wrap(f"Fix: {plain(f.fix)}", "   "))
+        out.append("")
     return out

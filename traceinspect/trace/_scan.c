@@ -9,7 +9,10 @@
  * that dims_idx / type_idx index (-1: absent).
  *
  * It reads exactly the fields that traceinspect.trace.load.Event / Args declare, with the same
- * type rules as the typed msgspec decoder. An event it is not sure about (an escaped key, a field
+ * type rules as the typed msgspec decoder: a repeated key keeps its last value, every string (read or
+ * skipped) has its escapes checked as msgspec checks them (the escape letters, four hex digits, UTF-16
+ * surrogates in pairs), integers cover the whole int64 range, and `present` (a uint32 bit per int64
+ * column) says which optional ints were given, so no value doubles as "absent". An event it is not sure about (an escaped key, a field
  * of an unexpected type, a number that does not fit) gets a placeholder row and is listed in
  * `deferred` as (row, raw bytes) for the caller to decode with the exact Python path; malformed
  * JSON or a truncated buffer makes it return None, and the caller decodes the whole buffer in
@@ -26,8 +29,14 @@
 #include <emmintrin.h>
 #endif
 
-#define NONE_I64 INT64_MIN
-#define MAX_DEPTH 512
+#define NONE_I64 INT64_MIN   /* the value an absent int holds; absence itself is a bit in `present` */
+/* The documented nesting limit of a trace (load.MAX_NESTING, docs/tables.md): containers nested
+ * deeper than this anywhere in the document make it unreadable. The scanner never decides that
+ * itself: it defers (returns None) as soon as a value it skips could reach that depth, and the Python
+ * path, which measures the depth exactly, reports it. A skipped container at skip depth 1 sits at
+ * document depth 5 at most (document object, events array, event, args, value), hence the margin. */
+#define MAX_NESTING 128
+#define MAX_SKIP_DEPTH (MAX_NESTING - 4)
 
 typedef struct {
     char *p;
@@ -143,7 +152,7 @@ enum {
     C_COLL, C_DTYPE, C_ANAME,
     C_PID, C_TID, C_ID,                                          /* int64 */
     C_CORR, C_EXT, C_EXT_OLD, C_DEVICE, C_STREAM, C_CBID, C_CID,
-    C_IN_NEL, C_OUT_NEL, C_GROUP, C_DEVTYPE, C_GRID, C_BLOCK,
+    C_IN_NEL, C_OUT_NEL, C_GROUP, C_DEVTYPE, C_DEVID, C_GRID, C_BLOCK,
     C_DIMS_OFF, C_DIMS_LEN, C_TYPE_OFF, C_TYPE_LEN,
     C_TS, C_DUR, C_NBYTES, C_MEMB, C_TALLOC, C_TRES,             /* float64, NaN none */
     N_COLS
@@ -155,7 +164,7 @@ static const char *COL_NAMES[N_COLS] = {
     "collective_idx", "dtype_idx", "arg_name_idx",
     "pid", "tid", "id",
     "correlation", "external_id", "external_id_old", "device", "stream", "cbid", "cid",
-    "in_msg_nelems", "out_msg_nelems", "group_size", "device_type", "grid", "block",
+    "in_msg_nelems", "out_msg_nelems", "group_size", "device_type", "device_id", "grid", "block",
     "dims_off", "dims_len", "type_off", "type_len",
     "ts", "dur", "nbytes", "mem_bytes", "total_allocated", "total_reserved",
 };
@@ -170,9 +179,10 @@ static size_t col_item(int c) {
 typedef struct {
     uint8_t ph, has_args;
     int32_t s[8];     /* C_CAT .. C_ANAME */
-    int64_t i[20];    /* C_PID .. C_TYPE_LEN */
+    int64_t i[21];    /* C_PID .. C_TYPE_LEN */
     double f[6];      /* C_TS .. C_TRES */
     int64_t old_off, old_len;  /* args["Input dims"], the old spelling */
+    uint32_t present;          /* bit I(c): int64 column c was given a value (not absent, not null) */
     int seen_args;
 } row;
 
@@ -193,6 +203,7 @@ typedef struct {
     interner strs;
     interner raws;     /* distinct raw values of Input Dims / Input type */
     vec dims_ids, type_ids;  /* int32 per event, -1 none */
+    vec present;             /* uint32 per event: row.present */
     vec cols[N_COLS];
     vec slow;
     vec deferred;  /* int64 triples (row, offset, length) */
@@ -222,8 +233,47 @@ static inline const unsigned char *string_special(const unsigned char *q, const 
     return q;
 }
 
+static int hex4(const unsigned char *q, const unsigned char *end, unsigned *cp) {
+    if (end - q < 4) return -1;
+    unsigned v = 0;
+    for (int k = 0; k < 4; k++) {
+        unsigned char c = q[k];
+        unsigned d;
+        if (c >= '0' && c <= '9') d = c - '0';
+        else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+        else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+        else return -1;
+        v = v * 16 + d;
+    }
+    *cp = v;
+    return 0;
+}
+
+/* the escape at q (on the backslash): its length, or -1 where msgspec rejects it (an unknown escape
+ * letter, fewer than four hex digits, a UTF-16 surrogate that is not part of a high-low pair) */
+static int escape_len(const unsigned char *q, const unsigned char *end) {
+    if (end - q < 2) return -1;
+    switch (q[1]) {
+    case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
+        return 2;
+    case 'u': {
+        unsigned cp, lo;
+        if (hex4(q + 2, end, &cp)) return -1;
+        if (cp >= 0xDC00 && cp <= 0xDFFF) return -1;          /* a low surrogate first */
+        if (cp < 0xD800 || cp > 0xDBFF) return 6;
+        if (end - q < 12 || q[6] != '\\' || q[7] != 'u' || hex4(q + 8, end, &lo) || lo < 0xDC00 || lo > 0xDFFF)
+            return -1;                                         /* a high surrogate without its low half */
+        return 12;
+    }
+    default:
+        return -1;
+    }
+}
+
 /* a string at s->p (on the opening quote); sets the span of its raw contents; *esc if it holds a
- * backslash. Rejects raw control characters, as JSON does. */
+ * backslash. Rejects raw control characters and invalid escapes, as msgspec does (also in strings it
+ * skips). UTF-8 is checked where the string is decoded (tables._strings), as msgspec checks it only in
+ * the strings it decodes. */
 static int lex_string(scanner *s, int64_t *off, int32_t *len, int *esc) {
     const unsigned char *q = s->p + 1;
     int e = 0;
@@ -241,8 +291,10 @@ static int lex_string(scanner *s, int64_t *off, int32_t *len, int *esc) {
             return 0;
         }
         if (c == '\\') {
+            int n = escape_len(q, s->end);
+            if (n < 0) return -1;
             e = 1;
-            q += 2;
+            q += n;
             continue;
         }
         return -1;  /* a raw control character */
@@ -297,7 +349,7 @@ static int member_key(scanner *s, const unsigned char **k, int32_t *kl, int *esc
 static int skip_value(scanner *s);
 
 static int skip_container(scanner *s, unsigned char open, unsigned char close) {
-    if (++s->depth > MAX_DEPTH) return -1;
+    if (++s->depth > MAX_SKIP_DEPTH) return -1;
     int more = open_container(s, open, close);
     while (more == 1) {
         const unsigned char *k; int32_t kl; int esc;
@@ -366,7 +418,7 @@ static int is_null(scanner *s) {
     return 0;
 }
 
-/* a JSON integer that fits int64 (and is not INT64_MIN, the "none" marker) */
+/* a JSON integer that fits int64 (the whole range, INT64_MIN included: absence is a bit) */
 static int parse_int(scanner *s, int64_t *out) {
     const unsigned char *start = s->p;
     int isi;
@@ -381,8 +433,8 @@ static int parse_int(scanner *s, int64_t *out) {
         v = v * 10 + d;
     }
     if (neg) {
-        if (v > (uint64_t)INT64_MAX) return -1;
-        *out = -(int64_t)v;
+        if (v > (uint64_t)INT64_MAX + 1) return -1;
+        *out = v == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)v;
     } else {
         if (v > (uint64_t)INT64_MAX) return -1;
         *out = (int64_t)v;
@@ -393,17 +445,30 @@ static int parse_int(scanner *s, int64_t *out) {
 static const double POW10[23] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
                                  1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
+/* A key given twice keeps its last value (as msgspec does): a slow number queued for the same column
+ * and row by an earlier occurrence is only checked (msgspec validates every occurrence: 1e400 is out
+ * of range even where a later value replaces it), never stored, or the conversion after the scan would
+ * overwrite the later value. The current event's queued numbers are the last entries of s->slow. */
+static void forget_slow(scanner *s, int col, int64_t rowi) {
+    slow_num *q = (slow_num *)s->slow.p;
+    for (size_t k = s->slow.n; k > 0 && q[k - 1].row == rowi; k--)
+        if (q[k - 1].col == col) q[k - 1].col = -1;
+}
+
 /* any JSON number as a double, correctly rounded: the exact fast path when the decimal mantissa
  * and exponent allow it (Clinger), else queued for PyOS_string_to_double once the GIL is back */
 static int parse_float(scanner *s, double *out, int col, int64_t rowi) {
     const unsigned char *start = s->p;
     int isi;
     if (lex_number(s, &isi)) return -1;
+    forget_slow(s, col, rowi);
     const unsigned char *q = start, *e = s->p;
     int neg = 0;
     if (*q == '-') { neg = 1; q++; }
     uint64_t m = 0;
-    int digits = 0, exp10 = 0, ok = 1;
+    /* exp10 is bounded: a token of billions of fraction digits must not overflow it (UBSan) */
+    int digits = 0, ok = 1;
+    int64_t exp10 = 0;
     for (; q < e && *q >= '0' && *q <= '9'; q++) {
         if (m || *q != '0') digits++;
         if (digits > 19) { ok = 0; break; }
@@ -415,7 +480,7 @@ static int parse_float(scanner *s, double *out, int col, int64_t rowi) {
             if (m || *q != '0') digits++;
             if (digits > 19) { ok = 0; break; }
             m = m * 10 + (uint64_t)(*q - '0');
-            exp10--;
+            if (--exp10 < -100000) { ok = 0; break; }
         }
     }
     if (ok && q < e && (*q == 'e' || *q == 'E')) {
@@ -473,13 +538,21 @@ static int opt_string(scanner *s, int32_t *out) {
     return 0;
 }
 
-static int opt_int(scanner *s, int64_t *out) {
-    if (is_null(s)) { *out = NONE_I64; return 0; }
-    return parse_int(s, out);
+/* an optional int field of column c: its value and presence bit (null clears both: last wins) */
+static int opt_int(scanner *s, row *r, int c) {
+    uint32_t bit = 1u << I(c);
+    if (is_null(s)) {
+        r->i[I(c)] = NONE_I64;
+        r->present &= ~bit;
+        return 0;
+    }
+    if (parse_int(s, &r->i[I(c)])) return -1;
+    r->present |= bit;
+    return 0;
 }
 
 static int opt_float(scanner *s, double *out, int col, int64_t rowi) {
-    if (is_null(s)) { *out = NAN; return 0; }
+    if (is_null(s)) { forget_slow(s, col, rowi); *out = NAN; return 0; }
     return parse_float(s, out, col, rowi);
 }
 
@@ -500,13 +573,13 @@ static int parse_args(scanner *s, row *r) {
         const unsigned char *k; int32_t kl; int esc;
         if (member_key(s, &k, &kl, &esc) || esc) return -1;
         int rc = 0;
-        if (key_is(k, kl, "correlation")) rc = opt_int(s, &r->i[I(C_CORR)]);
-        else if (key_is(k, kl, "External id")) rc = opt_int(s, &r->i[I(C_EXT)]);
-        else if (key_is(k, kl, "external id")) rc = opt_int(s, &r->i[I(C_EXT_OLD)]);
-        else if (key_is(k, kl, "device")) rc = opt_int(s, &r->i[I(C_DEVICE)]);
-        else if (key_is(k, kl, "stream")) rc = opt_int(s, &r->i[I(C_STREAM)]);
-        else if (key_is(k, kl, "cbid")) rc = opt_int(s, &r->i[I(C_CBID)]);
-        else if (key_is(k, kl, "cid")) rc = opt_int(s, &r->i[I(C_CID)]);
+        if (key_is(k, kl, "correlation")) rc = opt_int(s, r, C_CORR);
+        else if (key_is(k, kl, "External id")) rc = opt_int(s, r, C_EXT);
+        else if (key_is(k, kl, "external id")) rc = opt_int(s, r, C_EXT_OLD);
+        else if (key_is(k, kl, "device")) rc = opt_int(s, r, C_DEVICE);
+        else if (key_is(k, kl, "stream")) rc = opt_int(s, r, C_STREAM);
+        else if (key_is(k, kl, "cbid")) rc = opt_int(s, r, C_CBID);
+        else if (key_is(k, kl, "cid")) rc = opt_int(s, r, C_CID);
         else if (key_is(k, kl, "bytes")) rc = opt_float(s, &r->f[F(C_NBYTES)], C_NBYTES, s->n);
         else if (key_is(k, kl, "grid")) {
             if (is_null(s)) r->i[I(C_GRID)] = 0;
@@ -516,9 +589,9 @@ static int parse_args(scanner *s, row *r) {
             else rc = parse_dims_product(s, &r->i[I(C_BLOCK)]);
         }
         else if (key_is(k, kl, "Collective name")) rc = opt_string(s, &r->s[S(C_COLL)]);
-        else if (key_is(k, kl, "In msg nelems")) rc = opt_int(s, &r->i[I(C_IN_NEL)]);
-        else if (key_is(k, kl, "Out msg nelems")) rc = opt_int(s, &r->i[I(C_OUT_NEL)]);
-        else if (key_is(k, kl, "Group size")) rc = opt_int(s, &r->i[I(C_GROUP)]);
+        else if (key_is(k, kl, "In msg nelems")) rc = opt_int(s, r, C_IN_NEL);
+        else if (key_is(k, kl, "Out msg nelems")) rc = opt_int(s, r, C_OUT_NEL);
+        else if (key_is(k, kl, "Group size")) rc = opt_int(s, r, C_GROUP);
         else if (key_is(k, kl, "dtype")) rc = opt_string(s, &r->s[S(C_DTYPE)]);
         else if (key_is(k, kl, "Input Dims")) rc = raw_span(s, &r->i[I(C_DIMS_OFF)], &r->i[I(C_DIMS_LEN)]);
         else if (key_is(k, kl, "Input dims")) rc = raw_span(s, &r->old_off, &r->old_len);
@@ -527,7 +600,8 @@ static int parse_args(scanner *s, row *r) {
         else if (key_is(k, kl, "Bytes")) rc = opt_float(s, &r->f[F(C_MEMB)], C_MEMB, s->n);
         else if (key_is(k, kl, "Total Allocated")) rc = opt_float(s, &r->f[F(C_TALLOC)], C_TALLOC, s->n);
         else if (key_is(k, kl, "Total Reserved")) rc = opt_float(s, &r->f[F(C_TRES)], C_TRES, s->n);
-        else if (key_is(k, kl, "Device Type")) rc = opt_int(s, &r->i[I(C_DEVTYPE)]);
+        else if (key_is(k, kl, "Device Type")) rc = opt_int(s, r, C_DEVTYPE);
+        else if (key_is(k, kl, "Device Id")) rc = opt_int(s, r, C_DEVID);
         else rc = skip_value(s);
         if (rc) return rc;
         more = next_element(s, '}');
@@ -535,9 +609,14 @@ static int parse_args(scanner *s, row *r) {
     return more;
 }
 
-/* pid / tid / id: an int, or a string (interned; the caller maps it like _tid) */
-static int int_or_str(scanner *s, int64_t *iv, int32_t *sv, int nullable) {
-    if (nullable && is_null(s)) { *iv = NONE_I64; *sv = -1; return 0; }
+/* pid / tid / id (column c, string ids in string column sc): an int, or a string (interned; the
+ * caller maps it like _tid); null only where nullable (id). Sets c's presence bit. */
+static int int_or_str(scanner *s, row *r, int c, int sc, int nullable) {
+    int64_t *iv = &r->i[I(c)];
+    int32_t *sv = &r->s[S(sc)];
+    uint32_t bit = 1u << I(c);
+    if (nullable && is_null(s)) { *iv = NONE_I64; *sv = -1; r->present &= ~bit; return 0; }
+    r->present |= bit;
     if (s->p < s->end && *s->p == '"') {
         *iv = 0;
         return opt_string(s, sv);
@@ -560,6 +639,7 @@ static void init_row_slow(row *rp) {
     for (int c = 0; c < 6; c++) r.f[c] = NAN;
     r.f[F(C_TS)] = 0.0;
     r.old_off = r.old_len = -1;
+    r.present = (1u << I(C_PID)) | (1u << I(C_TID));   /* default 0, never absent */
     r.seen_args = 0;
     *rp = r;
 }
@@ -590,6 +670,7 @@ static int push_row(scanner *s, const row *rp) {
     }
     VPUSH(&s->dims_ids, int32_t, d);
     VPUSH(&s->type_ids, int32_t, t);
+    VPUSH(&s->present, uint32_t, rp->present);
     s->n++;
     return 0;
 }
@@ -605,14 +686,16 @@ static int parse_event(scanner *s) {
         if (key_is(k, kl, "ph")) {
             int64_t o; int32_t l; int e;
             if (*s->p != '"' || lex_string(s, &o, &l, &e) || e) return -1;
+            /* a non-ASCII phase is rare and its UTF-8 must be checked: the Python path decides */
+            for (int32_t k = 0; k < l; k++) if (s->base[o + k] >= 0x80) return -1;
             r.ph = l == 1 ? s->base[o] : (l == 0 ? 0 : 1);
         } else if (key_is(k, kl, "cat") || key_is(k, kl, "name")) {
             int32_t *dst = kl == 3 ? &r.s[S(C_CAT)] : &r.s[S(C_NAME)];
             if (*s->p != '"') return -1;
             rc = opt_string(s, dst);
-        } else if (key_is(k, kl, "pid")) rc = int_or_str(s, &r.i[I(C_PID)], &r.s[S(C_PID_S)], 0);
-        else if (key_is(k, kl, "tid")) rc = int_or_str(s, &r.i[I(C_TID)], &r.s[S(C_TID_S)], 0);
-        else if (key_is(k, kl, "id")) rc = int_or_str(s, &r.i[I(C_ID)], &r.s[S(C_ID_S)], 1);
+        } else if (key_is(k, kl, "pid")) rc = int_or_str(s, &r, C_PID, C_PID_S, 0);
+        else if (key_is(k, kl, "tid")) rc = int_or_str(s, &r, C_TID, C_TID_S, 0);
+        else if (key_is(k, kl, "id")) rc = int_or_str(s, &r, C_ID, C_ID_S, 1);
         else if (key_is(k, kl, "ts")) {
             if (is_null(s)) return -1;
             rc = parse_float(s, &r.f[F(C_TS)], C_TS, s->n);
@@ -736,6 +819,7 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
      * hundreds of bytes), and pages that stay unused are never touched */
     size_t guess = (size_t)view.len / 128 + 64;
     s.dims_ids.item = s.type_ids.item = sizeof(int32_t);
+    s.present.item = sizeof(uint32_t);
     for (int c = 0; c < N_COLS; c++) {
         s.cols[c].item = col_item(c);
         if (c >= C_DIMS_OFF && c <= C_TYPE_LEN) continue;  /* never pushed: see push_row */
@@ -780,7 +864,7 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
             Py_INCREF(result);
             goto done;
         }
-        ((double *)s.cols[sn->col].p)[sn->row] = d;
+        if (sn->col >= 0) ((double *)s.cols[sn->col].p)[sn->row] = d;   /* < 0: replaced by a later key */
     }
     {
         PyObject *cols = PyDict_New();
@@ -791,13 +875,14 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
             if (!b || PyDict_SetItemString(cols, COL_NAMES[c], b)) { Py_XDECREF(b); Py_DECREF(cols); goto done; }
             Py_DECREF(b);
         }
-        PyObject *ids[2] = {column_from(&s.dims_ids), column_from(&s.type_ids)};
-        if (!ids[0] || !ids[1] || PyDict_SetItemString(cols, "dims_idx", ids[0]) ||
-            PyDict_SetItemString(cols, "type_idx", ids[1])) {
-            Py_XDECREF(ids[0]); Py_XDECREF(ids[1]); Py_DECREF(cols); goto done;
+        PyObject *ids[3] = {column_from(&s.dims_ids), column_from(&s.type_ids), column_from(&s.present)};
+        if (!ids[0] || !ids[1] || !ids[2] || PyDict_SetItemString(cols, "dims_idx", ids[0]) ||
+            PyDict_SetItemString(cols, "type_idx", ids[1]) || PyDict_SetItemString(cols, "present", ids[2])) {
+            Py_XDECREF(ids[0]); Py_XDECREF(ids[1]); Py_XDECREF(ids[2]); Py_DECREF(cols); goto done;
         }
         Py_DECREF(ids[0]);
         Py_DECREF(ids[1]);
+        Py_DECREF(ids[2]);
         PyObject *strs = span_list(s.base, &s.strs);
         if (!strs) { Py_DECREF(cols); goto done; }
         PyObject *raws = span_list(s.base, &s.raws);
@@ -820,6 +905,7 @@ done:
     free(s.deferred.p);
     free(s.dims_ids.p);
     free(s.type_ids.p);
+    free(s.present.p);
     intern_free(&s.strs);
     intern_free(&s.raws);
     PyBuffer_Release(&view);
@@ -838,5 +924,10 @@ static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_scan", NULL, -1, ME
 PyMODINIT_FUNC PyInit__scan(void) {
     if (PyType_Ready(&ColumnType) < 0) return NULL;
     init_row_slow(&ROW_TEMPLATE);
-    return PyModule_Create(&MODULE);
+    PyObject *m = PyModule_Create(&MODULE);
+    if (m && PyModule_AddIntConstant(m, "MAX_NESTING", MAX_NESTING)) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -92,19 +92,23 @@ def _parse_chunk(data) -> dict:
             part = _native_chunk(data)
             if part is not None:
                 return part
+        if L.nesting_error(data, L.MAX_NESTING - 1) is not None:
+            # the chunk sits one level inside the document: the whole-file path measures it exactly
+            return {"error": "nested too deeply"}
         try:
             events = L._LIST_DECODER.decode(data)
-            dropped = 0
+            dropped = partial = 0
         except msgspec.DecodeError as e:
             if not isinstance(e, msgspec.ValidationError):
                 return {"error": str(e)}  # a false boundary, or corruption: the caller starts over
             try:
-                _, events, dropped = L._decode_lenient("", bytes(data), True, [])
+                _, events, dropped, partial = L._decode_lenient("", bytes(data), True, [])
             except msgspec.DecodeError as e2:
                 return {"error": str(e2)}
         part = extract(events)
         del events  # releases the views into the caller's buffer before it is resized
         part["dropped"] = dropped
+        part["partial"] = partial   # events kept without the fields that did not fit
         return part
     finally:
         if was:
@@ -129,38 +133,69 @@ def _native_chunk(data, whole: bool = True) -> dict | None:
 
 def load_streaming(path: str | os.PathLike, jobs: int = 1, progress=None) -> L.Loaded:
     p = Path(path)
-    if not p.exists():
+    if not os.path.lexists(p):
         raise TraceError(str(p), "no such file or directory", hint="check the path")
     if p.is_dir():
         raise TraceError(str(p), "is a directory", hint="pass one trace file, or use the CLI on the directory")
-    size = p.stat().st_size
+    with L.open_regular(p) as f:  # a FIFO, device or socket is refused here, before any read
+        size = os.fstat(f.fileno()).st_size
     if size == 0:
         raise TraceError(str(p), "the file is empty (0 bytes)",
                          hint="the profiler probably crashed before writing; capture the trace again")
     warnings: list[str] = []
-    blocks = _threaded(L.read_blocks(p, warnings, progress))
+    state = L.ReadState()
+    lim = L.limits()
+    blocks = _threaded(L.read_blocks(p, warnings, progress, state, lim))
     try:
-        return _load(p, size, blocks, warnings, jobs)
+        loaded = _load(p, size, blocks, warnings, jobs, lim)
     finally:
         blocks.close()  # stops the reader thread on every exit path
+    if loaded.read is None:
+        loaded.read = state
+        loaded.json_bytes = state.json_bytes
+    return loaded
 
 
-def _load(p: Path, size: int, blocks, warnings: list[str], jobs: int) -> L.Loaded:
+def _no_boundary(p: Path, lim: L.Limits, where: str) -> TraceError:
+    return TraceError(str(p), f"{where} holds more than {L.human_bytes(lim.max_event_bytes)} with no event "
+                      f"boundary: one event (or a run of whitespace or garbage) beyond the bound "
+                      f"TRACEINSPECT_MAX_EVENT_BYTES={int(lim.max_event_bytes)}",
+                      hint="no real event comes near this (the largest seen are kilobytes): the file is corrupt or "
+                           "hostile; if it really is a trace, raise the bound, e.g. TRACEINSPECT_MAX_EVENT_BYTES=0 "
+                           "turns it off")
+
+
+def _load(p: Path, size: int, blocks, warnings: list[str], jobs: int, lim: L.Limits) -> L.Loaded:
     head = bytearray()
-    json_bytes = 0
-    # 1. find the start of the events array; small or odd files take the whole-buffer path
+    # 1. find the start of the events array. Leading whitespace is dropped as it arrives and a first
+    # byte that cannot start JSON stops the read at once, so neither is ever accumulated; the
+    # metadata before the events is bounded like one event.
     start = None
+    json_bytes = 0   # bytes of JSON consumed so far (offsets in messages)
+    lead = 0         # leading whitespace dropped
     for b in blocks:
-        head += b
         json_bytes += len(b)
+        if not head:
+            n = len(b)
+            b = b.lstrip()
+            lead += n - len(b)
+            if not b:
+                continue
+            if b[:1] not in (b"{", b"["):
+                return L.decode(str(p), bytes(b[:4096]), size, warnings, origin=lead)  # raises: not JSON
+        head += b
         start = _events_start(head)
-        if start is not None or len(head) > (64 << 20):
+        if start is not None:
             break
-    if start is None:
-        for b in blocks:
-            head += b
-            json_bytes += len(b)
-        return L.decode(str(p), bytes(head), size, warnings)
+        if len(head) > lim.max_event_bytes:
+            raise _no_boundary(p, lim, "the part before the 'traceEvents' array")
+    deep = L.nesting_error(head)
+    if deep is not None:  # in the blocks read to find the events array: the first violation
+        raise L._too_deep(str(p), lead + deep)
+    if start is None:  # the whole (small) file is in head: the careful whole-buffer path decides
+        if not head:
+            raise TraceError(str(p), "contains only whitespace", hint="capture the trace again")
+        return L.decode(str(p), head, size, warnings, origin=lead)
     head_end, head_doc = start
     is_array = head_doc is None
     # buf[0] is a spare byte that becomes the '[' of the first chunk; chunks are decoded in place:
@@ -171,9 +206,12 @@ def _load(p: Path, size: int, blocks, warnings: list[str], jobs: int) -> L.Loade
     pool, workers = _chunk_pool(jobs)
     pending: list[Future | dict] = []
     dropped = 0
+    # chunks no larger than the per-event bound: an event over the bound then always spans a cut,
+    # where buf holds it alone, so the bound is exact
+    chunk_bytes = int(min(CHUNK_BYTES, lim.max_event_bytes))
     try:
         eof = False
-        want = CHUNK_BYTES
+        want = chunk_bytes
         while not eof:
             while len(buf) < want:
                 b = next(blocks, None)
@@ -184,11 +222,16 @@ def _load(p: Path, size: int, blocks, warnings: list[str], jobs: int) -> L.Loade
                 json_bytes += len(b)
             if eof:
                 break
-            cut = _last_boundary(buf)
+            cut = _last_boundary(buf, want)
             if cut is None:
-                want = len(buf) + CHUNK_BYTES  # no boundary yet (one enormous event?): read more
+                _too_deep_so_far(p, buf, json_bytes, is_array, pending)
+                # no boundary in buf[:want] (one enormous event?): read on, up to the per-event bound.
+                # buf[1:] starts at an event, so this bounds exactly one event's size
+                if want - 1 > lim.max_event_bytes:
+                    raise _no_boundary(p, lim, "the events array")
+                want = int(min(want + chunk_bytes, lim.max_event_bytes + 2))
                 continue
-            want = CHUNK_BYTES
+            want = chunk_bytes
             end, rest = cut
             buf[0] = 0x5B   # '['
             buf[end] = 0x5D  # ']' over the separator after the chunk's last event
@@ -214,28 +257,73 @@ def _load(p: Path, size: int, blocks, warnings: list[str], jobs: int) -> L.Loade
             return L.load_file(p)
         last = _native_tail(p, buf, is_array, size, warnings)
         if last is None:
-            tail = (b"[" if is_array else b'{"traceEvents":[') + bytes(buf[1:])
+            keys = None if is_array else L.top_level_keys(b'{"":[' + bytes(buf[1:]))
+            if keys is not None and "traceEvents" in keys:
+                return L.load_file(p)  # a second "traceEvents" follows: its array wins, as in one piece
+            prefix = b"[" if is_array else b'{"traceEvents":['
+            tail = prefix + bytes(buf[1:])
+            origin = json_bytes - (len(buf) - 1) - len(prefix)   # where tail[0] would sit in the file
             del buf
-            last = L.decode(str(p), tail, size, warnings)
+            last = _decode_tail(p, tail, size, warnings, cut_ok=bool(parts), origin=origin)
             last.partials = [extract(last.events)]
+            last.top_keys = keys
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
     parts += last.partials
+    partial = 0
     for part in parts:
         dropped += part.pop("dropped", 0)
+        partial += part.pop("partial", 0)
     doc = head_doc if head_doc is not None else L.Document()
     for k in L.Document.__struct_fields__:
         v = getattr(last.doc, k)
-        if k != "traceEvents" and v is not None:
+        # the last occurrence wins, an explicit null in the tail too
+        if k != "traceEvents" and (v is not None or (last.top_keys is not None and k in last.top_keys)):
             setattr(doc, k, v)
-    if dropped:
-        warnings.append(f"{dropped} events had fields of unexpected types and were dropped")
+    L.note_dropped(warnings, dropped)
+    L.note_partial(warnings, partial)
     lost = last.lost_bytes
-    loaded = L.Loaded(path=str(p), events=[], doc=doc, file_bytes=size, json_bytes=json_bytes,
-                      warnings=last.warnings, lost_bytes=lost, dropped_events=dropped + last.dropped_events)
+    loaded = L.Loaded(path=str(p), events=[], doc=doc, file_bytes=size, json_bytes=0,
+                      warnings=last.warnings, lost_bytes=lost, dropped_events=dropped + last.dropped_events,
+                      truncated=last.truncated)
     loaded.partials = parts
     return loaded
+
+
+def _too_deep_so_far(p: Path, buf: bytearray, json_bytes: int, is_array: bool, pending: list) -> None:
+    """Raise the nesting error as soon as one unfinished event is deeper than the limit (megabytes
+    of '[' fail after one chunk, not after reading the file). buf starts at an event boundary, one
+    level inside the document for a bare array, two inside an object. Only where no earlier chunk
+    failed: that chunk may hold an earlier violation, which the whole-file path reports."""
+    if len(buf) < CHUNK_BYTES or (len(buf) // CHUNK_BYTES) & (len(buf) // CHUNK_BYTES - 1):
+        return  # measured at 1, 2, 4, ... chunks: linear in all
+    deep = L.nesting_error(buf, L.MAX_NESTING - (1 if is_array else 2))
+    if deep is None:
+        return
+    if any("error" in (f.result() if isinstance(f, Future) else f) for f in pending):
+        return
+    raise L._too_deep(str(p), json_bytes - len(buf) + deep)
+
+
+def _decode_tail(p: Path, tail: bytes, size: int, warnings: list[str], cut_ok: bool,
+                 origin: int = 0) -> L.Loaded:
+    """The tail by the whole-buffer decoder. A file cut inside its last event leaves a tail with no
+    complete event: with complete chunks before it, that is a truncation like any other (the whole
+    tail is the incomplete event), not an unreadable file."""
+    try:
+        return L.decode(str(p), tail, size, warnings, origin=origin)
+    except TraceError:
+        if not cut_ok:
+            raise
+        try:
+            msgspec.json.decode(tail)
+        except msgspec.DecodeError as e:
+            if "truncated" not in str(e):
+                raise TraceError(str(p), f"is not valid JSON ({e})",
+                                 hint="the file is corrupt; re-copy it or capture the trace again") from None
+        return L.Loaded(path=str(p), events=[], doc=L.Document(), file_bytes=size, json_bytes=0,
+                        warnings=warnings, lost_bytes=len(tail) - len(b'{"traceEvents":['), truncated=True)
 
 
 def _chunk_pool(jobs: int) -> tuple[Executor | None, int]:
@@ -267,11 +355,15 @@ def _native_tail(p: Path, buf: bytearray, is_array: bool, size: int, warnings: l
                 return None
             doc = L.Document()
         else:
+            obj = b'{"":0' + rest
+            keys = L.top_level_keys(obj)
+            if keys is None or "traceEvents" in keys or L.nesting_error(obj) is not None:
+                return None  # the Python path reports the problem, or takes the later events array
             doc = L._DOC_DECODER.decode(b'{"traceEvents":[]' + rest)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return None
     loaded = L.Loaded(path=str(p), events=[], doc=doc, file_bytes=size, json_bytes=len(buf),
-                      warnings=warnings, dropped_events=0)
+                      warnings=warnings, dropped_events=0, top_keys=None if is_array else keys)
     loaded.partials = [part]
     return loaded
 
@@ -283,8 +375,13 @@ def _wait_oldest(pending: list) -> None:
             return
 
 
+_KEY_COLON = re.compile(rb"\s*:\s*\[")
+
+
 def _events_start(buf: bytes):
-    """(offset just after '[' of the events array, header Document or None for a bare array), or None."""
+    """(offset just after '[' of the events array, header Document or None for a bare array), or None
+    while it cannot be told yet. A `"traceEvents"` key nested inside earlier metadata makes the
+    header before it malformed; the next occurrence is tried."""
     s = buf.lstrip()
     if not s:
         return None
@@ -294,29 +391,53 @@ def _events_start(buf: bytes):
     if s[:1] != b"{":
         return None
     k = buf.find(_KEY)
-    if k < 0:
-        return None
-    m = re.compile(rb"\s*:\s*\[").match(buf, k + len(_KEY))
-    if not m:
-        return None
-    head = buf[:k].rstrip()
-    if head.endswith(b","):
-        head = head[:-1]
+    while k >= 0:
+        m = _KEY_COLON.match(buf, k + len(_KEY))
+        if m:
+            head = bytes(buf[:k]).rstrip()
+            if head.endswith(b","):
+                head = head[:-1]
+            if L.nesting_error(head) is not None:
+                return None  # the whole-buffer path reports it
+            doc = _header(head + b"}")
+            if doc is not None:
+                return m.end(), doc
+        k = buf.find(_KEY, k + 1)
+    return None
+
+
+def _header(data: bytes) -> L.Document | None:
+    """The top-level keys before traceEvents as a Document; keys of unexpected types are dropped
+    one by one (as the whole-buffer path's lenient decoder does), None if the JSON is malformed."""
     try:
-        doc = L._DOC_DECODER.decode(head + b"}")
-    except msgspec.DecodeError:
+        return L._DOC_DECODER.decode(data)
+    except msgspec.ValidationError:
+        pass
+    except (msgspec.DecodeError, RecursionError):
         return None
-    return m.end(), doc
+    try:
+        top = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    doc = L.Document()
+    for k, v in top.items():
+        if k in L.Document.__struct_fields__ and k != "traceEvents":
+            try:
+                setattr(doc, k, getattr(msgspec.convert({k: msgspec.json.decode(v)}, L.Document, strict=False), k))
+            except (msgspec.DecodeError, msgspec.ValidationError, TypeError, ValueError):
+                continue
+    return doc
 
 
-def _last_boundary(buf: bytes):
-    """(end of the chunk, start of the rest) at the last `}, {` between events, or None. Looks at
-    a short tail window first and widens it only when the window holds no boundary."""
+def _last_boundary(buf: bytes, end: int | None = None):
+    """(end of the chunk, start of the rest) at the last `}, {` between events in buf[:end], or None.
+    Looks at a short tail window first and widens it only when the window holds no boundary."""
+    end = len(buf) if end is None else min(end, len(buf))
     window = 64 << 10
     while True:
-        lo = max(0, len(buf) - window)
+        lo = max(0, end - window)
         m = None
-        for m in _BOUNDARY.finditer(buf, lo):
+        for m in _BOUNDARY.finditer(buf, lo, end):
             pass
         if m is not None:
             brace = buf.rindex(b"{", m.start(), m.end())

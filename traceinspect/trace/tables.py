@@ -250,6 +250,7 @@ def extract(events: list[Event]) -> dict:
         "total_reserved_bytes": np.array([(a.total_reserved or 0) if a is not None else 0 for a in ia],
                                          dtype=np.float64),
         "device_type": _opt([a.device_type if a is not None else None for a in ia]),
+        "device_id": _opt([a.device_id if a is not None else None for a in ia]),
     }
     fev = buckets["flow"]
     out["flow"] = {"id": _id_column([e.id if e.id is not None else -1 for e in fev]),
@@ -267,7 +268,11 @@ def extract(events: list[Event]) -> dict:
 
 # ---- the native path: traceinspect.trace._scan columns -> the same partial as extract() ----
 
-_NONE = np.iinfo(np.int64).min   # _scan's marker for an absent int
+_NONE = np.iinfo(np.int64).min   # the value _scan gives an absent int; absence is a `present` bit
+# bit k of the scan's `present` column: the k-th int64 column below holds a value (not absent or null)
+_PRESENT_BIT = {c: k for k, c in enumerate(
+    ("pid", "tid", "id", "correlation", "external_id", "external_id_old", "device", "stream", "cbid", "cid",
+     "in_msg_nelems", "out_msg_nelems", "group_size", "device_type", "device_id"))}
 
 
 def _strings(raw: list[bytes]) -> list[str]:
@@ -279,12 +284,12 @@ def _strings(raw: list[bytes]) -> list[str]:
     return out
 
 
-_SCAN_DTYPES = {"ph": np.uint8, "has_args": np.uint8, "ts": np.float64, "dur": np.float64,
+_SCAN_DTYPES = {"ph": np.uint8, "has_args": np.uint8, "present": np.uint32, "ts": np.float64, "dur": np.float64,
                 "nbytes": np.float64, "mem_bytes": np.float64, "total_allocated": np.float64,
                 "total_reserved": np.float64}
 # Args attributes that are columns of the same name in the scan (int64 / float64)
 _SCAN_INT_FIELDS = ("correlation", "external_id", "external_id_old", "device", "stream", "cbid", "cid",
-                    "in_msg_nelems", "out_msg_nelems", "group_size", "device_type")
+                    "in_msg_nelems", "out_msg_nelems", "group_size", "device_type", "device_id")
 _SCAN_FLOAT_FIELDS = ("nbytes", "mem_bytes", "total_allocated", "total_reserved")
 
 
@@ -308,7 +313,15 @@ def _fill_row(a: dict, i: int, ev: Event, strings: list, raws: list) -> None:
         raws.append(v)
         return len(raws) - 1
 
+    present = 0
+
+    def given(key, v):
+        nonlocal present
+        if v is not None:
+            present |= 1 << _PRESENT_BIT[key]
+
     def int_or_str(key, v, absent):
+        given(key, v)
         if v is None:
             a[key][i], a[key + "_str"][i] = absent, -1
         elif isinstance(v, str):
@@ -328,6 +341,7 @@ def _fill_row(a: dict, i: int, ev: Event, strings: list, raws: list) -> None:
     a["has_args"][i] = g is not None
     for f in _SCAN_INT_FIELDS:
         v = getattr(g, f) if g is not None else None
+        given(f, v)
         a[f][i] = _NONE if v is None else v
     for f in _SCAN_FLOAT_FIELDS:
         v = getattr(g, f) if g is not None else None
@@ -340,25 +354,31 @@ def _fill_row(a: dict, i: int, ev: Event, strings: list, raws: list) -> None:
     a["dims_idx"][i] = rid(None if g is None else (bytes(g.input_dims) if len(g.input_dims) else
                                                    (bytes(g.input_dims_old) if len(g.input_dims_old) else None)))
     a["type_idx"][i] = rid(None if g is None or not len(g.input_type) else bytes(g.input_type))
+    a["present"][i] = present
 
 
 def extract_scanned(scanned) -> dict:
     """A `_scan.scan` result -> the partial `extract` makes from the same events (same columns,
     same order, same dtypes, same counters), plus "dropped": deferred events the Python decoder
-    could not keep either."""
-    from .load import decode_event_lenient
+    could not keep either, and "partial": those it kept without the fields that did not fit. Raises msgspec.DecodeError where a deferred event is malformed for the
+    typed decoder (bad UTF-8 in a field it decodes, ...): the whole chunk is then the Python path's."""
+    from .load import _EVENT_DECODER, lenient_event
 
     n, _end, raw_cols, raw_strings, raw_values, deferred = scanned
     strings = _strings(raw_strings)
     raws = list(raw_values)
     arrays = {k: np.frombuffer(v, dtype=_scan_dtype(k)) for k, v in raw_cols.items()}
-    dropped = 0
+    dropped = partial = 0
     if deferred:
         # events the scanner was not sure about: decoded exactly as the Python path does, in place
         arrays = {k: v.copy() for k, v in arrays.items()}
         keep = np.ones(n, dtype=bool)
         for row, raw in deferred:
-            ev = decode_event_lenient(raw)
+            try:
+                ev, part = _EVENT_DECODER.decode(raw), False
+            except msgspec.ValidationError:   # fields of unexpected types: as the Python path does
+                ev, part = lenient_event(raw)
+                partial += part
             if ev is None:
                 keep[row] = False
                 dropped += 1
@@ -417,16 +437,21 @@ def extract_scanned(scanned) -> dict:
 
     ts = col("ts")
 
+    present = col("present")
+
+    def given(name_, idx):
+        return (present[idx] >> _PRESENT_BIT[name_]) & 1 == 1
+
     def opt(name_, idx, default=-1):
         v = col(name_)[idx]
-        return np.where(v == _NONE, default, v)
+        return np.where(given(name_, idx), v, default)
 
     def ids(name_, idx, absent=None):
         """pid/tid/id columns: ints as they are, strings through _tid (per distinct string)."""
         v = col(name_)[idx]
         s_ = col(name_ + "_str")[idx]
         if absent is not None:
-            v = np.where(v == _NONE, absent, v)
+            v = np.where(given(name_, idx), v, absent)
         if (s_ >= 0).any():
             ustr = np.unique(s_[s_ >= 0])
             for u in ustr:   # v is already a copy (fancy indexing)
@@ -441,16 +466,16 @@ def extract_scanned(scanned) -> dict:
     def ext(idx):
         e = col("external_id")[idx]
         old = col("external_id_old")[idx]
-        e = np.where(e != _NONE, e, np.where(old != _NONE, old, -1))
+        e = np.where(given("external_id", idx), e, np.where(given("external_id_old", idx), old, -1))
         return np.where(has_args[idx], e, -1)
 
     def gpu(idx):
         dev = col("device")[idx]
         stream = col("stream")[idx]
         pid0 = col("pid")[idx]   # string pids are 0 here, as in extract()
-        return {"device": np.where(dev != _NONE, dev, pid0),
-                "stream": np.where(stream != _NONE, stream, ids("tid", idx)) if (stream == _NONE).any()
-                else stream,
+        has_stream = given("stream", idx)
+        return {"device": np.where(given("device", idx), dev, pid0),
+                "stream": np.where(has_stream, stream, ids("tid", idx)) if not has_stream.all() else stream,
                 "correlation": opt("correlation", idx), "external_id": ext(idx)}
 
     def strs(name_, idx):
@@ -480,10 +505,9 @@ def extract_scanned(scanned) -> dict:
     sy = sel("sync")
     out["sync"] = {**base(sy), **gpu(sy)}
     r = sel("runtime")
-    cb = col("cbid")[r]
-    cb = np.where(cb != _NONE, cb, col("cid")[r])
+    cb = np.where(given("cbid", r), col("cbid")[r], np.where(given("cid", r), col("cid")[r], -1))
     out["runtime"] = {**base(r), "tid": ids("tid", r), "correlation": opt("correlation", r),
-                      "external_id": ext(r), "cbid": np.where(cb != _NONE, cb, -1)}
+                      "external_id": ext(r), "cbid": cb}
     co, an = sel("cpu_op"), sel("annotation")
     c = np.concatenate([co, an])
     raw_obj = np.empty(len(raws) + 1, dtype=object)   # shared bytes objects; id -1 -> None (last)
@@ -504,7 +528,7 @@ def extract_scanned(scanned) -> dict:
     out["memory"] = {"ts_us": ts[i], "alloc_bytes": zero_nan("mem_bytes"),
                      "total_allocated_bytes": zero_nan("total_allocated"),
                      "total_reserved_bytes": zero_nan("total_reserved"),
-                     "device_type": opt("device_type", i)}
+                     "device_type": opt("device_type", i), "device_id": opt("device_id", i)}
     f = sel("flow")
     out["flow"] = {"id": ids("id", f, absent=-1), "is_start": ph[f] == ord("s"), "ts_us": ts[f],
                    "tid": ids("tid", f)}
@@ -517,7 +541,7 @@ def extract_scanned(scanned) -> dict:
             if a >= 0 and strings[a]:
                 threads[(pv, tv)] = strings[a]
     return {"tables": out, "threads": threads, "unknown": unknown, "no_dur": no_dur, "neg_dur": neg_dur,
-            "n_events": int(n), "dropped": dropped}
+            "n_events": int(n), "dropped": dropped, "partial": partial}
 
 
 _TIMED = ("kernel", "memcpy", "cpu_op", "runtime", "gpu_annotation", "python")

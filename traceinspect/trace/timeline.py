@@ -17,6 +17,9 @@ Idle attribution, for each idle gap of the device (unknown is decided first, the
   unknown     the op that ends the gap had been launched before the GPU went idle (inter-kernel
               latency, a cross-stream or event dependency: the host was not late), or the trace has
               no host events (GPU-only). Checked first: such a gap is never blamed on the host.
+              Likewise the end of a host-late gap, from the moment its op was issued (the launch
+              call returned), when the GPU then still idles over QUEUED_WAIT_US: it waits on a
+              dependency, not on the host.
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ from .tables import name_flags
 
 LAUNCH_GAP_MAX_US = 100.0     # HTA's launch-delay cutoff; longer host-late gaps are "cpu"
 SYNC_RELAUNCH_US = LAUNCH_GAP_MAX_US  # after a sync returns, this much idle is the drain's relaunch cost
+QUEUED_WAIT_US = LAUNCH_GAP_MAX_US    # idle longer than this after the op was issued is a dependency wait
 
 BUSY_PARTS = ("compute", "comm", "memcpy")
 IDLE_PARTS = ("idle_dataloader", "idle_sync", "idle_launch", "idle_cpu", "idle_unknown")
@@ -123,15 +127,26 @@ def _classify_gaps(tables, gaps, k, m, lo, hi, has_gpu) -> dict:
     # cross-stream or event dependency), whatever the host was doing meanwhile.
     g_ts = np.concatenate((k["ts_us"].to_numpy(), m["ts_us"].to_numpy()))
     g_launch = np.concatenate((k["launch_ts_us"].to_numpy(), m["launch_ts_us"].to_numpy()))
+    g_issued = g_launch + np.nan_to_num(np.concatenate((k["launch_dur_us"].to_numpy(), m["launch_dur_us"].to_numpy())))
     order = np.argsort(g_ts, kind="stable")
-    g_ts, g_launch = g_ts[order], g_launch[order]
+    g_ts, g_launch, g_issued = g_ts[order], g_launch[order], g_issued[order]
     nxt = np.searchsorted(g_ts, gaps[1] - 1e-6, side="left")
     has_next = nxt < g_ts.size
     launch = np.full(gaps[0].size, np.nan)
     launch[has_next] = g_launch[nxt[has_next]]
+    issued = np.full(gaps[0].size, np.nan)
+    issued[has_next] = g_issued[nxt[has_next]]
     queued = ~np.isnan(launch) & (launch <= gaps[0])
-    out["idle_unknown"] = (gaps[0][queued], gaps[1][queued])
-    rest = (gaps[0][~queued], gaps[1][~queued])
+    # The host was late, but once the op was issued the GPU sat idle longer than a launch takes: from
+    # then on the GPU waited on a dependency (an event, another stream or process), not on the host.
+    waited = ~queued & ~np.isnan(issued) & (gaps[1] - issued > QUEUED_WAIT_US) & (issued > gaps[0])
+    w_start = issued[waited]
+    out["idle_unknown"] = (np.concatenate((gaps[0][queued], w_start)), np.concatenate((gaps[1][queued], gaps[1][waited])))
+    order_u = np.argsort(out["idle_unknown"][0], kind="stable")
+    out["idle_unknown"] = (out["idle_unknown"][0][order_u], out["idle_unknown"][1][order_u])
+    rest_end = gaps[1].copy()
+    rest_end[waited] = w_start
+    rest = (gaps[0][~queued], rest_end[~queued])
 
     ops = tables.cpu_ops
     dl = ops[is_dataloader(ops["name"])] if len(ops) else ops
