@@ -529,7 +529,8 @@ def _straggler_verdict(lead: Report, cross: dict, rep: dict, median_us: float) -
     busy = rep["breakdown"].get("gpu_busy", {}).get("frac")
     top = lead.verdict.get("top") if lead.verdict else None
     busy_s = f"{100 * busy:.0f}% GPU busy" if busy is not None else "GPU busy unknown"
-    cause = (f"Rank {s} is {top}: {busy_s}" if top else
+    cause = (f"The cause is rank {s}'s own: {top}, {busy_s} ({lead.verdict.get('top_title', '').rstrip('.')})"
+             if top else
              f"Rank {s} has no finding of its own ({busy_s}): look at its input pipeline, host and data balance")
     headline = (f"Rank {s} gates the step: it is last to arrive at {p['last_arrivals']} of {cross['matched']} "
                 f"collectives, the other ranks wait {fmt_us(mean_wait)} per step on average in collectives, and "

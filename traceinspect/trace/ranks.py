@@ -117,6 +117,7 @@ def align(per_rank: dict[int, list[dict]], n_steps: int = 1, tolerance_us: float
     lag = a.argmax(axis=1)
     srt = np.sort(a, axis=1)
     cost = srt[:, -1] - srt[:, -2]           # what the job would save if the last rank came with the next one
+    lag = np.where(cost > 0, lag, -1)        # a tie for last: nobody is last
     caused = wait.sum(axis=1) - wait[np.arange(len(a)), lag]
     n_steps = max(int(n_steps), 1)
     per = []
@@ -130,7 +131,7 @@ def align(per_rank: dict[int, list[dict]], n_steps: int = 1, tolerance_us: float
                     "clock_offset_us": float(offsets[j])})
     best = max(per, key=lambda p: (p["caused_wait_us_per_step"], p["last_arrivals"]))
     rows = [{"index": i, "group": int(gids[i]), "collective": names[i], "arrival_skew_us": float(last[i] - first[i]),
-             "last_rank": ranks[int(lag[i])], "job_cost_us": float(cost[i])} for i in range(min(len(a), MAX_ROWS))]
+             "last_rank": ranks[int(lag[i])] if lag[i] >= 0 else None, "job_cost_us": float(cost[i])} for i in range(min(len(a), MAX_ROWS))]
     return {
         "matched": int(len(a)), "ranks": ranks, "steps": n_steps,
         "clock": "offsets estimated from collective end times" if two_clocks else "one clock",
