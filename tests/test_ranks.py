@@ -139,3 +139,9 @@ def test_dlrm_rank7_gates_the_step():
     assert per[7]["job_cost_us_per_step"] == pytest.approx(cost[7], abs=0.5)
     # the rank that enters the step first waits longest; it is not the one named
     assert rep.trace["rank"] == 7 and rep.verdict["headline"].startswith("Rank 7 gates the step")
+
+
+def test_different_sizes_of_one_all_reduce_stop_the_matching():
+    a = {"ts_us": 0.0, "end_us": 10.0, "collective": "allreduce", "group": 0, "nelems": 1000}
+    out = align({0: [a, dict(a, ts_us=20.0, end_us=30.0)], 1: [a, dict(a, ts_us=20.0, end_us=30.0, nelems=999)]})
+    assert out["matched"] == 1 and any("different element counts" in n for n in out["notes"])

@@ -72,8 +72,11 @@ class ExposedCommunication(Detector):
         does: the timeline's "comm" part. Evidence: collective kernels per step by collective
         (the kernel's `Collective name` arg, else its name), total collective kernel time, the
         overlapped share (HTA's comm/comp overlap: compute during communication / communication
-        time), exposed time per step, and an upper bound on the achieved bandwidth of the
-        collectives when their element counts are recorded.
+        time), exposed time per step, and the long collectives' achieved bandwidth by the
+        nccl-tests conventions (algbw = bytes / time; busbw = algbw x 2(n-1)/n for all-reduce,
+        (n-1)/n for all-gather, reduce-scatter, all-to-all) with bytes from the element counts and
+        the dtype the trace records (4 B per element, an upper bound, only when no dtype is
+        recorded), compared with the GPU-to-GPU link bandwidth on one node of a known GPU.
 
     Why it costs time
         DDP launches each gradient bucket's all-reduce as soon as the bucket is ready, so most of
@@ -117,14 +120,16 @@ class ExposedCommunication(Detector):
             # FSDP: FSDP(model, forward_prefetch=True, backward_prefetch=BackwardPrefetch.BACKWARD_PRE,
             #            limit_all_gathers=True)
 
-        If the collectives are waiting rather than moving data, find the slow rank first: analyse
-        every rank's trace (`traceinspect DIR`) and compare step times; fix its data loading,
-        batch imbalance or host contention.
+        If the collectives are waiting rather than moving data, find the rank they wait for first:
+        analyse every rank's trace together (`traceinspect analyze DIR`), which aligns the
+        collectives across ranks and names the rank that gates the step (docs/multi-rank.md); fix
+        its data loading, batch imbalance or host contention.
 
     False positives
         A single-GPU trace has no collectives and is skipped. The first steps after start-up
         include NCCL communicator setup; analyse steady-state steps. A rank that waits is not the
-        slow one: the exposed time on this rank can be caused by another rank.
+        slow one: the exposed time on this rank can be caused by another rank, and one rank's
+        trace cannot tell which ("waits for another rank (cannot tell which from one trace)").
 
     References
         HTA comm/comp overlap and temporal breakdown docs; TensorBoard profiler plugin's
@@ -142,10 +147,11 @@ class ExposedCommunication(Detector):
 
     min_frac: float = option(0.05, "minimum share of the step time with communication exposed (half the TB "
                                    "plugin's 10% communication rule, since only the exposed part is counted)")
-    wait_bw_gbps: float = option(5.0, "collectives achieving at most this bandwidth (GB/s, upper bound) on one "
-                                      "node are waiting for other ranks rather than moving data")
+    wait_bw_gbps: float = option(5.0, "collectives achieving at most this bus bandwidth (GB/s; algbw when the "
+                                      "collective is unknown) on one node are waiting for other ranks rather "
+                                      "than moving data")
     min_wait_kernel_us: float = option(1000.0, "only collective kernels at least this long are used for the "
-                                               "bandwidth bound")
+                                               "bandwidth")
 
     def detect(self, trace, ctx):
         if not trace.has_gpu:

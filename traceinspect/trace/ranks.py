@@ -26,6 +26,8 @@ _CANON = {"allreduce": "allreduce", "all_reduce": "allreduce", "allgather": "all
 # offsets estimated above this are a second clock (another host, or unsynchronised clocks).
 CLOCK_TOLERANCE_US = 50.0
 MAX_ROWS = 500   # collectives listed in the report (the sums use all of them)
+# collectives whose buffer is the same size on every rank (all-to-all and gathers may be uneven)
+SAME_SIZE = {"allreduce", "broadcast", "reduce"}
 
 
 def collective_names(k: pd.DataFrame) -> np.ndarray:
@@ -68,7 +70,8 @@ def rank_collectives(trace) -> list[dict]:
     rows = []
     for r, coll in zip(k.itertuples(index=False), names):
         g = order.setdefault(int(r.stream), len(order))
-        rows.append({"ts_us": origin + float(r.ts_us), "end_us": origin + float(r.end_us), "collective": str(coll), "group": g})
+        rows.append({"ts_us": origin + float(r.ts_us), "end_us": origin + float(r.end_us), "collective": str(coll),
+                     "group": g, "nelems": max(int(r.in_msg_nelems), int(r.out_msg_nelems))})
     return rows
 
 
@@ -94,6 +97,11 @@ def align(per_rank: dict[int, list[dict]], n_steps: int = 1, tolerance_us: float
             if len(kinds) > 1:
                 notes.append(f"communicator {g}: collective #{i} differs between ranks ({', '.join(sorted(kinds))}); "
                              f"matching stopped there")
+                break
+            sizes = {seqs[r][i].get("nelems", -1) for r in ranks} - {-1}
+            if kinds & SAME_SIZE and len(sizes) > 1:
+                notes.append(f"communicator {g}: collective #{i} ({next(iter(kinds))}) has different element counts "
+                             f"on different ranks ({', '.join(map(str, sorted(sizes)))}); matching stopped there")
                 break
             starts.append([seqs[r][i]["ts_us"] for r in ranks])
             ends.append([seqs[r][i]["end_us"] for r in ranks])
