@@ -145,3 +145,46 @@ def test_different_sizes_of_one_all_reduce_stop_the_matching():
     a = {"ts_us": 0.0, "end_us": 10.0, "collective": "allreduce", "group": 0, "nelems": 1000}
     out = align({0: [a, dict(a, ts_us=20.0, end_us=30.0)], 1: [a, dict(a, ts_us=20.0, end_us=30.0, nelems=999)]})
     assert out["matched"] == 1 and any("different element counts" in n for n in out["notes"])
+
+
+MI300X_DDP = SHARED / "AMD-AGI__TraceLens/tests/traces/mi300/resnet_act_checkpoint.json.gz"
+
+
+@pytest.mark.skipif(not MI300X_DDP.exists(), reason="shared MI300X DDP trace absent")
+def test_mi300x_ddp_bandwidth_from_bf16():
+    """The all-reduce algbw from the raw events: each long RCCL kernel's launch (by correlation) lies in
+    a record_param_comms op whose `dtype` and `In msg nelems` give its bytes."""
+    import gzip
+
+    from traceinspect.analyze import analyze
+    from traceinspect.trace.model import load_trace
+
+    evs = json.loads(gzip.decompress(MI300X_DDP.read_bytes()))["traceEvents"]
+    size = {"BFloat16": 2, "Float": 4}
+    rpc = [e for e in evs if e.get("name") == "record_param_comms" and "In msg nelems" in e.get("args", {})]
+    launch = {e["args"]["correlation"]: e for e in evs if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    trace = load_trace(str(MI300X_DDP))
+    rep = analyze(trace)
+    st = rep.steps["per_step"]
+    lo, hi = st[0]["start_us"] + trace.meta.origin_us, st[-1]["start_us"] + st[-1]["dur_us"] + trace.meta.origin_us
+    total_b = total_t = 0.0
+    dtypes = set()
+    for k in evs:
+        if k.get("cat") != "kernel" or "nccl" not in k["name"].lower() or k["dur"] < 1000:
+            continue
+        if not (k["ts"] < hi and k["ts"] + k["dur"] > lo) or k["args"]["device"] != trace.timeline.device:
+            continue
+        rt = launch.get(k["args"]["correlation"])
+        op = next((o for o in rpc if rt and o["tid"] == rt["tid"] and o["ts"] <= rt["ts"] <= o["ts"] + o["dur"]), None)
+        if op is None:
+            continue
+        dtypes.add(op["args"]["dtype"])
+        total_b += op["args"]["In msg nelems"] * size[op["args"]["dtype"]]
+        total_t += k["dur"]
+    assert dtypes == {"BFloat16"} and total_t > 0
+    f = next(f for f in rep.findings if f.name == "exposed-communication")
+    algbw = next(e for e in f.evidence if e.label.startswith("collective algorithm bandwidth"))
+    assert "dtype from the trace" in algbw.label
+    assert algbw.value == pytest.approx(total_b / total_t / 1e3, rel=0.01)
+    busbw = next(e for e in f.evidence if e.label.startswith("bus bandwidth"))
+    assert busbw.value == pytest.approx(total_b / total_t / 1e3 * 2 * 7 / 8, rel=0.01)   # all-reduce, 8 ranks
