@@ -160,8 +160,7 @@ def cross_rank_md(report) -> list[str]:
     o.append("")
     for n in c.get("notes", [])[:5]:
         o.append(f"- {md_text(n)}")
-    o.append("")
-    return o
+    return o + ([""] if c.get("notes") else [])
 
 
 def account_md(report) -> list[str]:
