@@ -226,3 +226,20 @@ def test_expected_on_real_traces(case):
 def test_facts_on_real_traces(path, must, must_not):
     names = [f.name for f in analyze(load_trace(SHARED / path), detectors=MINE, strict=True).findings]
     assert set(must) <= set(names) and not set(must_not) & set(names), names
+
+
+def test_launch_bound_examples_are_never_collective_kernels(tmp_path):
+    """build_launch_bound, with an NCCL all-reduce after a longer host op every 50 ops: the gaps before
+    the collectives are the longest launch gaps, but a collective kernel starts when launched and then
+    waits for its peers, so it is never an example of launch overhead (issue 18)."""
+    from builders_transfer import ALLREDUCE
+    t = builders.TraceBuilder()
+    for _ in range(3):
+        with t.step():
+            for i in range(400):
+                if i % 50 == 49:
+                    t.op("record_param_comms", kernels=[(ALLREDUCE, 393.0)], cpu_us=60, stream=20)
+                else:
+                    t.op("aten::add", kernels=[(builders.ELEMENTWISE, 3.0)], cpu_us=20)
+    (f,) = _findings(_load(t, tmp_path), LaunchBound)
+    assert f.events and not any("nccl" in e.name.lower() for e in f.events)

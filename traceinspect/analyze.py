@@ -26,6 +26,7 @@ from .timeline_sample import representative_step
 from .trace.model import Trace, load_trace
 from .trace import intervals as iv
 from .trace.rundir import RankFile, check_one_run
+from .trace.ranks import align, rank_collectives
 from .trace.timeline import IDLE_PARTS, PARTS
 
 PART_LABELS = {
@@ -384,7 +385,14 @@ def analyze_file(path: str, steps: str | None = None, strict: bool = False,
     """Pure function: one trace file -> report dict (what a process pool or Dask maps)."""
     trace = load_trace(path, warn_default_rank=warn_default_rank, jobs=1)  # ranks are the parallel unit
     trace.select_steps(steps)
-    return analyze(trace, strict=strict).to_dict()
+    out = analyze(trace, strict=strict).to_dict()
+    # not a report key: the rows reduce_ranks aligns across ranks, dropped once it has run
+    out[COLLECTIVES_KEY] = rank_collectives(trace) if trace.has_gpu else []
+    return out
+
+
+COLLECTIVES_KEY = "_collectives"
+STRAGGLER_MIN_FRAC = 0.01   # a rank gates the step when the job loses at least 1% of the median step to it
 
 
 def _safe_analyze_file(args) -> dict:
@@ -427,6 +435,9 @@ def analyze_many(paths: Sequence[str], *, steps: str | None = None, strict: bool
 
 
 def reduce_ranks(results: list[dict]) -> Report:
+    """One report for the job: led by the rank that gates the step (the one most often last to arrive at
+    the collectives, weighted by the wait it causes the others) when the collectives can be aligned,
+    else by the rank with the slowest median step."""
     ok = [r for r in results if "error" not in r]
     bad = [r for r in results if "error" in r]
     if not ok:
@@ -438,28 +449,94 @@ def reduce_ranks(results: list[dict]) -> Report:
                             rank_source=r["trace"]["rank_source"], world_size=r["trace"]["world_size"],
                             worker=None) for r in ok], "the rank files")
     ok.sort(key=lambda r: r["trace"]["rank"])
+    colls = {r["trace"]["rank"]: r.pop(COLLECTIVES_KEY, None) or [] for r in ok}
+    for r in bad:
+        r.pop(COLLECTIVES_KEY, None)
     med = [r["steps"]["median_us"] for r in ok]
     slow = int(np.argmax(med))
     fastest = float(np.min(med))
-    lead = Report.from_dict(ok[slow])
+    cross = align(colls, n_steps=min(int(r["steps"]["count"] or 1) for r in ok)) if len(ok) > 1 else {}
+    gate = _gating_rank(cross, ok)
+    lead_i = next(i for i, r in enumerate(ok) if r["trace"]["rank"] == gate) if gate is not None else slow
+    lead = Report.from_dict(ok[lead_i])
+    per = {p["rank"]: p for p in cross.get("per_rank", [])}
     lead.ranks = [{
         "rank": r["trace"]["rank"], "file": r["trace"]["file"], "median_step_us": r["steps"]["median_us"],
         "mean_step_us": r["steps"]["mean_us"], "steps": r["steps"]["count"],
         "gpu_busy_frac": r["breakdown"].get("gpu_busy", {}).get("frac"),
         "top_finding": r["findings"][0]["name"] if r["findings"] else None,
         "slowest": i == slow,
+        **({"gating": r["trace"]["rank"] == gate,
+            "last_arrivals": per[r["trace"]["rank"]]["last_arrivals"],
+            "collective_wait_us_per_step": per[r["trace"]["rank"]]["wait_us_per_step"],
+            "collective_transfer_us_per_step": per[r["trace"]["rank"]]["transfer_us_per_step"],
+            "clock_offset_us": per[r["trace"]["rank"]]["clock_offset_us"]} if r["trace"]["rank"] in per else {}),
     } for i, r in enumerate(ok)]
-    if len(ok) > 1:
-        lead.warnings.insert(0, (
+    warnings = []
+    if cross:
+        cross["gating_rank"] = gate
+        lead.cross_rank = cross
+        if cross["clock"] != "one clock":
+            offs = ", ".join(f"rank {p['rank']} {p['clock_offset_us'] / 1e3:+.3f} ms" for p in cross["per_rank"])
+            warnings.append(f"the ranks' clocks differ (different hosts, or clocks not synchronised): offsets "
+                            f"against rank {cross['ranks'][0]} estimated from the collectives' end times and "
+                            f"removed before comparing arrivals ({offs})")
+        warnings += cross["notes"]
+    if gate is not None:
+        lead.verdict = _straggler_verdict(lead, cross, ok[lead_i], med[lead_i])
+    elif len(ok) > 1:
+        warnings.insert(0, (
             f"{len(ok)} ranks analysed; the findings below are rank {ok[slow]['trace']['rank']}'s, the slowest "
             f"(median step {med[slow] / 1e3:.1f} ms vs fastest {fastest / 1e3:.1f} ms, "
-            f"{(med[slow] / fastest - 1) * 100 if fastest else 0:.0f}% slower)"))
+            f"{(med[slow] / fastest - 1) * 100 if fastest else 0:.0f}% slower)"
+            + ("; no rank gates the collectives (" + (f"arrivals within {fmt_us(cross['max_arrival_skew_us'])})"
+               if cross else "no collectives to align across ranks)") if len(ok) > 1 else "")))
+    ws = max((r["trace"]["world_size"] or 0) for r in ok)
+    present = {r["trace"]["rank"] for r in ok}
+    missing = sorted(set(range(ws)) - present) if ws else []
+    if missing:
+        shown = ", ".join(map(str, missing[:16])) + (", ..." if len(missing) > 16 else "")
+        warnings.insert(0, f"world size is {ws} but {len(present)} rank file(s) were analysed (missing rank(s): "
+                           f"{shown}): the rank that gates the step may be one that is absent; add its trace")
+    lead.warnings = warnings + lead.warnings
     for b in bad:
         lead.warnings.append(f"rank file skipped, {b['error']}")
     for r in ok:
-        if r is ok[slow]:
+        if r is ok[lead_i]:
             continue
         for w in r["warnings"]:
             if "no rank in distributedInfo" in w:
                 lead.warnings.append(w)
     return lead
+
+
+def _gating_rank(cross: dict, ok: list[dict]) -> int | None:
+    """The straggler when it costs the job at least STRAGGLER_MIN_FRAC of the median step."""
+    s = cross.get("straggler") if cross else None
+    if s is None:
+        return None
+    p = next(p for p in cross["per_rank"] if p["rank"] == s)
+    median = float(np.median([r["steps"]["median_us"] for r in ok]))
+    return s if median and p["job_cost_us_per_step"] >= STRAGGLER_MIN_FRAC * median else None
+
+
+def _straggler_verdict(lead: Report, cross: dict, rep: dict, median_us: float) -> dict:
+    """The job's headline: the gating rank, the wait it costs, and its own top cause as the reason."""
+    s = cross["straggler"]
+    p = next(p for p in cross["per_rank"] if p["rank"] == s)
+    others = [q for q in cross["per_rank"] if q["rank"] != s]
+    mean_wait = float(np.mean([q["wait_us_per_step"] for q in others])) if others else 0.0
+    busy = rep["breakdown"].get("gpu_busy", {}).get("frac")
+    top = lead.verdict.get("top") if lead.verdict else None
+    busy_s = f"{100 * busy:.0f}% GPU busy" if busy is not None else "GPU busy unknown"
+    cause = (f"The cause is rank {s}'s own: {top}, {busy_s} ({lead.verdict.get('top_title', '').rstrip('.')})"
+             if top else
+             f"Rank {s} has no finding of its own ({busy_s}): look at its input pipeline, host and data balance")
+    headline = (f"Rank {s} gates the step: it is last to arrive at {p['last_arrivals']} of {cross['matched']} "
+                f"collectives, the other ranks wait {fmt_us(mean_wait)} per step on average in collectives, and "
+                f"the job loses {fmt_us(p['job_cost_us_per_step'])} per step to it. {cause}. The other ranks' "
+                f"collective time is waiting for rank {s}, not communication to tune.")
+    return {**lead.verdict, "headline": headline, "gating_rank": s,
+            "gating_cost_per_step_us": p["job_cost_us_per_step"],
+            "gating_caused_wait_per_step_us": p["caused_wait_us_per_step"],
+            "rank_headline": lead.verdict.get("headline", "")}

@@ -42,6 +42,7 @@ class Report:
     efficiency: dict = field(default_factory=dict)  # per-shape table against the roofline (optional, additive)
     account: dict = field(default_factory=dict)   # GPU idle time: what each finding claims + unexplained
     memory: dict = field(default_factory=dict)    # device memory per step, headroom, batch fit (optional, additive)
+    cross_rank: dict = field(default_factory=dict)  # collectives aligned across ranks, the gating rank (optional)
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -67,6 +68,8 @@ class Report:
             d["efficiency"] = self.efficiency
         if self.memory:  # optional key, as timeline_sample
             d["memory"] = self.memory
+        if self.cross_rank:  # optional key: only a multi-rank reduction with aligned collectives has it
+            d["cross_rank"] = self.cross_rank
         return d
 
     @classmethod
@@ -86,6 +89,7 @@ class Report:
             timeline_sample=d.get("timeline_sample") or {}, account=d.get("account") or {},
             efficiency=d.get("efficiency") if isinstance(d.get("efficiency"), dict) else {},
             memory=d["memory"] if isinstance(d.get("memory"), dict) else {},
+            cross_rank=d["cross_rank"] if isinstance(d.get("cross_rank"), dict) else {},
             schema_version=d["schema_version"])
 
 

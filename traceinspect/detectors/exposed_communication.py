@@ -10,38 +10,57 @@ import pandas as pd
 from ..findings import Evidence
 from ..trace import intervals as iv
 from ..trace.timeline import is_comm_kernel
+from ..trace.ranks import collective_names
 from .base import Detector, events_from, fmt_us, option, pct, window_label
 
-_KERNEL_COLL = re.compile(r"(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)", re.IGNORECASE)
-_CANON = {"allreduce": "allreduce", "all_reduce": "allreduce", "allgather": "allgather",
-          "all_gather": "allgather", "_allgather_base": "allgather", "allgather_into_tensor_coalesced": "allgather",
-          "reducescatter": "reduce_scatter", "reduce_scatter": "reduce_scatter",
-          "_reduce_scatter_base": "reduce_scatter", "reduce_scatter_tensor_coalesced": "reduce_scatter",
-          "broadcast": "broadcast", "sendrecv": "send/recv", "send": "send/recv", "recv": "send/recv",
-          "alltoall": "all_to_all", "all_to_all": "all_to_all", "alltoall_base": "all_to_all",
-          "reduce": "reduce", "gather": "gather", "scatter": "scatter", "barrier": "barrier"}
-# 4 bytes per element: no gradient or parameter collective uses wider elements, so numel * 4 / duration
-# bounds the achieved algorithm bandwidth from above whatever the dtype.
+# 4 bytes per element when the trace records no dtype: no gradient or parameter collective uses wider
+# elements, so numel * 4 / duration bounds the achieved algorithm bandwidth from above.
 MAX_ELEM_BYTES = 4
 # more collectives than this per step are per-tensor calls, not DDP/FSDP buckets
 MANY_COLLECTIVES = 50
 
+# bytes per element, by the spellings PyTorch writes: `dtype` of record_param_comms ("BFloat16"),
+# `Input type` of the nccl:* annotation ("c10::BFloat16", "float"), NCCL kernel name suffixes ("bf16")
+_DTYPE_BYTES = {"float": 4, "float32": 4, "f32": 4, "int": 4, "int32": 4, "int32_t": 4, "uint32": 4,
+                "uint32_t": 4, "double": 8, "float64": 8, "f64": 8, "long": 8, "int64": 8, "int64_t": 8,
+                "uint64": 8, "uint64_t": 8, "bfloat16": 2, "bf16": 2, "half": 2, "float16": 2, "f16": 2,
+                "short": 2, "int16": 2, "char": 1, "byte": 1, "bool": 1, "int8": 1, "int8_t": 1, "uint8": 1,
+                "uint8_t": 1, "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
+                "fp8_e4m3": 1, "fp8_e5m2": 1, "complexfloat": 8, "complexdouble": 16}
+# NCCL kernel names carry the element type among their parts: ncclKernel_AllReduce_RING_LL_Sum_float(...)
+# (NCCL before 2.19), ncclDevKernel_AllReduce_Sum_bf16_RING_LL(...) (2.19 on)
+_KERNEL_PARTS = re.compile(r"[A-Za-z0-9]+")
 
-def collective_names(k: pd.DataFrame) -> np.ndarray:
-    """The collective of each comm kernel: the 'Collective name' arg, else parsed from the kernel name."""
-    out = []
-    for coll, name in zip(k["collective"].to_numpy(), k["name"].astype(str).to_numpy()):
-        if isinstance(coll, str) and coll:
-            out.append(_CANON.get(coll.lower(), coll.lower()))
-            continue
-        m = _KERNEL_COLL.search(name)
-        g = m.group(1).lower() if m else ""
-        if not g or g == "generic":
-            low = name.lower()
-            g = next((c for c in ("all_reduce", "allreduce", "all_gather", "reduce_scatter", "all_to_all")
-                      if c in low), "cross_device_reduce" if "cross_device_reduce" in low else "unknown")
-        out.append(_CANON.get(g, g))
-    return np.array(out, dtype=object)
+# nccl-tests (doc/PERFORMANCE.md): busbw = algbw * factor(n), with S the larger of the in/out buffers
+_BUS_FACTOR = {"allreduce": lambda n: 2 * (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
+               "allgather": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n,
+               "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0, "send/recv": lambda n: 1.0}
+
+# GPU-to-GPU bandwidth per GPU and direction inside one node (GB/s), what busbw approaches at large sizes
+_LINK_GBPS = (("b200", 900, "NVLink 5"), ("h200", 450, "NVLink 4"), ("gh200", 450, "NVLink 4"),
+              ("h100 pcie", 64, "PCIe 5"), ("h100", 450, "NVLink 4"), ("h800", 200, "NVLink 4"),
+              ("a100 80gb pcie", 32, "PCIe 4"), ("a100-pcie", 32, "PCIe 4"), ("a100", 300, "NVLink 3"),
+              ("a800", 200, "NVLink 3"), ("v100-pcie", 16, "PCIe 3"), ("v100", 150, "NVLink 2"),
+              ("mi300x", 448, "Infinity Fabric, 7 links"))
+
+
+def dtype_bytes(name) -> int | None:
+    """Bytes per element of a dtype as a trace spells it; None when unknown."""
+    if not isinstance(name, str) or not name:
+        return None
+    key = name.strip().lower().removeprefix("c10::").removeprefix("torch.").removeprefix("at::")
+    return _DTYPE_BYTES.get(key)
+
+
+def bus_factor(collective: str, n: int) -> float | None:
+    """nccl-tests' busbw / algbw for a collective over n ranks; None when unknown."""
+    f = _BUS_FACTOR.get(collective)
+    return f(n) if f is not None and n >= 1 else None
+
+
+def link_gbps(gpu_name: str | None) -> tuple[float, str] | None:
+    low = (gpu_name or "").lower()
+    return next(((bw, what) for key, bw, what in _LINK_GBPS if key in low), None)
 
 
 @dataclass(frozen=True)
@@ -53,8 +72,11 @@ class ExposedCommunication(Detector):
         does: the timeline's "comm" part. Evidence: collective kernels per step by collective
         (the kernel's `Collective name` arg, else its name), total collective kernel time, the
         overlapped share (HTA's comm/comp overlap: compute during communication / communication
-        time), exposed time per step, and an upper bound on the achieved bandwidth of the
-        collectives when their element counts are recorded.
+        time), exposed time per step, and the long collectives' achieved bandwidth by the
+        nccl-tests conventions (algbw = bytes / time; busbw = algbw x 2(n-1)/n for all-reduce,
+        (n-1)/n for all-gather, reduce-scatter, all-to-all) with bytes from the element counts and
+        the dtype the trace records (4 B per element, an upper bound, only when no dtype is
+        recorded), compared with the GPU-to-GPU link bandwidth on one node of a known GPU.
 
     Why it costs time
         DDP launches each gradient bucket's all-reduce as soon as the bucket is ready, so most of
@@ -98,14 +120,16 @@ class ExposedCommunication(Detector):
             # FSDP: FSDP(model, forward_prefetch=True, backward_prefetch=BackwardPrefetch.BACKWARD_PRE,
             #            limit_all_gathers=True)
 
-        If the collectives are waiting rather than moving data, find the slow rank first: analyse
-        every rank's trace (`traceinspect DIR`) and compare step times; fix its data loading,
-        batch imbalance or host contention.
+        If the collectives are waiting rather than moving data, find the rank they wait for first:
+        analyse every rank's trace together (`traceinspect analyze DIR`), which aligns the
+        collectives across ranks and names the rank that gates the step (docs/multi-rank.md); fix
+        its data loading, batch imbalance or host contention.
 
     False positives
         A single-GPU trace has no collectives and is skipped. The first steps after start-up
         include NCCL communicator setup; analyse steady-state steps. A rank that waits is not the
-        slow one: the exposed time on this rank can be caused by another rank.
+        slow one: the exposed time on this rank can be caused by another rank, and one rank's
+        trace cannot tell which ("waits for another rank (cannot tell which from one trace)").
 
     References
         HTA comm/comp overlap and temporal breakdown docs; TensorBoard profiler plugin's
@@ -123,10 +147,11 @@ class ExposedCommunication(Detector):
 
     min_frac: float = option(0.05, "minimum share of the step time with communication exposed (half the TB "
                                    "plugin's 10% communication rule, since only the exposed part is counted)")
-    wait_bw_gbps: float = option(5.0, "collectives achieving at most this bandwidth (GB/s, upper bound) on one "
-                                      "node are waiting for other ranks rather than moving data")
+    wait_bw_gbps: float = option(5.0, "collectives achieving at most this bus bandwidth (GB/s; algbw when the "
+                                      "collective is unknown) on one node are waiting for other ranks rather "
+                                      "than moving data")
     min_wait_kernel_us: float = option(1000.0, "only collective kernels at least this long are used for the "
-                                               "bandwidth bound")
+                                               "bandwidth")
 
     def detect(self, trace, ctx):
         if not trace.has_gpu:
@@ -178,13 +203,22 @@ class ExposedCommunication(Detector):
         med_step = float(np.median(st["dur_us"].to_numpy()))
         ev.append(Evidence(label="longest collective kernel", value=round(float(longest["dur_us"]) / 1e3, 2),
                            unit=f"ms ({pct(float(longest['dur_us']) / med_step)} of the median step)"))
-        bw = self._bandwidth_bound(trace, comm)
+        bw = self._bandwidth(trace, comm)
         waiting = False
         if bw is not None:
-            ev.append(Evidence(label=f"collective bandwidth, upper bound at {MAX_ELEM_BYTES} B/element "
-                                     f"(kernels >= {fmt_us(self.min_wait_kernel_us)})",
-                               value=round(bw, 2), unit="GB/s", window=w))
-            waiting = bw <= self.wait_bw_gbps and _single_node(trace)
+            dt = ("dtype from the trace" if bw["dtype_known"] else
+                  f"upper bound at {MAX_ELEM_BYTES} B/element, no dtype recorded")
+            ev.append(Evidence(label=f"collective algorithm bandwidth, nccl-tests algbw ({dt}; kernels >= "
+                                     f"{fmt_us(self.min_wait_kernel_us)})", value=round(bw["algbw"], 2),
+                               unit="GB/s", window=w))
+            if bw["busbw"] is not None:
+                ev.append(Evidence(label=f"bus bandwidth, nccl-tests busbw ({bw['coll']}, {bw['n']} ranks)",
+                                   value=round(bw["busbw"], 2), unit="GB/s", window=w))
+            link = link_gbps(trace.device.name if trace.device is not None else None)
+            if link is not None and bw["busbw"] is not None and _single_node(trace):
+                ev.append(Evidence(label=f"expected GPU-to-GPU bandwidth ({link[1]}, per direction)",
+                                   value=link[0], unit=f"GB/s (busbw reaches {pct(bw['busbw'] / link[0])} of it)"))
+            waiting = (bw["busbw"] if bw["busbw"] is not None else bw["algbw"]) <= self.wait_bw_gbps and _single_node(trace)
         if trace.meta.world_size:
             ev.append(Evidence(label="ranks (world size)", value=int(trace.meta.world_size), unit=""))
         known = [c for c in g.index if c != "unknown"]
@@ -192,26 +226,84 @@ class ExposedCommunication(Detector):
         title = (f"{fmt_us(exposed / n)} per step ({pct(frac)}) of {top} communication is not overlapped with compute"
                  f" ({pct(overlap)} overlapped)")
         if waiting:
-            title += f"; collectives move at most {bw:.1f} GB/s, so they mostly wait for a slower rank"
+            title += (f"; collectives move {'at most ' if not bw['dtype_known'] else ''}{bw['algbw']:.2f} GB/s, so "
+                      "they mostly wait for another rank (cannot tell which from one trace)")
         yield self.finding(ctx, title=title, time_lost_us=exposed,
                            confidence="high" if frac >= 0.15 else "medium", evidence=ev,
                            fix=_fix(ctx.framework, set(g.index), waiting, len(comm) / n), upper_bound=True,
                            events=events_from(comm, trace, "kernel", 3))
 
-    def _bandwidth_bound(self, trace, comm: pd.DataFrame) -> float | None:
-        """numel * 4 B / duration over the long collective kernels whose launching op recorded its
-        input shapes (record_param_comms with record_shapes); None when unknown."""
+    def _bandwidth(self, trace, comm: pd.DataFrame) -> dict | None:
+        """nccl-tests algbw (bytes / duration) and busbw over the long collective kernels whose size the
+        trace records: bytes = elements (the kernel's In/Out msg nelems, else the launching op's input
+        shapes) times the element size of the dtype the trace records (4 B, an upper bound, when none)."""
         ops = trace.cpu_ops
-        long = comm[(comm["dur_us"] >= self.min_wait_kernel_us) & (comm["op_idx"] >= 0)]
-        if not len(long) or not len(ops):
+        long = comm[comm["dur_us"] >= self.min_wait_kernel_us]
+        if not len(long):
             return None
+        colls = collective_names(long)
         total_b = total_t = 0.0
-        for r in long.itertuples(index=False):
-            numel = _numel(trace.shapes(ops["input_dims_raw"].iat[int(r.op_idx)]))
-            if numel:
-                total_b += numel * MAX_ELEM_BYTES
-                total_t += float(r.dur_us)
-        return total_b / total_t / 1e3 if total_t > 0 else None
+        known = True
+        kinds, sizes = set(), set()
+        for r, coll in zip(long.itertuples(index=False), colls):
+            nelems = max(int(r.in_msg_nelems), int(r.out_msg_nelems))
+            op = int(r.op_idx)
+            if nelems <= 0 and op >= 0 and len(ops):
+                nelems = _numel(trace.shapes(ops["input_dims_raw"].iat[op]))
+            if nelems <= 0:
+                continue
+            eb = dtype_bytes(r.comm_dtype) or (_op_dtype_bytes(trace, op) if op >= 0 and len(ops) else None)
+            if eb is None and coll != "send/recv":   # send/recv kernels are named for int8_t whatever is sent
+                eb = _kernel_dtype_bytes(str(r.name))
+            if eb is None:
+                eb, known = MAX_ELEM_BYTES, False
+            total_b += nelems * eb
+            total_t += float(r.dur_us)
+            kinds.add(coll)
+            if int(r.group_size) > 0:
+                sizes.add(int(r.group_size))
+        if total_t <= 0:
+            return None
+        algbw = total_b / total_t / 1e3
+        n = max(sizes) if sizes else int(trace.meta.world_size or 0)
+        coll = next(iter(kinds)) if len(kinds) == 1 else None
+        factor = bus_factor(coll, n) if coll is not None and n else None
+        return {"algbw": algbw, "busbw": algbw * factor if factor is not None else None, "coll": coll, "n": n,
+                "dtype_known": known}
+
+
+def _kernel_dtype_bytes(name: str) -> int | None:
+    head = name.split("(", 1)[0]
+    if not re.match(r"(?:nccl|rccl)", head, re.IGNORECASE):
+        return None
+    sizes = {dtype_bytes(p) for p in _KERNEL_PARTS.findall(head)} - {None}
+    return sizes.pop() if len(sizes) == 1 else None
+
+
+def _op_dtype_bytes(trace, op: int) -> int | None:
+    """Element size from the launching op: its own `Input type`, else that of the nccl:* annotation it
+    encloses on the same thread (record_param_comms types its input as "TensorList")."""
+    ops = trace.cpu_ops
+    for i in _op_and_children(ops, op):
+        raw = ops["input_type_raw"].iat[i]
+        types = trace.shapes(raw) if raw is not None else None
+        if isinstance(types, list):
+            for t in types:
+                eb = dtype_bytes(t) if isinstance(t, str) else None
+                if eb is not None:
+                    return eb
+    return None
+
+
+def _op_and_children(ops: pd.DataFrame, op: int, limit: int = 8) -> list[int]:
+    ts, end, tid = float(ops["ts_us"].iat[op]), float(ops["end_us"].iat[op]), ops["tid"].iat[op]
+    t = ops["ts_us"].to_numpy()
+    lo, hi = np.searchsorted(t, ts, "left"), np.searchsorted(t, end, "right")
+    if not np.all(np.diff(t[lo:hi]) >= 0):   # not sorted: no child lookup
+        return [op]
+    kids = [i for i in range(int(lo), int(hi)) if i != op and ops["tid"].iat[i] == tid
+            and float(ops["end_us"].iat[i]) <= end][:limit]
+    return [op] + kids
 
 
 def _numel(shapes) -> int:
@@ -244,8 +336,9 @@ def _fix(framework: str, colls: set, waiting: bool, per_step: float) -> str:
         parts.append(f"coalesce the {per_step:.0f} collectives per step into a few large ones (bucket the tensors, "
                      "e.g. DDP instead of per-tensor all_reduce, or torch.distributed coalescing)")
     if waiting:
-        parts.append("Find the slower rank first: the collectives wait rather than transfer, so compare step times "
-                     "across all ranks' traces and fix that rank's data loading or load imbalance")
+        parts.append("Find the rank this one waits for first: the collectives wait rather than transfer; analyse "
+                     "all ranks' traces together (traceinspect analyze DIR) to name the rank that gates the step, "
+                     "and fix its data loading, host work or load imbalance")
     if colls & {"allgather", "reduce_scatter"}:
         parts.append("prefetch FSDP all-gathers (fsdp_config forward_prefetch / backward_prefetch='backward_pre', "
                      "limit_all_gathers)" if hf else

@@ -9,6 +9,7 @@ import numpy as np
 from ..findings import Evidence
 from ..trace import intervals as iv
 from ..trace.tables import name_flags
+from ..trace.timeline import is_comm_kernel
 from .allocator_churn import steady_alloc_set
 from .base import Detector, events_from, fmt_us, in_steps, option, pct, window_label
 from .memory_fit import batch_fit_for, gb
@@ -257,10 +258,17 @@ class LaunchBound(Detector):
 
     @staticmethod
     def _events(trace, k, claimed):
-        """The kernels that end the longest launch gaps."""
+        """The kernels that end the longest launch gaps. An NCCL/RCCL kernel is never one: it starts
+        when launched and then waits for its peers, so the gap before it is not launch overhead."""
         if not len(k) or claimed[0].size == 0:
             return ()
-        top = np.argsort(claimed[1] - claimed[0])[::-1][:3]
+        order = np.argsort(claimed[1] - claimed[0])[::-1]
         ts = k["ts_us"].to_numpy()
-        idx = np.unique(np.minimum(np.searchsorted(ts, claimed[1][top] - 1e-6), len(k) - 1))
-        return events_from(k.iloc[idx], trace, "kernel")
+        comm = is_comm_kernel(k["name"])
+        idx: list[int] = []
+        for i in np.minimum(np.searchsorted(ts, claimed[1][order] - 1e-6), len(k) - 1):
+            if not comm[i] and int(i) not in idx:
+                idx.append(int(i))
+                if len(idx) == 3:
+                    break
+        return events_from(k.iloc[sorted(idx)], trace, "kernel") if idx else ()

@@ -69,7 +69,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         + "</p>",
         "</header>",
         _verdict(report),
-    ]
+    ] + _cross_rank(report)
     if not charts.available():
         body.append("<p class=\"warn\" id=\"no-charts\">Charts are not included: matplotlib is not installed "
                     f"(<code>{esc(charts.INSTALL_HINT)}</code>). The tables below carry the same numbers.</p>")
@@ -369,11 +369,33 @@ def _ranks(report) -> list[str]:
     o = ["<section id=\"ranks\"><h2>Ranks</h2><table><tr><th class=n>rank</th><th>file</th><th class=n>median step</th>"
          "<th class=n>GPU busy</th><th>top finding</th></tr>"]
     for r in report.ranks:
-        mark = " <b>(slowest)</b>" if r.get("slowest") else ""
+        mark = (" <b>(gates the step)</b>" if r.get("gating") else "") + (" <b>(slowest)</b>" if r.get("slowest") else "")
         o.append(f"<tr><td class=n>{esc(r['rank'])}{mark}</td><td>{esc(r.get('file'))}</td>"
                  f"<td class=n>{ms(r['median_step_us'])}</td><td class=n>{pct(r.get('gpu_busy_frac'))}</td>"
                  f"<td>{esc(r.get('top_finding') or '-')}</td></tr>")
     o.append("</table></section>")
+    return o
+
+
+def _cross_rank(report) -> list[str]:
+    """Collectives aligned across ranks: who arrives last, and each rank's wait vs own transfer."""
+    c = report.cross_rank
+    if not c:
+        return []
+    o = [f"<section id=\"cross-rank\"><h2>Collectives across {count(len(c.get('ranks', [])))} ranks</h2>"
+         f"<p class=\"note\">{count(c.get('matched'))} collectives matched per rank; largest arrival skew "
+         f"{esc(ms(c.get('max_arrival_skew_us')))}; clock: {esc(c.get('clock', ''))}.</p>"
+         "<table><tr><th class=n>rank</th><th class=n>last to arrive</th><th class=n>waits in collectives</th>"
+         "<th class=n>own transfer</th><th class=n>job cost</th></tr>"]
+    for p in c.get("per_rank", []):
+        mark = " <b>(gates the step)</b>" if p.get("rank") == c.get("gating_rank") else ""
+        o.append(f"<tr><td class=n>{esc(p.get('rank'))}{mark}</td><td class=n>{count(p.get('last_arrivals'))}</td>"
+                 f"<td class=n>{esc(ms(p.get('wait_us_per_step')))}/step</td>"
+                 f"<td class=n>{esc(ms(p.get('transfer_us_per_step')))}/step</td>"
+                 f"<td class=n>{esc(ms(p.get('job_cost_us_per_step')))}/step</td></tr>")
+    o.append("</table>")
+    o += [f"<p class=\"note\">{esc(n)}</p>" for n in c.get("notes", [])[:5]]
+    o.append("</section>")
     return o
 
 

@@ -30,6 +30,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
     elif v:
         o.append(f"**Verdict:** {md_text(v.get('headline', ''))}")
     o.append("")
+    o += cross_rank_md(report)
     if bd:
         o.append("| where each step goes | per step | share |")
         o.append("|---|---:|---:|")
@@ -96,7 +97,8 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         o.append("| rank | median step | GPU busy | top finding |")
         o.append("|---:|---:|---:|---|")
         for r in report.ranks:
-            o.append(f"| {md_text(r.get('rank'))}{' **(slowest)**' if r.get('slowest') else ''} | "
+            o.append(f"| {md_text(r.get('rank'))}{' **(gates the step)**' if r.get('gating') else ''}"
+                     f"{' **(slowest)**' if r.get('slowest') else ''} | "
                      f"{ms(r.get('median_step_us'))} | {pct(r.get('gpu_busy_frac'))} | "
                      f"{md_text(r.get('top_finding') or '-')} |")
         o.append("")
@@ -139,6 +141,26 @@ def efficiency_lines(report, top: int = 10) -> list[str]:
                  f"{md_text(r['intensity'])} | {md_text(r['bound'])} | {md_text(r['share'])} |")
     o += ["", "</details>", ""]
     return o
+
+
+def cross_rank_md(report) -> list[str]:
+    """Collectives aligned across ranks: who arrives last, and each rank's wait vs own transfer."""
+    c = report.cross_rank
+    if not c:
+        return []
+    o = [f"### Collectives across {count(len(c.get('ranks', [])))} ranks", "",
+         f"{count(c.get('matched'))} collectives matched per rank; largest arrival skew "
+         f"{ms(c.get('max_arrival_skew_us'))}; clock: {md_text(c.get('clock', ''))}.", "",
+         "| rank | last to arrive | waits in collectives | own transfer | job cost |",
+         "|---:|---:|---:|---:|---:|"]
+    for p in c.get("per_rank", []):
+        o.append(f"| {md_text(p.get('rank'))}{' **(gates the step)**' if p.get('rank') == c.get('gating_rank') else ''}"
+                 f" | {count(p.get('last_arrivals'))} | {ms(p.get('wait_us_per_step'))}/step | "
+                 f"{ms(p.get('transfer_us_per_step'))}/step | {ms(p.get('job_cost_us_per_step'))}/step |")
+    o.append("")
+    for n in c.get("notes", [])[:5]:
+        o.append(f"- {md_text(n)}")
+    return o + ([""] if c.get("notes") else [])
 
 
 def account_md(report) -> list[str]:

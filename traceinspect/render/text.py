@@ -10,7 +10,7 @@ import textwrap
 
 from ..inert import document
 from .common import (BREAKDOWN_ORDER, efficiency_peaks, efficiency_rows, evidence_value, gpu_line, labels,
-                     memory_rows, ms, num, pct, plain, run_config_items)
+                     memory_rows, ms, num, pct, plain, run_config_items, count)
 
 
 def render(report, *, width: int = 100, color: bool = False) -> str:
@@ -33,6 +33,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
     elif v:
         out.append(wrap(plain(v.get("headline", ""))))
     out.append("")
+    out += cross_rank_lines(report, wrap)
     if bd:
         out.append("Where each step goes (mean per step)")
         busy = bd.get("gpu_busy", {})
@@ -75,7 +76,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
     if report.ranks and len(report.ranks) > 1:
         out.append("Ranks")
         for r in report.ranks:
-            mark = "  <- slowest" if r.get("slowest") else ""
+            mark = ("  <- gates the step" if r.get("gating") else "") + ("  <- slowest" if r.get("slowest") else "")
             out.append(f"  rank {plain(r.get('rank')):>3}  median step {ms(r.get('median_step_us')):>10}  "
                        f"busy {pct(r.get('gpu_busy_frac')):>7}  top: {plain(r.get('top_finding') or '-')}{mark}")
         out.append("")
@@ -97,6 +98,24 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         out.append(wrap("Not applicable: " + "; ".join(f"{plain(s.name)} ({plain(s.reason)})" for s in report.skipped
                                                        if not s.checked)))
     return document("\n".join(out).rstrip() + "\n")
+
+
+def cross_rank_lines(report, wrap) -> list[str]:
+    """Collectives aligned across ranks: who arrives last, and each rank's wait vs own transfer."""
+    c = report.cross_rank
+    if not c:
+        return []
+    out = [f"Collectives across {len(c.get('ranks', []))} ranks ({count(c.get('matched'))} matched per rank; "
+           f"largest arrival skew {ms(c.get('max_arrival_skew_us'))}; clock: {plain(c.get('clock', ''))})"]
+    for p in c.get("per_rank", []):
+        mark = "  <- gates the step" if p.get("rank") == c.get("gating_rank") else ""
+        out.append(f"  rank {plain(p.get('rank')):>3}  last at {count(p.get('last_arrivals')):>3}  "
+                   f"waits {ms(p.get('wait_us_per_step')):>9}/step  transfer {ms(p.get('transfer_us_per_step')):>9}/step  "
+                   f"job cost {ms(p.get('job_cost_us_per_step')):>9}/step{mark}")
+    for n in c.get("notes", [])[:5]:
+        out.append(wrap(f"- {plain(n)}", "  "))
+    out.append("")
+    return out
 
 
 def _memory(report, wrap) -> list[str]:
