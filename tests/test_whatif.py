@@ -1,0 +1,151 @@
+"""The what-if replay: identity, transformations against fixed runs built by construction, the verdict
+path, the floor and the speed of light, and the real before/after pair."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from builders import build_dataloader_stall, build_healthy
+from builders_whatif import build_host_bound_fp32, build_item_syncs, build_stall_and_host_bound, build_stream_wait
+from traceinspect.analyze import analyze
+from traceinspect.detectors.base import projected_step
+from traceinspect.trace.model import load_trace
+from traceinspect.whatif import engine as E
+from traceinspect.whatif.graph import build
+from traceinspect.whatif.replay import replay
+
+
+def _load(t, tmp_path, name="x"):
+    return load_trace(str(t.write(tmp_path / f"{name}.pt.trace.json")))
+
+
+def _median(tr) -> float:
+    return float(tr.steps["dur_us"].median())
+
+
+@pytest.mark.parametrize("make", [build_healthy, build_dataloader_stall, build_stall_and_host_bound,
+                                  build_stream_wait, build_item_syncs])
+def test_identity_replay_reproduces_each_step(make, tmp_path):
+    tr = _load(make(), tmp_path)
+    r = replay(build(tr))
+    np.testing.assert_allclose(r.step_us, tr.steps["dur_us"].to_numpy(), rtol=1e-6)
+
+
+def test_two_interacting_causes_replay_matches_the_fixed_run(tmp_path):
+    before = _load(build_stall_and_host_bound(), tmp_path, "before")
+    after = _load(build_stall_and_host_bound(load_us=100.0, cpu_us=0.0), tmp_path, "after")
+    rep = analyze(before)
+    names = [f.name for f in rep.findings if not f.masked_by]
+    assert names[:2] == ["host-bound", "dataloader-stall"]
+    path = rep.verdict["path"]
+    assert [p["model"] for p in path] == ["replay", "replay"]
+    assert path[1]["from_us"] == path[0]["to_us"]                 # cumulative, in rank order
+    truth = _median(after)
+    # the fixed run: 20 x (10 us op + 5 us launch) of host work per step, each kernel 400 us behind the
+    # last, so the GPU sets the pace; the replay keeps the 100 us prefetched __next__ and 1 us own costs
+    assert abs(rep.verdict["expected_step_us"] - truth) / truth < 0.02
+    # the DataLoader fix alone: the host-bound part stays
+    alone = E.predict(before, rep.findings, ("dataloader-stall",)).median_us
+    assert alone > truth * 1.5
+    sub = projected_step(_median(before), sum(f.time_lost_per_step_us for f in rep.findings if not f.masked_by))
+    assert abs(rep.verdict["expected_step_us"] - truth) < abs(sub - truth)
+
+
+def test_faster_kernels_do_not_help_a_host_bound_loop(tmp_path):
+    before = _load(build_host_bound_fp32(), tmp_path, "before")
+    after = _load(build_host_bound_fp32(kernel_us=100.0), tmp_path, "after")
+    rep = analyze(before)
+    fp32 = next(f for f in rep.findings if f.name == "fp32-gemm")
+    pred = E.predict(before, rep.findings, ("fp32-gemm",)).median_us
+    truth = _median(after)
+    assert abs(pred - truth) / truth < 0.02
+    # 20 kernels per step x 4 steps, 4x (the cap) faster: 100 us each, as in the fixed run
+    assert E.predict(before, rep.findings, ("fp32-gemm",)).models["fp32-gemm"].startswith("80 fp32")
+    assert fp32.time_lost_per_step_us < 0.02 * truth   # the detector agrees: off the critical path
+
+
+def test_stream_wait_is_an_edge(tmp_path):
+    tr = _load(build_stream_wait(), tmp_path)
+    g = build(tr)
+    s8 = np.flatnonzero(g.g_stream == 8)
+    assert (g.g_xprev[s8] >= 0).all() and (g.g_stream[g.g_xprev[s8]] == 7).all()
+    g2 = g.copy()
+    g2.g_dur = np.where(g2.g_stream == 7, g2.g_dur - 1000.0, g2.g_dur)   # stream 7 kernel 1000 us shorter
+    r1, r2 = replay(g), replay(g2)
+    # the waiting kernel, and with it the sync and the step, move by the same 1000 us (per step so far)
+    np.testing.assert_allclose(r1.g_start[s8] - r2.g_start[s8], 1000.0 * np.arange(1, len(s8) + 1), atol=1e-6)
+    np.testing.assert_allclose(r1.step_us - r2.step_us, 1000.0, atol=1e-6)
+
+
+def test_removing_syncs_matches_the_run_without_them(tmp_path):
+    before = _load(build_item_syncs(), tmp_path, "before")
+    after = _load(build_item_syncs(item=False), tmp_path, "after")
+    rep = analyze(before)
+    pred = E.predict(before, rep.findings, ("host-sync",)).median_us
+    truth = _median(after)
+    # the .item() copies stay (2 us each on the stream), the host no longer waits for them
+    assert abs(pred - truth) / truth < 0.03
+
+
+def test_speed_of_light_from_the_builder_shapes(tmp_path):
+    tr = _load(build_healthy(), tmp_path)
+    sol = E.speed_of_light(tr)
+    # per step: 12 layers x (linear 2*8*1024*2048*2048 + SDPA 4*8*16*1024*1024*128) FLOPs
+    linear = 2 * 8 * 1024 * 2048 * 2048
+    attn = 4 * 8 * 16 * 1024 * 1024 * 128
+    assert sol["matrix_flops_per_step"] == pytest.approx(12 * (linear + attn), rel=1e-6)
+    peak = tr.device.peaks.matrix_tflops("bf16") * 1e12
+    assert sol["sol_us"] == pytest.approx(12 * (linear + attn) / peak * 1e6, rel=1e-3)
+    assert sol["mfu"] == pytest.approx(sol["sol_us"] / _median(tr))
+
+
+def test_no_shapes_says_so(tmp_path):
+    tr = _load(build_stall_and_host_bound(), tmp_path)
+    sol = E.speed_of_light(tr)
+    assert sol["sol_us"] is None and "record_shapes" in sol["why"]
+
+
+# --- the real traces ---------------------------------------------------------------------------------
+
+def _gpu_traces(shared_dir):
+    for p in sorted(shared_dir.rglob("*")):
+        if p.name.endswith((".json", ".json.gz")) and p.name != "EXPECTED.json":
+            try:
+                tr = load_trace(str(p))
+            except Exception:
+                continue
+            if tr.has_gpu and len(tr.steps) and tr.window_us >= 1000:
+                yield p, tr
+
+
+def test_identity_on_every_gpu_trace(shared_dir):
+    errs = {}
+    for p, tr in _gpu_traces(shared_dir):
+        errs[str(p.relative_to(shared_dir))] = E.identity(tr)["median_error_frac"]
+    assert errs
+    assert float(np.median(list(errs.values()))) <= 0.02
+    assert max(errs.values()) <= 0.10, {k: v for k, v in errs.items() if v > 0.10}
+
+
+def test_never_below_the_floor_on_every_trace(shared_dir):
+    for p, tr in _gpu_traces(shared_dir):
+        rep = analyze(tr)
+        fixes = tuple(f.name for f in rep.findings if not f.masked_by and f.name in E.transforms())
+        pred = E.predict(tr, rep.findings, fixes)
+        assert (pred.step_us >= pred.floor_us - 1e-6).all(), p
+        sol = rep.verdict.get("whatif", {}).get("speed_of_light", {}).get("sol_us")
+        if rep.verdict.get("expected_step_us") is not None and sol:
+            assert rep.verdict["expected_step_us"] >= sol - 1e-6, p
+
+
+def test_the_real_pair_num_workers_0_to_4(shared_dir):
+    d = shared_dir / "pytorch__kineto/tb_plugin/samples"
+    before = load_trace(str(d / "resnet50_num_workers_0/worker0.pt.trace.json.gz"))
+    after = load_trace(str(d / "resnet50_num_workers_4/worker0.pt.trace.json.gz"))
+    rep = analyze(before)
+    pred = E.predict(before, rep.findings, ("dataloader-stall",)).median_us
+    truth = _median(after)
+    err = abs(pred - truth) / truth
+    sub = projected_step(_median(before), next(f for f in rep.findings if f.name == "dataloader-stall").time_lost_per_step_us)
+    assert err < 0.05
+    assert err < abs(sub - truth) / truth          # better than subtraction on the one real pair
