@@ -375,18 +375,20 @@ def _assumption(models: list[str]) -> str:
 def _fix_path(trace: Trace, findings: list[Finding], fixable: list[Finding], median: float):
     """The cumulative path in rank order. Each fix with a replay transformation is replayed on top of the
     fixes before it; one without is subtracted (projected_step's 90% rule), and each step says which."""
-    known = whatif.transforms() if trace.has_gpu else {}
+    known = whatif.transforms() if isinstance(trace, Trace) and trace.has_gpu else {}
     path, models, done = [], [], []
     before = median
     sol = whatif.speed_of_light(trace) if known else {}
     floor = sol.get("sol_us") or 0.0
+    gpu_left = float(np.median(whatif.predict(trace, findings, ()).floor_us)) if known else 0.0
     for f in fixable:
         if f.name in known:
             done.append(f.name)
-            to = max(whatif.predict(trace, findings, tuple(done)).median_us, floor)
+            p = whatif.predict(trace, findings, tuple(done))
+            to, gpu_left = max(p.median_us, floor), float(np.median(p.floor_us)) if len(p.floor_us) else 0.0
             model = whatif.MODEL_REPLAY
-        else:
-            to = projected_step(before, f.time_lost_per_step_us)
+        else:   # no transformation: subtract, but never below the GPU work the replayed fixes leave
+            to = max(projected_step(before, f.time_lost_per_step_us), gpu_left, floor)
             model = "subtraction"
         path.append({"fix": f.name, "from_us": before, "to_us": to, "model": model})
         models.append(model)

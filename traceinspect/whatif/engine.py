@@ -132,3 +132,20 @@ def path(trace: Trace, findings: list[Finding], order: list[str]) -> list[dict]:
         out.append({"fix": name, "from_us": before, "to_us": p.median_us, "model": MODEL_REPLAY})
         before = p.median_us
     return out
+
+
+def summary(trace: Trace, findings: list[Finding], fixes: tuple[str, ...]) -> dict:
+    """`traceinspect whatif`: measured vs predicted per step, the critical path, the floor, the models."""
+    p = predict(trace, findings, fixes)
+    meas = trace.steps["dur_us"].to_numpy(float)
+    fired = {f.name for f in findings}
+    return {
+        "fixes": list(fixes), "models": p.models, "model": MODEL_REPLAY,
+        "not_found": [n for n in fixes if n not in fired],
+        "steps": [{"step": int(s), "measured_us": float(m), "predicted_us": float(q), "gpu_floor_us": float(fl)}
+                  for s, m, q, fl in zip(trace.steps["step"], meas, p.step_us, p.floor_us)],
+        "measured_median_us": float(np.median(meas)) if len(meas) else 0.0,
+        "predicted_median_us": p.median_us,
+        "critical_path_us": {k: float(v) for k, v in p.path.items()},
+        "identity": identity(trace), "speed_of_light": speed_of_light(trace), "notes": p.notes,
+    }
