@@ -149,3 +149,45 @@ def test_the_real_pair_num_workers_0_to_4(shared_dir):
     sub = projected_step(_median(before), next(f for f in rep.findings if f.name == "dataloader-stall").time_lost_per_step_us)
     assert err < 0.05
     assert err < abs(sub - truth) / truth          # better than subtraction on the one real pair
+
+
+def test_diff_shows_predicted_against_measured(tmp_path):
+    from traceinspect.diff import diff
+    from traceinspect.render.diff import render_md, render_text
+    before = _load(build_stall_and_host_bound(), tmp_path, "before")
+    # the after run fixed only the DataLoader (prefetched: 100 us in __next__)
+    after = _load(build_stall_and_host_bound(load_us=100.0), tmp_path, "after")
+    d = diff(analyze(before), analyze(after))
+    pr = d.prediction
+    assert pr["fixes"] == ["dataloader-stall"] and pr["model"] == "replay"
+    assert pr["measured_us"] == _median(after)
+    assert abs(pr["error_frac"]) < 0.02
+    assert "Predicted for fixing dataloader-stall" in render_text(d)
+    assert "error" in render_md(d)
+
+
+def test_diff_prediction_ignores_a_poisoned_saved_report(tmp_path):
+    from traceinspect.diff import _prediction
+    rep = analyze(_load(build_stall_and_host_bound(), tmp_path))
+    rep.verdict = {**rep.verdict, "whatif": {"saved_alone_per_step_us": {"dataloader-stall": "lots"}}, "path": "x"}
+    assert _prediction(rep, ["dataloader-stall"], 1000.0) == {}
+
+
+def test_real_pair_in_diff(shared_dir):
+    from traceinspect.diff import diff
+    d = shared_dir / "pytorch__kineto/tb_plugin/samples"
+    before = analyze(load_trace(str(d / "resnet50_num_workers_0/worker0.pt.trace.json.gz")))
+    after = analyze(load_trace(str(d / "resnet50_num_workers_4/worker0.pt.trace.json.gz")))
+    pr = diff(before, after).prediction
+    assert "dataloader-stall" in pr["fixes"] and abs(pr["error_frac"]) < 0.05
+
+
+def test_whatif_cli(tmp_path):
+    from click.testing import CliRunner
+    from traceinspect.cli import cli
+    p = build_stall_and_host_bound().write(tmp_path / "x.pt.trace.json")
+    r = CliRunner().invoke(cli, ["whatif", str(p), "--fix", "dataloader-stall,host-bound"])
+    assert r.exit_code == 0, r.output
+    assert "predicted" in r.output and "Critical path" in r.output
+    r = CliRunner().invoke(cli, ["whatif", str(p), "--fix", "no-such-fix"])
+    assert r.exit_code == 2 and "no-such-fix" in r.output and "Traceback" not in r.output
