@@ -380,11 +380,17 @@ def _fix_path(trace: Trace, findings: list[Finding], fixable: list[Finding], med
     before = median
     sol = whatif.speed_of_light(trace) if known else {}
     floor = sol.get("sol_us") or 0.0
-    gpu_left = float(np.median(whatif.predict(trace, findings, ()).floor_us)) if known else 0.0
+    memo: dict = {}
+
+    def replayed(fixes: tuple):
+        if fixes not in memo:
+            memo[fixes] = whatif.predict(trace, findings, fixes, with_path=False)
+        return memo[fixes]
+    gpu_left = float(np.median(replayed(()).floor_us)) if known and len(trace.steps) else 0.0
     for f in fixable:
         if f.name in known:
             done.append(f.name)
-            p = whatif.predict(trace, findings, tuple(done))
+            p = replayed(tuple(done))
             to, gpu_left = max(p.median_us, floor), float(np.median(p.floor_us)) if len(p.floor_us) else 0.0
             model = whatif.MODEL_REPLAY
         else:   # no transformation: subtract, but never below the GPU work the replayed fixes leave
@@ -397,7 +403,7 @@ def _fix_path(trace: Trace, findings: list[Finding], fixable: list[Finding], med
     if known:
         ident = whatif.identity(trace)
         extra = {"identity": ident, "speed_of_light": sol,
-                 "saved_alone_per_step_us": {f.name: median - whatif.predict(trace, findings, (f.name,)).median_us
+                 "saved_alone_per_step_us": {f.name: median - replayed((f.name,)).median_us
                                              for f in findings if f.name in known and not f.masked_by}}
     return path, models, extra
 

@@ -47,8 +47,7 @@ def graph_of(trace: Trace) -> Graph:
 
 def identity(trace: Trace) -> dict:
     """The replay of the unmodified graph against the measured steps: the model's own error."""
-    g = graph_of(trace)
-    r = replay(g)
+    r = trace.memo("whatif identity replay", lambda: replay(graph_of(trace)))
     meas = trace.steps["dur_us"].to_numpy(float)
     if len(r.step_us) != len(meas) or not len(meas):
         return {}
@@ -76,12 +75,13 @@ def _floor(g: Graph, r, step_starts: np.ndarray) -> np.ndarray:
     return out
 
 
-def predict(trace: Trace, findings: list[Finding], fixes: tuple[str, ...]) -> Prediction:
+def predict(trace: Trace, findings: list[Finding], fixes: tuple[str, ...], *, with_path: bool = True) -> Prediction:
     """Apply the named fixes (in order) to the measured graph and replay. A fix whose detector did not
     fire has nothing to change (its finding is what the transformation scales)."""
     by_name = {f.name: f for f in findings}
     known = transforms()
-    g = graph_of(trace).copy()
+    base = graph_of(trace)
+    g = base.copy() if fixes else base
     models, notes = {}, []
     for name in fixes:
         cls = known.get(name)
@@ -89,14 +89,14 @@ def predict(trace: Trace, findings: list[Finding], fixes: tuple[str, ...]) -> Pr
             notes.append(f"{name}: no replay transformation")
             continue
         models[name] = cls().whatif(g, by_name.get(name))
-    r = replay(g)
+    r = replay(g) if fixes else trace.memo("whatif identity replay", lambda: replay(base))
     starts = r.h_start[g.markers] if len(g.markers) else np.zeros(0)
     floor = _floor(g, r, starts)
     steps = np.maximum(r.step_us, floor)
     if (floor > r.step_us + 1.0).any():
         notes.append("the host would run ahead of the GPU: those steps are held at the GPU work they keep")
     return Prediction(fixes=tuple(fixes), step_us=steps, replay_us=r.step_us, floor_us=floor, models=models,
-                      path=critical_path(g, r), notes=notes)
+                      path=critical_path(g, r) if with_path else {}, notes=notes)
 
 
 def speed_of_light(trace: Trace) -> dict:

@@ -177,17 +177,17 @@ def build(trace: Trace) -> Graph:
         r_ts, r_end, r_tid = rt["ts_us"].to_numpy(float), rt["end_us"].to_numpy(float), rt["tid"].to_numpy()
         o = np.lexsort((-r_end, r_ts, r_tid))
         # a call inside another call of its thread (a driver call under a runtime call) is part of it
+        # running max of the ends within each thread (exclusive of the row): rows are sorted by thread,
+        # so one cumulative max over ends lifted by thread index x span keeps the threads apart
         ends = r_end[o]
-        grp = r_tid[o]
-        run_max = np.empty_like(ends)
-        inner = np.zeros(len(o), bool)
-        cur_t, cur_m = None, -np.inf
-        for i in range(len(o)):       # short loop over runtime calls (one compare each)
-            if grp[i] != cur_t:
-                cur_t, cur_m = grp[i], -np.inf
-            inner[i] = ends[i] <= cur_m and r_ts[o[i]] < cur_m
-            cur_m = max(cur_m, ends[i])
-            run_max[i] = cur_m
+        gid = np.concatenate([[0], np.cumsum(r_tid[o][1:] != r_tid[o][:-1])])
+        lo = float(min(r_ts.min(), r_end.min()))
+        span = float(r_end.max() - lo) + 1.0
+        run = np.maximum.accumulate((ends - lo) + gid * span)
+        prev_max = np.concatenate([[-np.inf], run[:-1]]) - gid * span + lo
+        first = np.concatenate([[True], gid[1:] != gid[:-1]])
+        prev_max[first] = -np.inf
+        inner = (ends <= prev_max) & (r_ts[o] < prev_max)
         rows_rt = o[~inner]
     else:
         r_ts = r_end = r_tid = np.zeros(0)
