@@ -66,7 +66,8 @@ class Graph:
     g_slack: np.ndarray          # start - max(every ready time), >= 0
     g_stream: np.ndarray
     g_device: np.ndarray
-    markers: np.ndarray          # host node of each step boundary: n_steps + 1
+    markers: np.ndarray          # host node of each step start, then of the last step's end: n_steps + 1
+    m_end: np.ndarray            # host node of each step's end (a step is measured from its start to its end)
     notes: list = field(default_factory=list)
 
     def copy(self) -> "Graph":
@@ -285,17 +286,16 @@ def build(trace: Trace) -> Graph:
         h_resid = np.where(ok, h_end - g_end[c], 0.0)
         h_own = np.where(ok, np.minimum(h_own, np.maximum(h_resid, 0.0)), h_own)
 
-    markers = np.zeros(0, dtype=np.int64)
+    markers = m_end = np.zeros(0, dtype=np.int64)
     if len(mk):
         ism = h_rt < 0
         pos = {float(t): i for t, i in zip(h_ts[ism], np.flatnonzero(ism))}
         bounds = list(st["start_us"].to_numpy(float)) + [float(st["end_us"].iloc[-1])]
         markers = np.array([pos[float(b)] for b in bounds], dtype=np.int64)
-        notes.append("" if (st["start_us"].to_numpy()[1:] == st["end_us"].to_numpy()[:-1]).all() else
-                     "steps are not contiguous: each step is measured from its start marker to the next one")
+        m_end = np.array([pos[float(b)] for b in st["end_us"].to_numpy(float)], dtype=np.int64)
     return Graph(trace=trace, h_ts=h_ts, h_end=h_end, h_tid=h_tid, h_name=h_name, h_rt=h_rt, h_prev=h_prev,
                  h_gap=h_gap, h_xprev=h_xprev, h_xgap=h_xgap, h_own=h_own, h_wait=h_wait, h_resid=h_resid,
                  g_ts=g_ts, g_end=g_end, g_dur=g_dur, g_name=g["name"], g_kind=g["kind"].to_numpy(),
                  g_row=g["row"].to_numpy().astype(np.int64), g_launch=g_launch, g_lat=g_lat, g_prev=g_prev,
                  g_xprev=g_xprev, g_slack=g_slack, g_stream=g["stream"].to_numpy(), g_device=g["device"].to_numpy(),
-                 markers=markers, notes=[n for n in notes if n])
+                 markers=markers, m_end=m_end, notes=[n for n in notes if n])

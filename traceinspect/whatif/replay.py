@@ -24,7 +24,7 @@ class Replay:
     h_bind: np.ndarray
     h_end_bind: np.ndarray
     g_bind: np.ndarray
-    step_us: np.ndarray          # one per analysed step, from its start marker to the next
+    step_us: np.ndarray          # one per analysed step, from its start marker to its end marker
 
 
 def replay(g: Graph) -> Replay:
@@ -86,8 +86,7 @@ def replay(g: Graph) -> Replay:
                     he[i] = t
                     heb[i] = WAIT
     h_start, h_end = np.array(hs), np.array(he)
-    m = g.markers
-    step = np.diff(h_start[m]) if len(m) > 1 else np.zeros(0)
+    step = h_start[g.m_end] - h_start[g.markers[:-1]] if len(g.markers) > 1 else np.zeros(0)
     return Replay(h_start=h_start, h_end=h_end, g_start=np.array(gs), g_end=np.array(ge),
                   h_bind=np.array(hb), h_end_bind=np.array(heb), g_bind=np.array(gb), step_us=step)
 
