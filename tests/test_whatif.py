@@ -3,6 +3,7 @@ path, the floor and the speed of light, and the real before/after pair."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from builders import build_dataloader_stall, build_healthy
@@ -125,6 +126,30 @@ def test_identity_on_every_gpu_trace(shared_dir):
     assert errs
     assert float(np.median(list(errs.values()))) <= 0.02
     assert max(errs.values()) <= 0.10, {k: v for k, v in errs.items() if v > 0.10}
+    worst = {str(p): E.identity(tr)["max_error_frac"] for p, tr in _gpu_traces(shared_dir)}
+    assert max(worst.values()) <= 0.10, {k: v for k, v in worst.items() if v > 0.10}
+
+
+def _gpu_work_kept(tr, fixes) -> float:
+    """Independently of the replay: the median over steps of the busiest stream's kernel + copy time,
+    leaving out the kernels a fix in `fixes` may shorten (fp32 GEMMs/convolutions for fp32-gemm)."""
+    from traceinspect.detectors import kernels as K
+    from traceinspect.detectors.base import in_steps
+    parts = []
+    for is_kernel, t in ((True, tr.kernels), (False, tr.memcpy)):
+        if len(t):
+            t = in_steps(t[t["device"] == tr.timeline.device] if tr.timeline.device is not None else t, tr)
+            if is_kernel and "fp32-gemm" in fixes and len(t):
+                c = K.classify(t["name"])
+                t = t[~(((c["kind"] == K.GEMM) | (c["kind"] == K.CONV)) & (c["precision"] == K.FP32)).to_numpy()]
+            parts.append(t[["ts_us", "dur_us", "stream"]])
+    if not parts:
+        return 0.0
+    ops = pd.concat(parts)
+    st = tr.steps
+    i = np.searchsorted(st["start_us"].to_numpy(), ops["ts_us"].to_numpy(), side="right") - 1
+    per = ops.assign(step=i).groupby(["step", "stream"])["dur_us"].sum().groupby(level=0).max()
+    return float(per.reindex(range(len(st)), fill_value=0.0).median())
 
 
 def test_never_below_the_floor_on_every_trace(shared_dir):
@@ -132,10 +157,14 @@ def test_never_below_the_floor_on_every_trace(shared_dir):
         rep = analyze(tr)
         fixes = tuple(f.name for f in rep.findings if not f.masked_by and f.name in E.transforms())
         pred = E.predict(tr, rep.findings, fixes)
-        assert (pred.step_us >= pred.floor_us - 1e-6).all(), p
-        sol = rep.verdict.get("whatif", {}).get("speed_of_light", {}).get("sol_us")
-        if rep.verdict.get("expected_step_us") is not None and sol:
-            assert rep.verdict["expected_step_us"] >= sol - 1e-6, p
+        # 1%: the replay counts an op in the step that launched it, this check in the step it ran in
+        assert pred.median_us >= 0.99 * _gpu_work_kept(tr, fixes), p
+        v = rep.verdict
+        if v.get("expected_step_us") is not None:
+            assert v["expected_step_us"] >= 0.99 * _gpu_work_kept(tr, tuple(v["expected_from"])), p
+            sol = v["whatif"]["speed_of_light"].get("sol_us")
+            if sol:
+                assert v["expected_step_us"] >= sol - 1e-6, p
 
 
 def test_the_real_pair_num_workers_0_to_4(shared_dir):
