@@ -19,6 +19,7 @@ from .graph import Graph, build
 from .replay import critical_path, replay
 
 MODEL_REPLAY = "replay"
+MIN_SOL_COVERAGE = 0.5   # share of kernel time with modelled shapes below which no speed of light is given
 
 
 @dataclass
@@ -115,11 +116,13 @@ def speed_of_light(trace: Trace) -> dict:
         return {"sol_us": None, "why": "no GEMM, convolution or attention op with recorded shapes "
                                        "(capture with record_shapes=True)"}
     median = float(trace.steps["dur_us"].median())
-    cov = coverage(trace)
+    cov = coverage(trace).get("modelled_frac", 0.0)
+    if cov < MIN_SOL_COVERAGE:   # most kernel time has no shapes: a floor from the rest would be a guess
+        return {"sol_us": None, "matrix_flops_per_step": flops, "modelled_kernel_frac": cov,
+                "why": f"only {100 * cov:.0f}% of the kernel time has recorded shapes the model knows; "
+                       "capture with record_shapes=True (and with_flops=True)"}
     return {"sol_us": sol, "matrix_flops_per_step": flops, "achieved_tflops": flops / median / 1e6,
-            "mfu": sol / median if median else None, "modelled_kernel_frac": cov.get("modelled_frac"),
-            "why": "" if cov.get("modelled_frac", 0) >= 0.5 else
-            "less than half of the kernel time has recorded shapes: the speed of light is a lower bound"}
+            "mfu": sol / median if median else None, "modelled_kernel_frac": cov, "why": ""}
 
 
 def path(trace: Trace, findings: list[Finding], order: list[str]) -> list[dict]:
