@@ -99,7 +99,7 @@ def render_md(d, *, width: int = 100, color: bool = False) -> str:
     if d.prediction:
         o += [f"Predicted for fixing {', '.join(md_code(n) for n in d.prediction['fixes'])} (replay of the before "
               f"trace): {ms(d.prediction['predicted_us'])}; measured {ms(d.prediction['measured_us'])}; error "
-              f"{_signed_pct(d.prediction['error_frac'])}", ""]
+              f"{md_text(_signed_pct(d.prediction['error_frac']))}", ""]
     o += ["### Findings", "", "| finding | status | lost per step before | after |", "|---|---|---:|---:|"]
     o += [f"| {md_code(f['name'], in_table=True)} | resolved | {ms(f['time_lost_per_step_us'])} | – |"
           for f in d.resolved_findings]
