@@ -96,7 +96,8 @@ LAYERS = ["trace", "detectors", "analyze", "report", "render", "cli"]
 _LAYER_OF = {"trace": 0, "findings": 0, "errors": 0, "detectors": 1, "analyze": 2, "report": 2,
              "diff": 3, "docs": 3, "tensorboard": 3, "distributed": 3, "render": 4, "cli": 5,
              "capture": 0, "__init__": 5, "__main__": 5, "timeline_sample": 2, "cache": 3,
-             "annotate": 3, "tb_plugin": 5}
+             "annotate": 3, "tb_plugin": 5,
+             "whatif": 1.5}  # whatif: above the detectors (it applies their fixes), below analyze
 
 
 def _layer(rel: Path) -> str:

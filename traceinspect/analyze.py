@@ -23,6 +23,7 @@ from .errors import DetectorFailed, TraceError, UsageError
 from .findings import Failure, Finding, Skipped
 from .report import Report
 from .timeline_sample import representative_step
+from .whatif import engine as whatif
 from .trace.model import Trace, load_trace
 from .trace import intervals as iv
 from .trace.rundir import RankFile, check_one_run
@@ -341,13 +342,13 @@ def _verdict(trace: Trace, findings: list[Finding], account: dict | None = None)
         return {"top": None, "headline": headline, **base}
     top = causes[0]
     fixable = [top] + [f for f in causes[1:] if f.confidence != "low"][:2]
-    # causes are assumed independent; never promise more than 90% of the step back
-    expected = projected_step(median, sum(f.time_lost_per_step_us for f in fixable))
     also = [f"{f.name} ({f.time_lost_per_step_us / 1e3:.1f} ms/step)" for f in fixable[1:]]
     headline = top.title.rstrip(".") + (f". Also: {', '.join(also)}" if also else "")
     if unexpl > UNEXPLAINED_MAX_FRAC:
         headline += f". {100 * unexpl:.0f}% of the step is GPU idle time no finding explains"
     headline += "."
+    path, models, whatif = _fix_path(trace, findings, fixable, median)
+    expected = path[-1]["to_us"]
     return {
         **base,
         "top": top.name, "top_title": top.title, "headline": headline,
@@ -355,12 +356,57 @@ def _verdict(trace: Trace, findings: list[Finding], account: dict | None = None)
         "top_confidence": top.confidence,
         "expected_step_us": expected,
         "expected_from": [f.name for f in fixable],
-        "assumption": (("estimate: median step time minus the per-step time lost of the top cause and the next "
-                        f"{len(fixable) - 1} medium/high-confidence active cause(s), assuming they are independent "
-                        "and each fix recovers its estimate") if len(fixable) > 1 else
-                       "estimate: median step time minus the per-step time lost of the top cause, assuming its fix "
-                       "recovers its estimate") + " (capped at 90% of the step)",
+        "expected_model": "+".join(dict.fromkeys(models)),
+        "path": path,
+        "whatif": whatif,
+        "assumption": _assumption(models),
     }
+
+
+def _assumption(models: list[str]) -> str:
+    if all(m == whatif.MODEL_REPLAY for m in models):
+        return "replay of the trace with each fix applied in rank order, cumulatively (docs/whatif.md)"
+    if not any(m == whatif.MODEL_REPLAY for m in models):
+        return ("estimate: median step time minus the per-step time lost of each cause, assuming they are "
+                "independent and each fix recovers its estimate (capped at 90% of the step)")
+    return ("replay for the fixes that have a transformation, then minus the per-step time lost of the others "
+            "(assumed independent, capped at 90% of the step)")
+
+
+def _fix_path(trace: Trace, findings: list[Finding], fixable: list[Finding], median: float):
+    """The cumulative path in rank order. Each fix with a replay transformation is replayed on top of the
+    fixes before it; one without is subtracted (projected_step's 90% rule), and each step says which."""
+    known = whatif.transforms() if isinstance(trace, Trace) and trace.has_gpu else {}
+    path, models, done = [], [], []
+    before = median
+    sol = whatif.speed_of_light(trace) if known else {}
+    floor = sol.get("sol_us") or 0.0
+    memo: dict = {}
+
+    def replayed(fixes: tuple):
+        if fixes not in memo:
+            memo[fixes] = whatif.predict(trace, findings, fixes, with_path=False)
+        return memo[fixes]
+    gpu_left = float(np.median(replayed(()).floor_us)) if known and len(trace.steps) else 0.0
+    for f in fixable:
+        if f.name in known:
+            done.append(f.name)
+            p = replayed(tuple(done))
+            to, gpu_left = max(p.median_us, floor), float(np.median(p.floor_us)) if len(p.floor_us) else 0.0
+            model = whatif.MODEL_REPLAY
+        else:   # no transformation: subtract, but never below the GPU work the replayed fixes leave
+            to = max(projected_step(before, f.time_lost_per_step_us), gpu_left, floor)
+            model = "subtraction"
+        path.append({"fix": f.name, "from_us": before, "to_us": to, "model": model})
+        models.append(model)
+        before = to
+    extra = {}
+    if known:
+        ident = whatif.identity(trace)
+        extra = {"identity": ident, "speed_of_light": sol,
+                 "saved_alone_per_step_us": {f.name: median - replayed((f.name,)).median_us
+                                             for f in findings if f.name in known and not f.masked_by}}
+    return path, models, extra
 
 
 def _top_kernels(trace: Trace, n: int = 10) -> list[dict]:

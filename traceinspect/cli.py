@@ -6,6 +6,7 @@ Holds no analysis logic. Nothing imports this module.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -337,6 +338,37 @@ def annotate(trace, output, steps):
     claims, and a marker per step; open it in Perfetto or chrome://tracing."""
     report = _annotate(trace, output, steps=steps)
     _say(f"wrote {output}: {len(report.findings)} finding track(s) and {report.steps.get('count', 0)} step marker(s)")
+
+
+@cli.command()
+@click.argument("path", type=click.Path())
+@click.option("--fix", "fixes", required=True, metavar="NAME[,NAME...]",
+              help="Detector fixes to apply, in order (names from 'traceinspect detectors').")
+@click.option("-f", "--format", "fmt", type=click.Choice(["text", "json"]), default="text", help="Output format.")
+@click.option("--steps", default=None, help="Steps to analyse, e.g. '1:'.")
+def whatif(path, fixes, fmt, steps):
+    """Predict the step time after fixes by replaying a trace file (docs/whatif.md)."""
+    from .analyze import analyze as analyze_trace
+    from .render.text import render_whatif
+    from .trace.model import load_trace, parse_step_slice
+    from .whatif.engine import summary, transforms
+    names = tuple(n.strip() for n in fixes.split(",") if n.strip())
+    known = transforms()
+    bad = [n for n in names if n not in known]
+    if bad or not names:
+        raise UsageError(f"--fix {fixes!r}: no replay transformation for {', '.join(bad) or 'an empty list'}; "
+                         f"known: {', '.join(sorted(known))}")
+    if steps:
+        parse_step_slice(steps)
+    paths = _trace_paths(path)
+    if len(paths) != 1:
+        raise UsageError(f"{path}: whatif replays one trace file; pass one rank's file")
+    trace = load_trace(paths[0])
+    trace.select_steps(steps)
+    if not trace.has_gpu or not len(trace.steps):
+        raise UsageError(f"{paths[0]}: no GPU activity or no steps to replay; capture with ProfilerActivity.CUDA")
+    d = summary(trace, analyze_trace(trace).findings, names)
+    _echo(json.dumps(d, sort_keys=True, indent=1) if fmt == "json" else render_whatif(d))
 
 
 @cli.command()

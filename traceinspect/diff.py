@@ -81,6 +81,9 @@ class ReportDiff:
     kernels: list[dict] = field(default_factory=list)       # top kernels that moved the most per step
     environment: list[dict] = field(default_factory=list)   # differences that make the comparison unfair
     warnings: list[str] = field(default_factory=list)
+    # the before-report's replay prediction for the findings the after-run resolved, against the measured
+    # after-median: {fixes, predicted_us, measured_us, error_frac, model}; {} when it has none
+    prediction: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"diff_schema_version": 1, **asdict(self)}
@@ -152,7 +155,38 @@ def diff(before: Report, after: Report) -> ReportDiff:
         kernels=_kernels(before, after, sb.n, sa.n),
         environment=_environment(before, after),
         warnings=_warnings(sb, sa),
+        prediction=_prediction(before, [f["name"] for f in resolved], a),
     )
+
+
+def _num(v) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def _prediction(before: Report, resolved: list[str], after_us: float) -> dict:
+    """What the before-report's replay predicted for fixing exactly the resolved findings: one fix alone
+    (its replay saved_alone), or a prefix of the verdict's cumulative path. Saved reports are untrusted:
+    anything that is not a number is no prediction."""
+    v = before.verdict if isinstance(before.verdict, dict) else {}
+    w = v.get("whatif") if isinstance(v.get("whatif"), dict) else {}
+    alone = w.get("saved_alone_per_step_us") if isinstance(w.get("saved_alone_per_step_us"), dict) else {}
+    path = [p for p in v.get("path") or [] if isinstance(p, dict)] if isinstance(v.get("path"), list) else []
+    median = _num(v.get("median_step_us"))
+    replayable = [n for n in resolved if n in alone or any(p.get("fix") == n for p in path)]
+    if not replayable or median is None or not after_us:
+        return {}
+    pred = None
+    if len(replayable) == 1 and _num(alone.get(replayable[0])) is not None:
+        pred = median - _num(alone[replayable[0]])
+    else:
+        names = [p.get("fix") for p in path]
+        k = len(replayable)
+        if set(names[:k]) == set(replayable) and all(p.get("model") == "replay" for p in path[:k]):
+            pred = _num(path[k - 1].get("to_us"))
+    if pred is None:
+        return {}
+    return {"fixes": replayable, "predicted_us": pred, "measured_us": after_us,
+            "error_frac": (pred - after_us) / after_us, "model": "replay"}
 
 
 def _side(r: Report, s: StepStats) -> dict:

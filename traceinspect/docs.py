@@ -5,6 +5,7 @@ Regenerate with: python -m traceinspect.docs docs/detectors
 """
 from __future__ import annotations
 
+import inspect
 import sys
 from pathlib import Path
 
@@ -20,6 +21,9 @@ def detector_page(cls) -> str:
             lines += ["", f"## {stripped}", ""]
         else:
             lines.append(line[4:] if line.startswith("    ") else line)
+    wf = getattr(cls, "whatif", None)
+    if callable(wf) and wf.__doc__:   # the fix as a replay transformation (docs/whatif.md)
+        lines += ["", "## What-if (replay)", "", inspect.cleandoc(wf.__doc__)]
     opts = cls.options()
     if opts:
         lines += ["", "## Thresholds", "", "| option | default | meaning |", "|---|---|---|"]

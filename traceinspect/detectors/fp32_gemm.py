@@ -110,6 +110,20 @@ class Fp32Gemm(Detector):
     efficiency: float = option(0.5, "tensor-core efficiency relative to SIMT fp32: scales the peak ratio")
     max_speedup: float = option(4.0, "cap on the per-kernel speedup from tensor cores")
 
+    def whatif(self, graph, finding) -> str:
+        """Replay model: the fp32 GEMM/convolution kernels (named fp32 precision) run `s` times faster, s
+        the modelled tensor-core speedup of the finding (1 when it did not fire)."""
+        s = next((float(e.value) for e in (finding.evidence if finding else ())
+                  if e.label == "modelled speedup of these kernels"), 1.0)
+        k = graph.trace.kernels
+        if not len(k) or s <= 1.0:
+            return "no fp32 GEMM speedup modelled: nothing to change"
+        cls = K.classify(k["name"])
+        kind, prec = cls["kind"].to_numpy(), cls["precision"].to_numpy()
+        sel = graph.kernel_mask(np.flatnonzero(((kind == K.GEMM) | (kind == K.CONV)) & (prec == K.FP32)))
+        graph.g_dur = np.where(sel, graph.g_dur / s, graph.g_dur)
+        return f"{int(sel.sum())} fp32 GEMM/convolution kernel(s) run {s:.2f}x faster on tensor cores"
+
     def detect(self, trace, ctx):
         if not trace.has_gpu or not len(trace.kernels):
             yield self.skip("no GPU kernels in the trace")

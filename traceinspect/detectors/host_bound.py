@@ -228,6 +228,12 @@ class HostBound(Detector):
     min_frac: float = option(0.03, "minimum share of the analysed steps the GPU idles while the host does other work")
     top_n: int = option(5, "CPU ops / Python functions named in the evidence")
 
+    def whatif(self, graph, finding) -> str:
+        """Replay model: the host work during the GPU idle time this finding claims leaves the critical
+        path (moved to a worker, done once, or compiled away); the rest of the host work stays."""
+        us = graph.remove_claimed_host_time(finding, "idle_cpu")
+        return f"{us / 1e3:.1f} ms of host work during claimed GPU idle time leaves the critical path"
+
     def detect(self, trace, ctx):
         if not trace.has_gpu:
             yield self.skip("no GPU activity in the trace")

@@ -127,6 +127,20 @@ class HostSync(Detector):
 
     min_frac: float = option(0.03, "minimum share of the analysed steps lost to syncs")
 
+    def whatif(self, graph, finding) -> str:
+        """Replay model: the synchronising calls made inside the ops this detector blames (`.item()`,
+        `nonzero`, copies to the CPU) stop waiting for the GPU (the value is read later, or without a
+        sync); their own host cost stays, and deliberate syncs elsewhere (a step-end barrier) keep waiting."""
+        ops = graph.trace.cpu_ops
+        pat = lambda n: bool(_ITEM.match(n) or _NONZERO.match(n) or _COPY.match(n))  # noqa: E731
+        blamed = ops[name_flags(ops["name"], pat)] if len(ops) else ops
+        s, e = iv.union(blamed["ts_us"].to_numpy(), blamed["end_us"].to_numpy())
+        j = np.searchsorted(s, graph.h_ts, side="right") - 1
+        inside = (j >= 0) & (graph.h_ts < e[np.maximum(j, 0)]) if len(s) else np.zeros(len(graph.h_ts), bool)
+        sync = np.array(["Synchroniz" in n for n in graph.h_name], dtype=bool) & graph.host_in_steps() & inside
+        graph.h_wait = np.where(sync, -1, graph.h_wait)
+        return f"{int(sync.sum())} synchronising call(s) in the steps stop waiting for the GPU"
+
     def detect(self, trace, ctx):
         if not trace.has_gpu:
             yield self.skip("no GPU activity in the trace")

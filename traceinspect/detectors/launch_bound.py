@@ -147,6 +147,17 @@ class LaunchBound(Detector):
     min_idle_frac: float = option(0.10, "minimum share of the analysed steps the GPU idles in launch gaps")
     max_busy_frac: float = option(0.85, "GPU busy share above which the GPU is not launch-bound")
 
+    graph_kernel_us: float = option(1.0, "what-if: host cost per kernel when a CUDA graph replays the launches")
+
+    def whatif(self, graph, finding) -> str:
+        """Replay model (CUDA graphs): the launch gaps this finding claims go, and each kernel launch in the
+        steps costs `graph_kernel_us` of host time (a graph replays its kernels from one launch)."""
+        us = graph.remove_claimed_host_time(finding, "idle_launch")
+        lh = np.unique(graph.g_launch[(graph.g_launch >= 0) & graph.gpu_in_steps()])
+        graph.h_own[lh] = np.minimum(graph.h_own[lh], self.graph_kernel_us)
+        return (f"CUDA graphs: {us / 1e3:.1f} ms of launch gaps go, {len(lh)} launches cost "
+                f"{self.graph_kernel_us:g} us each")
+
     def detect(self, trace, ctx):
         if not trace.has_gpu:
             yield self.skip("no GPU activity in the trace")

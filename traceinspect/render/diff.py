@@ -47,6 +47,12 @@ def render_text(d, *, width: int = 100, color: bool = False) -> str:
                 o.append(f"  {plain(r['label'])[:38]:<38} {ms(r['before_us']):>10} {ms(r['after_us']):>10} "
                          f"{_signed(r['delta_us']):>10}")
         o.append("")
+    if d.prediction:
+        pr = d.prediction
+        o.append(wrap(f"Predicted for fixing {', '.join(plain(n) for n in pr['fixes'])} (replay of the before trace): "
+                      f"{ms(pr['predicted_us'])}; measured {ms(pr['measured_us'])}; error "
+                      f"{_signed_pct(pr['error_frac'])}"))
+        o.append("")
     o.append("Findings")
     for f in d.resolved_findings:
         o.append(wrap(f"  resolved    {plain(f['name'])} (was {ms(f['time_lost_per_step_us'])}/step)"))
@@ -90,6 +96,10 @@ def render_md(d, *, width: int = 100, color: bool = False) -> str:
         o += [f"| {md_text(r['label'])} | {ms(r['before_us'])} | {ms(r['after_us'])} | {_signed(r['delta_us'])} |"
               for r in d.breakdown if r["before_us"] or r["after_us"] or r["part"] == "compute"]
         o.append("")
+    if d.prediction:
+        o += [f"Predicted for fixing {', '.join(md_code(n) for n in d.prediction['fixes'])} (replay of the before "
+              f"trace): {ms(d.prediction['predicted_us'])}; measured {ms(d.prediction['measured_us'])}; error "
+              f"{md_text(_signed_pct(d.prediction['error_frac']))}", ""]
     o += ["### Findings", "", "| finding | status | lost per step before | after |", "|---|---|---:|---:|"]
     o += [f"| {md_code(f['name'], in_table=True)} | resolved | {ms(f['time_lost_per_step_us'])} | – |"
           for f in d.resolved_findings]
@@ -121,6 +131,11 @@ def _default(o):
     if hasattr(o, "item"):
         return o.item()
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def _signed_pct(x) -> str:
+    """A signed percentage from a fraction (numbers only; 'n/a' for anything else)."""
+    return f"{100 * x:+.1f}%" if isinstance(x, (int, float)) and not isinstance(x, bool) else "n/a"
 
 
 def _signed(us) -> str:

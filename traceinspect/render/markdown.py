@@ -24,9 +24,20 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
     if v.get("top"):
         o.append(f"**Verdict:** {md_text(v.get('headline') or v.get('top_title', ''))}")
         o.append("")
-        o.append(f"Fixing {', '.join(md_code(n) for n in v.get('expected_from', []))} would bring the "
-                 f"step to about **{ms(v.get('expected_step_us'))}** instead of {ms(v.get('median_step_us'))} "
-                 f"({md_text(v.get('assumption', ''))}).")
+        if v.get("path"):
+            sol = (v.get("whatif") or {}).get("speed_of_light") or {}
+            o.append("Fix in rank order: "
+                     + "; then ".join(f"{md_code(p.get('fix'))}: {ms(p.get('from_us'))} -> {ms(p.get('to_us'))} "
+                                      f"({md_text(p.get('model'))})" for p in v["path"])
+                     + f". Measured {ms(v.get('median_step_us'))}, predicted after these fixes "
+                     f"**{ms(v.get('expected_step_us'))}**, "
+                     + (f"speed of light {ms(sol.get('sol_us'))} ({pct(sol.get('mfu'))} MFU)" if sol.get("sol_us") else
+                        f"speed of light unknown: {md_text(sol.get('why', 'no model'))}")
+                     + f" ({md_text(v.get('assumption', ''))}).")
+        else:
+            o.append(f"Fixing {', '.join(md_code(n) for n in v.get('expected_from', []))} would bring the "
+                     f"step to about **{ms(v.get('expected_step_us'))}** instead of {ms(v.get('median_step_us'))} "
+                     f"({md_text(v.get('assumption', ''))}).")
     elif v:
         o.append(f"**Verdict:** {md_text(v.get('headline', ''))}")
     o.append("")

@@ -27,9 +27,19 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
     out.append("")
     if v.get("top"):
         out.append(wrap(f"VERDICT: {plain(v.get('headline') or v.get('top_title', ''))}"))
-        out.append(wrap(f"Fixing {', '.join(plain(n) for n in v.get('expected_from', []))} would bring the step "
-                        f"to about {ms(v.get('expected_step_us'))} instead of {ms(v.get('median_step_us'))} "
-                        f"({plain(v.get('assumption', ''))}).", "  "))
+        if v.get("path"):
+            steps = "; then ".join(f"{plain(p.get('fix'))}: {ms(p.get('from_us'))} -> {ms(p.get('to_us'))}"
+                                   f" ({plain(p.get('model'))})" for p in v["path"])
+            out.append(wrap(f"Fix in rank order: {steps}.", "  "))
+            sol = (v.get("whatif") or {}).get("speed_of_light") or {}
+            light = (f"speed of light {ms(sol['sol_us'])} ({pct(sol.get('mfu'))} MFU)"
+                     if sol.get("sol_us") else f"speed of light unknown: {plain(sol.get('why', 'no model'))}")
+            out.append(wrap(f"Measured {ms(v.get('median_step_us'))}, predicted after these fixes "
+                            f"{ms(v.get('expected_step_us'))}, {light} ({plain(v.get('assumption', ''))}).", "  "))
+        else:
+            out.append(wrap(f"Fixing {', '.join(plain(n) for n in v.get('expected_from', []))} would bring the step "
+                            f"to about {ms(v.get('expected_step_us'))} instead of {ms(v.get('median_step_us'))} "
+                            f"({plain(v.get('assumption', ''))}).", "  "))
     elif v:
         out.append(wrap(plain(v.get("headline", ""))))
     out.append("")
@@ -174,3 +184,40 @@ def next_bottleneck_lines(report, wrap) -> list[str]:
         out.append(wrap(f"Fix: {plain(f.fix)}", "   "))
         out.append("")
     return out
+
+
+def render_whatif(d: dict) -> str:
+    """`traceinspect whatif`'s text: predicted steps, the critical path's composition, the floor."""
+    out = [f"What-if (replay): {', '.join(plain(n) for n in d.get('fixes', []))}"]
+    for name, model in (d.get("models") or {}).items():
+        out.append(f"  {plain(name)}: {plain(model)}")
+    for n in d.get("not_found", []):
+        out.append(f"  note: {plain(n)} did not fire on this trace; its transformation changes only what it finds")
+    ident = d.get("identity") or {}
+    if ident:
+        out.append(f"Identity replay error: median {pct(ident.get('median_error_frac'))}, "
+                   f"max {pct(ident.get('max_error_frac'))}")
+    out.append("")
+    out.append(f"{'step':>8} {'measured':>12} {'predicted':>12} {'GPU floor':>12}")
+    for r in d.get("steps", []):
+        out.append(f"{plain(r.get('step')):>8} {ms(r.get('measured_us')):>12} {ms(r.get('predicted_us')):>12} "
+                   f"{ms(r.get('gpu_floor_us')):>12}")
+    out.append(f"{'median':>8} {ms(d.get('measured_median_us')):>12} {ms(d.get('predicted_median_us')):>12}")
+    sol = d.get("speed_of_light") or {}
+    out.append("")
+    out.append(_light(sol))
+    path = d.get("critical_path_us") or {}
+    tot = sum(v for v in path.values() if isinstance(v, (int, float))) or 1.0
+    out.append("Critical path of the predicted run (share of the analysed window):")
+    for k, v in path.items():
+        out.append(f"  {plain(k):<20} {ms(v):>12} {pct(v / tot):>7}")
+    for n in d.get("notes", []):
+        out.append(f"note: {plain(n)}")
+    return "\n".join(out) + "\n"
+
+
+def _light(sol: dict) -> str:
+    if not sol.get("sol_us"):
+        return f"Speed of light: unknown ({plain(sol.get('why', 'no model'))})"
+    return (f"Speed of light: {ms(sol.get('sol_us'))} per step; achieved {plain(round(num(sol.get('achieved_tflops')) or 0, 1))}"
+            f" TFLOP/s of GEMM/conv/attention, MFU {pct(sol.get('mfu'))}")

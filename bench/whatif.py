@@ -1,0 +1,59 @@
+"""What the what-if replay adds to `analyze` on a big trace, measured in the same run.
+
+    python bench/whatif.py --size 1G        # the issue's target: replay <= 30% of analyze's time
+    python bench/whatif.py --size 100M      # quick check
+
+The trace comes from bench/generate.py (reused when it exists). One process: load the trace, run
+analyze with the replay switched off (the verdict falls back to subtraction), then the replay work the
+verdict does (graph build, identity replay, one replay per fix on the cumulative path and one per fix
+alone) on the same loaded trace. Prints the seconds of each and the ratio replay / (load + analyze).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size", default="100M")
+    ap.add_argument("--out", default="/tmp/traceinspect-bench")
+    a = ap.parse_args()
+    subprocess.run([sys.executable, str(REPO / "bench/generate.py"), "--size", a.size, "--out", a.out], check=True,
+                   stdout=subprocess.DEVNULL)
+    path = max(Path(a.out).glob(f"*{a.size}*.json"), key=lambda p: p.stat().st_mtime)
+    import importlib
+    an = importlib.import_module("traceinspect.analyze")   # the module (the package exports the function)
+    from traceinspect.trace.model import load_trace
+    from traceinspect.whatif import engine as E
+
+    t0 = time.perf_counter()
+    trace = load_trace(str(path))
+    t1 = time.perf_counter()
+    known = E.transforms
+    E.transforms = lambda: {}          # analyze without the replay (subtraction verdict)
+    try:
+        rep = an.analyze(trace)
+    finally:
+        E.transforms = known
+    t2 = time.perf_counter()
+    an._fix_path(trace, rep.findings, [f for f in rep.findings if not f.masked_by][:3],
+                 float(trace.steps["dur_us"].median()))
+    t3 = time.perf_counter()
+    out = {"file": path.name, "bytes": path.stat().st_size, "events": trace.meta.n_events,
+           "gpu_ops": int(len(trace.kernels) + len(trace.memcpy)), "runtime_calls": int(len(trace.runtime)),
+           "load_s": round(t1 - t0, 2), "analyze_s": round(t2 - t1, 2), "replay_s": round(t3 - t2, 2),
+           "replay_over_load_plus_analyze": round((t3 - t2) / (t2 - t0), 3)}
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""What-if: apply detector fixes to the replay graph, replay, and read off the predicted step times, the
+critical path, the floor the fixes leave and the speed of light.
+
+Owns the prediction and its provenance (which model made each number). Must not render. Detectors own
+their transformations (`Detector.whatif(graph, finding) -> str`); this module only looks them up.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import detectors as registry
+from ..detectors.efficiency import coverage, shape_table
+from ..findings import Finding
+from ..trace.model import Trace
+from ..trace.roofline import MATRIX_FAMILIES
+from .graph import Graph, build
+from .replay import critical_path, replay
+
+MODEL_REPLAY = "replay"
+MIN_SOL_COVERAGE = 0.5   # share of kernel time with modelled shapes below which no speed of light is given
+
+
+@dataclass
+class Prediction:
+    fixes: tuple[str, ...]
+    step_us: np.ndarray              # predicted, per analysed step
+    replay_us: np.ndarray            # the replay before the GPU-work floor
+    floor_us: np.ndarray             # per step: the busiest stream's GPU work left after the fixes
+    models: dict                     # fix name -> the transformation's stated model
+    path: dict                       # critical path composition (us over the window)
+    notes: list = field(default_factory=list)
+
+    @property
+    def median_us(self) -> float:
+        return float(np.median(self.step_us)) if len(self.step_us) else 0.0
+
+
+def transforms() -> dict:
+    """Fix name -> detector class, for every detector that knows its fix as a graph transformation."""
+    return {d.name: d for d in registry.ALL if callable(getattr(d, "whatif", None))}
+
+
+def graph_of(trace: Trace) -> Graph:
+    return trace.memo("whatif graph", lambda: build(trace))
+
+
+def identity(trace: Trace) -> dict:
+    """The replay of the unmodified graph against the measured steps: the model's own error."""
+    r = trace.memo("whatif identity replay", lambda: replay(graph_of(trace)))
+    meas = trace.steps["dur_us"].to_numpy(float)
+    if len(r.step_us) != len(meas) or not len(meas):
+        return {}
+    err = np.abs(r.step_us - meas) / np.where(meas > 0, meas, 1.0)
+    return {"median_error_frac": float(np.median(err)), "max_error_frac": float(err.max()),
+            "replayed_median_us": float(np.median(r.step_us)), "measured_median_us": float(np.median(meas))}
+
+
+def _floor(g: Graph, r, step_starts: np.ndarray) -> np.ndarray:
+    """Per replayed step: the largest sum of GPU op durations on one stream (a stream runs one op at a
+    time), counting each op in the step that launched it (in steady state a step's GPU work is done
+    within the step, even where this window lets the host run ahead)."""
+    n = len(step_starts) - 1
+    if n <= 0 or not len(g.g_ts):
+        return np.zeros(max(n, 0))
+    at = np.where(g.g_launch >= 0, r.h_start[np.maximum(g.g_launch, 0)], r.g_start)
+    i = np.searchsorted(step_starts, at, side="right") - 1
+    ok = (i >= 0) & (i < n)
+    out = np.zeros(n)
+    if ok.any():
+        key = np.unique(g.g_stream[ok], return_inverse=True)[1]
+        m = np.zeros((n, int(key.max()) + 1))
+        np.add.at(m, (i[ok], key), g.g_dur[ok])
+        out = m.max(axis=1)
+    return out
+
+
+def predict(trace: Trace, findings: list[Finding], fixes: tuple[str, ...], *, with_path: bool = True) -> Prediction:
+    """Apply the named fixes (in order) to the measured graph and replay. A fix whose detector did not
+    fire has nothing to change (its finding is what the transformation scales)."""
+    by_name = {f.name: f for f in findings}
+    known = transforms()
+    base = graph_of(trace)
+    g = base.copy() if fixes else base
+    models, notes = {}, []
+    for name in fixes:
+        cls = known.get(name)
+        if cls is None:
+            notes.append(f"{name}: no replay transformation")
+            continue
+        models[name] = cls().whatif(g, by_name.get(name))
+    r = replay(g) if fixes else trace.memo("whatif identity replay", lambda: replay(base))
+    starts = r.h_start[g.markers] if len(g.markers) else np.zeros(0)
+    floor = _floor(g, r, starts)
+    steps = np.maximum(r.step_us, floor)
+    if (floor > r.step_us + 1.0).any():
+        notes.append("the host would run ahead of the GPU: those steps are held at the GPU work they keep")
+    return Prediction(fixes=tuple(fixes), step_us=steps, replay_us=r.step_us, floor_us=floor, models=models,
+                      path=critical_path(g, r) if with_path else {}, notes=notes)
+
+
+def speed_of_light(trace: Trace) -> dict:
+    """Per step: the GEMM / convolution / attention FLOPs from recorded shapes at the GPU's peak for their
+    dtype. Says what is missing rather than guessing."""
+    if not trace.has_gpu or not len(trace.steps):
+        return {}
+    dev = trace.device
+    if dev is None or dev.peaks is None:
+        return {"sol_us": None, "why": "the GPU's peak throughput is unknown (no deviceProperties or unknown model)"}
+    rows = [r for r in shape_table(trace) if r.family in MATRIX_FAMILIES]
+    flops = sum(r.gflops_per_call * 1e9 * r.calls_per_step for r in rows if r.gflops_per_call is not None)
+    sol = sum(r.gflops_per_call * 1e9 * r.calls_per_step / (r.peak_tflops * 1e12) * 1e6
+              for r in rows if r.gflops_per_call is not None and r.peak_tflops)
+    if not rows or flops <= 0:
+        return {"sol_us": None, "why": "no GEMM, convolution or attention op with recorded shapes "
+                                       "(capture with record_shapes=True)"}
+    median = float(trace.steps["dur_us"].median())
+    cov = coverage(trace).get("modelled_frac", 0.0)
+    if cov < MIN_SOL_COVERAGE:   # most kernel time has no shapes: a floor from the rest would be a guess
+        return {"sol_us": None, "matrix_flops_per_step": flops, "modelled_kernel_frac": cov,
+                "why": f"only {100 * cov:.0f}% of the kernel time has recorded shapes the model knows; "
+                       "capture with record_shapes=True (and with_flops=True)"}
+    return {"sol_us": sol, "matrix_flops_per_step": flops, "achieved_tflops": flops / median / 1e6,
+            "mfu": sol / median if median else None, "modelled_kernel_frac": cov, "why": ""}
+
+
+def path(trace: Trace, findings: list[Finding], order: list[str]) -> list[dict]:
+    """The cumulative path in rank order: fix 1, then fix 1 + 2, ..., each a replay."""
+    out, done = [], []
+    before = float(trace.steps["dur_us"].median())
+    for name in order:
+        done.append(name)
+        p = predict(trace, findings, tuple(done))
+        out.append({"fix": name, "from_us": before, "to_us": p.median_us, "model": MODEL_REPLAY})
+        before = p.median_us
+    return out
+
+
+def summary(trace: Trace, findings: list[Finding], fixes: tuple[str, ...]) -> dict:
+    """`traceinspect whatif`: measured vs predicted per step, the critical path, the floor, the models."""
+    p = predict(trace, findings, fixes)
+    meas = trace.steps["dur_us"].to_numpy(float)
+    fired = {f.name for f in findings}
+    return {
+        "fixes": list(fixes), "models": p.models, "model": MODEL_REPLAY,
+        "not_found": [n for n in fixes if n not in fired],
+        "steps": [{"step": int(s), "measured_us": float(m), "predicted_us": float(q), "gpu_floor_us": float(fl)}
+                  for s, m, q, fl in zip(trace.steps["step"], meas, p.step_us, p.floor_us)],
+        "measured_median_us": float(np.median(meas)) if len(meas) else 0.0,
+        "predicted_median_us": p.median_us,
+        "critical_path_us": {k: float(v) for k, v in p.path.items()},
+        "identity": identity(trace), "speed_of_light": speed_of_light(trace), "notes": p.notes,
+    }

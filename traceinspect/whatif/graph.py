@@ -1,0 +1,301 @@
+"""The replay model: a dependency graph of host calls and GPU ops built from a Trace's tables, and its
+discrete-event replay (Daydream-style; docs/whatif.md).
+
+Owns the graph, the edges it infers and the replay. Must not judge (detectors do) and must not render.
+Every array is indexed by node; transformations edit durations, gaps and edges, never the measured times.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..trace import intervals as iv
+from ..trace.model import Trace
+from ..trace.tables import name_flags
+
+# A host call that can block until GPU work ends: synchronisation, copies (a copy to or from pageable memory
+# and every non-async copy returns when the copy is done), frees (cudaFree synchronises the device).
+_BLOCKING = re.compile(r"Synchroniz|Memcpy|Memset|Free")
+# A launch that took this long was held by the full launch queue (backpressure): it waited for the GPU.
+LAUNCH_BACKPRESSURE_US = 50.0
+# A thread that idled at least this long before a call may have been waiting for another thread.
+CROSS_THREAD_MIN_GAP_US = 20.0
+# A GPU op that started this much later than its launch and its stream allowed waited for another stream.
+CROSS_STREAM_MIN_SLACK_US = 5.0
+
+HOST, GPU = 0, 1
+
+
+@dataclass
+class Graph:
+    """Host nodes (runtime calls and step markers, per thread) and GPU nodes (kernels, copies, per stream).
+
+    Replayed: host start = max(thread predecessor end + gap, cross-thread predecessor end + xgap);
+    host end = start + own, or for a wait max(start + own, awaited op end + residual);
+    GPU start = max(launch start + latency, stream predecessor end, cross-stream predecessor end) + 0.
+    """
+
+    trace: Trace
+    # host nodes
+    h_ts: np.ndarray
+    h_end: np.ndarray
+    h_tid: np.ndarray
+    h_name: np.ndarray           # object array of str ("" for markers)
+    h_rt: np.ndarray             # row in trace.runtime, -1 for a step marker
+    h_prev: np.ndarray           # same-thread predecessor node, -1 none
+    h_gap: np.ndarray            # ts - predecessor end (measured; transformations shrink it)
+    h_xprev: np.ndarray          # cross-thread predecessor node (binding when the thread idled), -1 none
+    h_xgap: np.ndarray
+    h_own: np.ndarray            # the call's own host cost
+    h_wait: np.ndarray           # GPU node the call waited for, -1 none
+    h_resid: np.ndarray          # time from the awaited op's end to the call's return
+    # GPU nodes
+    g_ts: np.ndarray
+    g_end: np.ndarray
+    g_dur: np.ndarray
+    g_name: pd.Series
+    g_kind: np.ndarray           # "kernel" | "memcpy"
+    g_row: np.ndarray            # row in trace.kernels / trace.memcpy
+    g_launch: np.ndarray         # host node of the launch, -1 none
+    g_lat: np.ndarray            # start - launch start (when the launch binds)
+    g_prev: np.ndarray           # stream predecessor, -1 none
+    g_xprev: np.ndarray          # cross-stream predecessor (inferred wait), -1 none
+    g_slack: np.ndarray          # start - max(every ready time), >= 0
+    g_stream: np.ndarray
+    g_device: np.ndarray
+    markers: np.ndarray          # host node of each step start, then of the last step's end: n_steps + 1
+    m_end: np.ndarray            # host node of each step's end (a step is measured from its start to its end)
+    notes: list = field(default_factory=list)
+
+    def copy(self) -> "Graph":
+        kw = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in self.__dict__.items()}
+        kw["notes"] = list(self.notes)
+        return Graph(**kw)
+
+    # --- what transformations use ----------------------------------------------------------------
+    def host_gap_span(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each host node's measured preceding gap on its thread, as [start, end) intervals."""
+        prev = self.h_prev
+        s = np.where(prev >= 0, self.h_end[np.maximum(prev, 0)], self.h_ts)
+        return np.minimum(s, self.h_ts), self.h_ts
+
+    def remove_host_time(self, starts, ends, factor: float = 1.0) -> float:
+        """Take `factor` of the host time inside the interval set out of the gaps before the host nodes
+        (the host work there no longer runs). Returns the host time removed."""
+        s, e = iv.union(np.asarray(starts, float), np.asarray(ends, float))
+        if not len(s):
+            return 0.0
+        a, b = self.host_gap_span()
+        cut = _covered(s, e, b) - _covered(s, e, a)
+        cut = np.minimum(np.maximum(cut * factor, 0.0), np.maximum(self.h_gap, 0.0))
+        self.h_gap = self.h_gap - cut
+        self.h_xgap = np.maximum(self.h_xgap - cut, 0.0)
+        return float(cut.sum())
+
+    def remove_claimed_host_time(self, finding, part: str) -> float:
+        """Remove the host work during the GPU idle time a finding claims in one timeline part."""
+        if finding is None or part not in finding.claim_sets:
+            return 0.0
+        st, en, factor = finding.claim_sets[part]
+        return self.remove_host_time(st, en, factor)
+
+    def host_in_steps(self) -> np.ndarray:
+        st = self.trace.steps
+        lo, hi = float(st["start_us"].min()), float(st["end_us"].max())
+        return (self.h_ts >= lo) & (self.h_ts < hi)
+
+    def gpu_in_steps(self) -> np.ndarray:
+        st = self.trace.steps
+        i = np.searchsorted(st["start_us"].to_numpy(), self.g_ts, side="right") - 1
+        return (i >= 0) & (self.g_ts < st["end_us"].to_numpy()[np.maximum(i, 0)])
+
+    def kernel_mask(self, rows: np.ndarray) -> np.ndarray:
+        """GPU nodes that are the given rows of trace.kernels."""
+        m = np.zeros(len(self.trace.kernels), dtype=bool)
+        m[np.asarray(rows, dtype=np.int64)] = True
+        return (self.g_kind == "kernel") & m[np.where(self.g_kind == "kernel", self.g_row, 0)]
+
+    def remove_gpu(self, mask: np.ndarray) -> None:
+        self.g_dur = np.where(mask, 0.0, self.g_dur)
+        self.g_slack = np.where(mask, 0.0, self.g_slack)
+        self.g_lat = np.where(mask, 0.0, self.g_lat)
+
+    def remove_launches(self, gpu_mask: np.ndarray) -> None:
+        """The host calls that launched these GPU ops no longer run (their cost and the gap before them)."""
+        h = self.g_launch[gpu_mask & (self.g_launch >= 0)]
+        self.h_own[h] = 0.0
+        self.h_gap[h] = np.minimum(self.h_gap[h], 0.0)
+        self.h_xgap[h] = 0.0
+
+
+def _covered(s: np.ndarray, e: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Length of the (disjoint, sorted) interval set inside (-inf, x], for each x."""
+    cum = np.concatenate([[0.0], np.cumsum(e - s)])
+    i = np.searchsorted(s, x, side="right")          # intervals starting at or before x
+    j = np.maximum(i - 1, 0)
+    part = np.where(i > 0, np.clip(x - s[j], 0.0, e[j] - s[j]), 0.0)
+    return cum[j] + part if len(s) else np.zeros_like(x)
+
+
+def _prev_in_group(keys: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """For rows sorted by `order` within groups `keys`, each row's predecessor in its group (-1 first)."""
+    prev = np.full(len(order), -1, dtype=np.int64)
+    if len(order) > 1:
+        same = keys[order[1:]] == keys[order[:-1]]
+        prev[order[1:][same]] = order[:-1][same]
+    return prev
+
+
+def build(trace: Trace) -> Graph:
+    """The graph of the whole trace (the analysed steps are read off the replay by their markers)."""
+    notes: list[str] = []
+    rt = trace.runtime
+    dev = trace.timeline.device if trace.has_gpu else None
+    # --- GPU nodes: kernels, then copies, of the analysed device
+    parts = []
+    for kind, t in (("kernel", trace.kernels), ("memcpy", trace.memcpy)):
+        if not len(t):
+            continue
+        keep = np.ones(len(t), bool) if dev is None else t["device"].to_numpy() == dev
+        rows = np.flatnonzero(keep)
+        parts.append(pd.DataFrame({"ts": t["ts_us"].to_numpy()[rows], "dur": t["dur_us"].to_numpy()[rows],
+                                   "stream": t["stream"].to_numpy()[rows], "device": t["device"].to_numpy()[rows],
+                                   "launch_rt": t["launch_idx"].to_numpy()[rows], "row": rows,
+                                   "kind": kind, "name": t["name"].astype(str).to_numpy()[rows]}))
+    g = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
+        {"ts": [], "dur": [], "stream": [], "device": [], "launch_rt": [], "row": [], "kind": [], "name": []})
+    g = g.sort_values("ts", kind="stable").reset_index(drop=True)
+    g_ts = g["ts"].to_numpy(float)
+    g_dur = np.maximum(g["dur"].to_numpy(float), 0.0)
+    g_end = g_ts + g_dur
+    n_g = len(g)
+
+    # --- host nodes: outermost runtime calls per thread, plus the step markers on the launching thread
+    if len(rt):
+        r_ts, r_end, r_tid = rt["ts_us"].to_numpy(float), rt["end_us"].to_numpy(float), rt["tid"].to_numpy()
+        o = np.lexsort((-r_end, r_ts, r_tid))
+        # a call inside another call of its thread (a driver call under a runtime call) is part of it
+        # running max of the ends within each thread (exclusive of the row): rows are sorted by thread,
+        # so one cumulative max over ends lifted by thread index x span keeps the threads apart
+        ends = r_end[o]
+        gid = np.concatenate([[0], np.cumsum(r_tid[o][1:] != r_tid[o][:-1])])
+        lo = float(min(r_ts.min(), r_end.min()))
+        span = float(r_end.max() - lo) + 1.0
+        run = np.maximum.accumulate((ends - lo) + gid * span)
+        prev_max = np.concatenate([[-np.inf], run[:-1]]) - gid * span + lo
+        first = np.concatenate([[True], gid[1:] != gid[:-1]])
+        prev_max[first] = -np.inf
+        inner = (ends <= prev_max) & (r_ts[o] < prev_max)
+        rows_rt = o[~inner]
+    else:
+        r_ts = r_end = r_tid = np.zeros(0)
+        rows_rt = np.zeros(0, dtype=np.int64)
+    st = trace.steps
+    if len(rows_rt):
+        tids, counts = np.unique(r_tid[rows_rt], return_counts=True)
+        main_tid = tids[np.argmax(counts)]
+    else:
+        main_tid = -1
+    mk = np.unique(np.concatenate([st["start_us"].to_numpy(float), st["end_us"].to_numpy(float)])) if len(st) else np.zeros(0)
+    h = pd.DataFrame({
+        "ts": np.concatenate([r_ts[rows_rt], mk]), "end": np.concatenate([r_end[rows_rt], mk]),
+        "tid": np.concatenate([r_tid[rows_rt], np.full(len(mk), main_tid)]),
+        "rt": np.concatenate([rows_rt, np.full(len(mk), -1)]).astype(np.int64)})
+    h = h.sort_values(["tid", "ts", "end"], kind="stable").reset_index(drop=True)
+    h_ts, h_end, h_tid, h_rt = h["ts"].to_numpy(float), h["end"].to_numpy(float), h["tid"].to_numpy(), h["rt"].to_numpy()
+    n_h = len(h)
+    h_name = np.array([""] * n_h, dtype=object)
+    if len(rt):
+        names = rt["name"].astype(str).to_numpy()
+        isrt = h_rt >= 0
+        h_name[isrt] = names[h_rt[isrt]]
+    order = np.arange(n_h)
+    h_prev = _prev_in_group(h_tid, order)
+    h_gap = np.where(h_prev >= 0, h_ts - h_end[np.maximum(h_prev, 0)], 0.0)
+    # cross-thread predecessor: the call of another thread that ended last before this one started, when
+    # this thread idled and that end is later than its own predecessor's (a hand-off between threads)
+    h_xprev = np.full(n_h, -1, dtype=np.int64)
+    if n_h and len(np.unique(h_tid)) > 1:
+        by_end = np.argsort(h_end, kind="stable")
+        j = np.searchsorted(h_end[by_end], h_ts, side="right") - 1
+        cand = np.where(j >= 0, by_end[np.maximum(j, 0)], -1)
+        own_end = np.where(h_prev >= 0, h_end[np.maximum(h_prev, 0)], -np.inf)
+        ok = (cand >= 0) & (h_tid[np.maximum(cand, 0)] != h_tid) & (h_gap >= CROSS_THREAD_MIN_GAP_US) \
+            & (h_end[np.maximum(cand, 0)] > own_end)
+        h_xprev[ok] = cand[ok]
+    h_xgap = np.where(h_xprev >= 0, h_ts - h_end[np.maximum(h_xprev, 0)], 0.0)
+    h_own = h_end - h_ts
+
+    # --- launch edges
+    rt_to_h = np.full(len(rt), -1, dtype=np.int64)
+    if len(rt):
+        rt_to_h[h_rt[h_rt >= 0]] = np.flatnonzero(h_rt >= 0)
+        # an inner call (driver under runtime) launches for its outer call
+        if len(rows_rt) < len(rt):
+            outer_sorted = rows_rt[np.lexsort((r_ts[rows_rt], r_tid[rows_rt]))]
+            for tid in np.unique(r_tid):
+                oi = outer_sorted[r_tid[outer_sorted] == tid]
+                ii = np.flatnonzero((r_tid == tid) & (rt_to_h < 0))
+                if not len(oi) or not len(ii):
+                    continue
+                k = np.searchsorted(r_ts[oi], r_ts[ii], side="right") - 1
+                ok = k >= 0
+                rt_to_h[ii[ok]] = rt_to_h[oi[k[ok]]]
+    lr = g["launch_rt"].to_numpy().astype(np.int64)
+    g_launch = np.where(lr >= 0, rt_to_h[np.maximum(lr, 0)] if len(rt) else -1, -1)
+    # --- stream order and inferred cross-stream waits
+    skey = g["device"].to_numpy().astype(np.int64) * (1 << 32) + g["stream"].to_numpy().astype(np.int64)
+    so = np.lexsort((g_ts, skey))
+    g_prev = _prev_in_group(skey, so)
+    launch_start = np.where(g_launch >= 0, h_ts[np.maximum(g_launch, 0)] if n_h else 0.0, -np.inf)
+    prev_end = np.where(g_prev >= 0, g_end[np.maximum(g_prev, 0)], -np.inf)
+    g_lat = np.zeros(n_g)   # the launch latency is part of the slack below
+    ready = np.maximum(launch_start, prev_end)
+    g_xprev = np.full(n_g, -1, dtype=np.int64)
+    if n_g:
+        by_end = np.argsort(g_end, kind="stable")
+        j = np.searchsorted(g_end[by_end], g_ts, side="right") - 1
+        cand = np.where(j >= 0, by_end[np.maximum(j, 0)], -1)
+        c = np.maximum(cand, 0)
+        ok = (cand >= 0) & (skey[c] != skey) & (g_ts - ready >= CROSS_STREAM_MIN_SLACK_US) & (g_end[c] > ready)
+        g_xprev[ok] = cand[ok]
+        ready = np.where(ok, np.maximum(ready, g_end[c]), ready)
+    # what no edge explains: the launch latency when the launch binds, ~0 when the stream does
+    g_slack = np.where(np.isfinite(ready), np.maximum(g_ts - ready, 0.0), 0.0)
+
+    # --- host waits: a blocking call waits for the GPU op that ended last before it returned
+    h_wait = np.full(n_h, -1, dtype=np.int64)
+    h_resid = np.zeros(n_h)
+    if n_h and n_g:
+        blocking = np.zeros(n_h, bool)
+        isrt = h_rt >= 0
+        if isrt.any():
+            nm = pd.Series(h_name[isrt])
+            blk = name_flags(nm, lambda s: bool(_BLOCKING.search(s)))
+            launch_long = name_flags(nm, lambda s: "Launch" in s) & (h_own[isrt] >= LAUNCH_BACKPRESSURE_US)
+            blocking[isrt] = blk | launch_long
+        by_end = np.argsort(g_end, kind="stable")
+        j = np.searchsorted(g_end[by_end], h_end, side="right") - 1
+        cand = np.where(j >= 0, by_end[np.maximum(j, 0)], -1)
+        c = np.maximum(cand, 0)
+        ok = blocking & (cand >= 0) & (g_end[c] >= h_ts) & (g_ts[c] <= h_end)
+        h_wait[ok] = cand[ok]
+        h_resid = np.where(ok, h_end - g_end[c], 0.0)
+        h_own = np.where(ok, np.minimum(h_own, np.maximum(h_resid, 0.0)), h_own)
+
+    markers = m_end = np.zeros(0, dtype=np.int64)
+    if len(mk):
+        ism = h_rt < 0
+        pos = {float(t): i for t, i in zip(h_ts[ism], np.flatnonzero(ism))}
+        bounds = list(st["start_us"].to_numpy(float)) + [float(st["end_us"].iloc[-1])]
+        markers = np.array([pos[float(b)] for b in bounds], dtype=np.int64)
+        m_end = np.array([pos[float(b)] for b in st["end_us"].to_numpy(float)], dtype=np.int64)
+    return Graph(trace=trace, h_ts=h_ts, h_end=h_end, h_tid=h_tid, h_name=h_name, h_rt=h_rt, h_prev=h_prev,
+                 h_gap=h_gap, h_xprev=h_xprev, h_xgap=h_xgap, h_own=h_own, h_wait=h_wait, h_resid=h_resid,
+                 g_ts=g_ts, g_end=g_end, g_dur=g_dur, g_name=g["name"], g_kind=g["kind"].to_numpy(),
+                 g_row=g["row"].to_numpy().astype(np.int64), g_launch=g_launch, g_lat=g_lat, g_prev=g_prev,
+                 g_xprev=g_xprev, g_slack=g_slack, g_stream=g["stream"].to_numpy(), g_device=g["device"].to_numpy(),
+                 markers=markers, m_end=m_end, notes=[n for n in notes if n])
