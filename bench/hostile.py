@@ -9,38 +9,18 @@ directory and removed afterwards (the bracket file is written to disk at its ful
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import struct
 import subprocess
 import sys
 import tempfile
 import time
-import zlib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
+from corpus.bombs import write_bomb  # noqa: E402  (the same generator as the tests)
 
 
-def write_bomb(path: Path, prefix: bytes, fill: bytes, total: int) -> int:
-    """gzip of prefix + `total` bytes of fill at deflate's maximum ratio (one full-flushed 16 MiB block,
-    repeated); the same generator as tests/test_bad_input.py."""
-    unit = fill * ((16 << 20) // len(fill))
-    n = max(1, total // len(unit))
-    c = zlib.compressobj(9, zlib.DEFLATED, -15)
-    head = c.compress(prefix) + c.flush(zlib.Z_FULL_FLUSH)
-    block = c.compress(unit) + c.flush(zlib.Z_FULL_FLUSH)
-    crc = zlib.crc32(prefix)
-    for _ in range(n):
-        crc = zlib.crc32(unit, crc)
-    size = len(prefix) + n * len(unit)
-    with open(path, "wb") as f:
-        f.write(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff" + head)
-        for _ in range(n):
-            f.write(block)
-        f.write(c.flush() + struct.pack("<II", crc & 0xFFFFFFFF, size & 0xFFFFFFFF))
-    return size
 
 
 def run(label: str, path: Path, **env) -> None:

@@ -8,7 +8,6 @@ import gzip
 import json
 import os
 import re
-import struct
 import subprocess
 import sys
 import zlib
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from builders import build_healthy
+from corpus.bombs import write_bomb
 from traceinspect import load_trace
 from traceinspect.errors import TraceError
 from traceinspect.trace import load as L
@@ -82,25 +82,6 @@ def test_character_device_is_refused(tmp_path):
 
 # --- gzip bombs ----------------------------------------------------------------------------------------
 
-def write_bomb(path: Path, prefix: bytes, fill: bytes, total: int) -> int:
-    """A valid gzip file whose content is `prefix` then `total` bytes of `fill`, at deflate's maximum
-    ratio (~1030x), built without ever holding the inflated content: one full-flushed 16 MiB block
-    is independent of what precedes it, so it can be repeated. Returns the inflated size."""
-    unit = fill * ((16 << 20) // len(fill))
-    n = max(1, total // len(unit))
-    c = zlib.compressobj(9, zlib.DEFLATED, -15)
-    head = c.compress(prefix) + c.flush(zlib.Z_FULL_FLUSH)
-    block = c.compress(unit) + c.flush(zlib.Z_FULL_FLUSH)
-    crc = zlib.crc32(prefix)
-    for _ in range(n):
-        crc = zlib.crc32(unit, crc)
-    size = len(prefix) + n * len(unit)
-    with open(path, "wb") as f:
-        f.write(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff" + head)
-        for _ in range(n):
-            f.write(block)
-        f.write(c.flush() + struct.pack("<II", crc & 0xFFFFFFFF, size & 0xFFFFFFFF))
-    return size
 
 
 def test_bomb_generator_is_a_real_bomb(tmp_path):
