@@ -9,7 +9,6 @@ directory and removed afterwards (the bracket file is written to disk at its ful
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import struct
 import subprocess

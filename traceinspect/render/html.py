@@ -60,7 +60,7 @@ def esc(s) -> str:
 
 
 def render(report, *, width: int = 100, color: bool = False) -> str:
-    t, st, v = report.trace, report.steps, report.verdict
+    t, st = report.trace, report.steps
     body: list[str] = [
         "<header>",
         f"<h1>traceinspect: {esc(t.get('file', '?'))}</h1>",
