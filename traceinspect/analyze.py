@@ -133,7 +133,7 @@ def _trace_section(trace: Trace) -> dict:
         "rank": m.rank, "rank_source": m.rank_source, "world_size": m.world_size,
         "gpu": gpu, "gpu_count_in_trace": len({int(d) for d in trace.kernels["device"].unique()}) if len(trace.kernels) else 0,
         "window": window_label(trace) if len(trace.steps) else "",
-        "profiler": m.profiler, "versions": m.versions,
+        "profiler": m.profiler, "profiler_source": m.profiler_source, "versions": m.versions,
         "framework": Context.of(trace).framework,
         "run_config": rc.get("config") if isinstance(rc.get("config"), dict) else None,
         "run_framework": rc.get("framework") if isinstance(rc.get("framework"), dict) else None,

@@ -126,6 +126,7 @@ class _Trace(msgspec.Struct):
     gpu_count_in_trace: Optional[int] = None
     window: str = ""
     profiler: Optional[dict[str, Any]] = None
+    profiler_source: Optional[dict[str, Any]] = None
     versions: Optional[dict[str, Any]] = None
     framework: Optional[str] = None
     run_config: Optional[dict[str, Any]] = None

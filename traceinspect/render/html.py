@@ -408,7 +408,10 @@ def _environment(report) -> list[str]:
         ("steps", f"{st.get('count', 0)} from {st.get('source')}"), ("framework", t.get("framework")),
     ]
     rows += [(f"version: {k}", val) for k, val in sorted((t.get("versions") or {}).items())]
-    rows += [(f"profiler: {k}", val) for k, val in sorted((t.get("profiler") or {}).items())]
+    src = t.get("profiler_source") or {}
+    rows += [(f"profiler: {k}", "unknown" if val is None else
+              f"{val} ({src[k]})" if str(src.get(k, "metadata")) != "metadata" else val)
+             for k, val in sorted((t.get("profiler") or {}).items())]
     if t.get("lost_bytes") or t.get("dropped_events"):
         rows.append(("truncated file", f"{_bytes(t.get('lost_bytes'))} lost, {t.get('dropped_events')} events dropped"))
     o = ["<section id=\"environment\"><h2>Environment</h2><dl class=\"env\">"]
