@@ -92,3 +92,24 @@ def test_bad_overrides_are_usage_errors(setting, words):
 def test_a_missing_config_file_is_a_usage_error(tmp_path):
     with pytest.raises(UsageError, match="configuration file not found"):
         C.load(tmp_path / "nope.toml")
+
+
+def _cli(*args):
+    from click.testing import CliRunner
+    from traceinspect.cli import cli
+    return CliRunner().invoke(cli, ["analyze", *args, "--format", "json", "--no-cache"])
+
+
+def test_cli_set_select_ignore_and_the_discovered_pyproject(tmp_path):
+    import json
+    (tmp_path / "run").mkdir()
+    trace = build_launch_bound().write(tmp_path / "run" / "lb.json")
+    names = lambda r: [f["name"] for f in json.loads(r.output)["findings"]]  # noqa: E731
+    assert "launch-bound" in names(_cli(str(trace)))
+    assert "launch-bound" not in names(_cli(str(trace), "--set", "launch-bound.min_idle_frac=0.99"))
+    assert "launch-bound" not in names(_cli(str(trace), "--ignore", "TI101"))
+    assert names(_cli(str(trace), "--select", "host-sync,TI104")) == []
+    _write(tmp_path / "pyproject.toml", '[tool.traceinspect]\nignore = ["launch-bound"]\n')
+    assert "launch-bound" not in names(_cli(str(trace)))
+    bad = _cli(str(trace), "--set", "launch-bound.min_frac=0.1")
+    assert bad.exit_code == 2 and "launch-bound.min_frac" in bad.output and "Traceback" not in bad.output
