@@ -113,3 +113,19 @@ def test_cli_set_select_ignore_and_the_discovered_pyproject(tmp_path):
     assert "launch-bound" not in names(_cli(str(trace)))
     bad = _cli(str(trace), "--set", "launch-bound.min_frac=0.1")
     assert bad.exit_code == 2 and "launch-bound.min_frac" in bad.output and "Traceback" not in bad.output
+
+
+def test_the_report_names_its_non_default_settings_in_every_format(tmp_path):
+    import json
+    from traceinspect.render import RENDERERS
+    from traceinspect.report import Report
+    trace = load_trace(build_launch_bound().write(tmp_path / "lb.json"))
+    assert "settings" not in analyze(trace).to_dict()          # defaults: the report keeps its shape
+    cfg = C.override(C.Config(), settings=["launch-bound.min_idle_frac=0.5"], ignore=["host-sync"])
+    rep = analyze(trace, config=cfg)
+    d = json.loads(json.dumps(rep.to_dict()))
+    assert d["settings"] == {"ignore": ["host-sync"], "launch-bound.min_idle_frac": 0.5}
+    assert Report.from_dict(d).settings == d["settings"]
+    for fmt in ("text", "md", "html"):
+        out = RENDERERS[fmt][0](rep)
+        assert "launch-bound.min_idle_frac" in out and "0.5" in out, fmt

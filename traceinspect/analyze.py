@@ -115,7 +115,8 @@ def analyze(trace: Trace, *, strict: bool = False, detectors: Sequence[type[Dete
                   top_kernels=_top_kernels(trace),
                   timeline_sample=representative_step(trace) if trace.has_gpu else {},
                   efficiency=efficiency_section(trace) if trace.has_gpu and trace.window_us >= MIN_WINDOW_US else {},
-                  memory=memory_section(trace))
+                  memory=memory_section(trace),
+                  settings=config.non_default() if config is not None else {})
 
 
 def _trace_section(trace: Trace) -> dict:

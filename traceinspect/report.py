@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import msgspec
 
@@ -42,6 +42,7 @@ class Report:
     efficiency: dict = field(default_factory=dict)  # per-shape table against the roofline (optional, additive)
     account: dict = field(default_factory=dict)   # GPU idle time: what each finding claims + unexplained
     memory: dict = field(default_factory=dict)    # device memory per step, headroom, batch fit (optional, additive)
+    settings: dict = field(default_factory=dict)  # the non-default configuration used (optional, additive)
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -67,6 +68,8 @@ class Report:
             d["efficiency"] = self.efficiency
         if self.memory:  # optional key, as timeline_sample
             d["memory"] = self.memory
+        if self.settings:  # optional key: only where a setting differs from the defaults
+            d["settings"] = self.settings
         return d
 
     @classmethod
@@ -86,6 +89,7 @@ class Report:
             timeline_sample=d.get("timeline_sample") or {}, account=d.get("account") or {},
             efficiency=d.get("efficiency") if isinstance(d.get("efficiency"), dict) else {},
             memory=d["memory"] if isinstance(d.get("memory"), dict) else {},
+            settings=d.get("settings") or {},
             schema_version=d["schema_version"])
 
 
@@ -221,6 +225,7 @@ class _Report(msgspec.Struct):
     warnings: list[str] = []
     top_kernels: list[_TopKernel] = []
     ranks: list[_RankRow] = []
+    settings: dict[str, Union[str, int, float, bool, list[str]]] = {}
 
 
 def _check_shape(d: Any) -> None:

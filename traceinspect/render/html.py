@@ -412,6 +412,7 @@ def _environment(report) -> list[str]:
     rows += [(f"profiler: {k}", "unknown" if val is None else
               f"{val} ({src[k]})" if str(src.get(k, "metadata")) != "metadata" else val)
              for k, val in sorted((t.get("profiler") or {}).items())]
+    rows += [(f"setting: {k}", val) for k, val in (report.settings or {}).items()]   # non-default only
     if t.get("lost_bytes") or t.get("dropped_events"):
         rows.append(("truncated file", f"{_bytes(t.get('lost_bytes'))} lost, {t.get('dropped_events')} events dropped"))
     o = ["<section id=\"environment\"><h2>Environment</h2><dl class=\"env\">"]
