@@ -32,7 +32,7 @@ def main() -> None:
     for run, name in (("stall", "synthetic_dataloader_stall"), ("healthy", "synthetic_healthy"),
                       ("launch", "synthetic_launch_bound")):
         (logdir / run).mkdir(parents=True)
-        shutil.copy(SAMPLES / f"{name}.pt.trace.json.gz", logdir / run / f"worker0.1700000000000.pt.trace.json.gz")
+        shutil.copy(SAMPLES / f"{name}.pt.trace.json.gz", logdir / run / "worker0.1700000000000.pt.trace.json.gz")
     subprocess.run([sys.executable, "-m", "traceinspect", "annotate", str(logdir / "launch" / "worker0.1700000000000.pt.trace.json.gz"),
                     "-o", str(logdir / "launch" / "worker0.annotated.pt.trace.json.gz")], check=True)
     with socket.socket() as s:

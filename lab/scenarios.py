@@ -18,7 +18,6 @@ import dataclasses
 import functools
 import hashlib
 import json
-import os
 import statistics
 import sys
 import time

@@ -5,8 +5,9 @@ import pytest
 
 import builders_compute as B
 from builders import TraceBuilder, build_healthy
-from traceinspect.analyze import analyze
+from traceinspect.analyze import MIN_WINDOW_US, analyze
 from traceinspect.detectors import kernels as K
+from traceinspect.detectors.base import Context
 from traceinspect.detectors.eager_attention import EagerAttention
 from traceinspect.detectors.fp32_gemm import Fp32Gemm
 from traceinspect.detectors.padding_waste import PaddingWaste
@@ -268,9 +269,13 @@ def test_padding_waste_survives_bad_metadata(steps, tmp_path):
 
 def test_cpu_only_trace_is_skipped(tmp_path):
     t = TraceBuilder()
-    with t.step():
-        t.op("aten::linear", cpu_us=100)
+    for _ in range(3):   # 3 x 5 ms: past run_detectors' 1 ms window guard, so the detectors themselves run
+        with t.step():
+            t.op("aten::linear", cpu_us=5_000)
     trace = load_trace(t.write(tmp_path / "cpu.json"))
+    assert not trace.has_gpu and Context.of(trace).window_us >= MIN_WINDOW_US
     for det in (Fp32Gemm, EagerAttention, PaddingWaste):
         rep = analyze(trace, detectors=[det], strict=True)
-        assert not rep.findings
+        assert not rep.findings and not rep.failures
+        assert [s.code for s in rep.skipped] == [det.code]
+        assert "too short" not in rep.skipped[0].reason, rep.skipped[0].reason

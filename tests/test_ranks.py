@@ -4,7 +4,6 @@ folder from the raw events in the test itself."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 

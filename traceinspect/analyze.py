@@ -73,9 +73,12 @@ def rank(findings: list[Finding]) -> list[Finding]:
     return active + latent
 
 
-def run_detectors(trace: Trace, detectors: Sequence[type[Detector]] | None = None, *, strict: bool = False):
+def run_detectors(trace: Trace, detectors: Sequence[type[Detector]] | None = None, *, strict: bool = False,
+                  config=None):
+    """`config` (traceinspect.config.Config): which detectors run, and their thresholds."""
     ctx = Context.of(trace)
-    detectors = registry.ALL if detectors is None else detectors
+    if detectors is None:
+        detectors = config.detectors() if config is not None else registry.ALL
     findings: list[Finding] = []
     skipped: list[Skipped] = []
     failures: list[Failure] = []
@@ -83,7 +86,7 @@ def run_detectors(trace: Trace, detectors: Sequence[type[Detector]] | None = Non
         reason = f"the analysed window is only {ctx.window_us:.1f} us, too short to judge a training step"
         return [], [Skipped(code=d.code, name=d.name, reason=reason) for d in detectors], []
     for cls in detectors:
-        det = cls()
+        det = config.make(cls) if config is not None else cls()
         try:
             for item in det.detect(trace, ctx):
                 (findings if isinstance(item, Finding) else skipped).append(item)
@@ -96,8 +99,10 @@ def run_detectors(trace: Trace, detectors: Sequence[type[Detector]] | None = Non
     return rank(findings), skipped, failures
 
 
-def analyze(trace: Trace, *, strict: bool = False, detectors: Sequence[type[Detector]] | None = None) -> Report:
-    findings, skipped, failures = run_detectors(trace, detectors, strict=strict) if trace.has_gpu or trace.has_cpu else ([], [], [])
+def analyze(trace: Trace, *, strict: bool = False, detectors: Sequence[type[Detector]] | None = None,
+            config=None) -> Report:
+    findings, skipped, failures = (run_detectors(trace, detectors, strict=strict, config=config)
+                                   if trace.has_gpu or trace.has_cpu else ([], [], []))
     if trace.window_us < MIN_WINDOW_US and (trace.has_gpu or trace.has_cpu):
         trace.warnings.append(f"the analysed window is only {trace.window_us:.1f} us (under 1 ms): no cause was judged; "
                               "capture a few whole training steps")
@@ -112,7 +117,8 @@ def analyze(trace: Trace, *, strict: bool = False, detectors: Sequence[type[Dete
                   top_kernels=_top_kernels(trace),
                   timeline_sample=representative_step(trace) if trace.has_gpu else {},
                   efficiency=efficiency_section(trace) if trace.has_gpu and trace.window_us >= MIN_WINDOW_US else {},
-                  memory=memory_section(trace))
+                  memory=memory_section(trace),
+                  settings=config.non_default() if config is not None else {})
 
 
 def _trace_section(trace: Trace) -> dict:
@@ -135,7 +141,7 @@ def _trace_section(trace: Trace) -> dict:
         "rank": m.rank, "rank_source": m.rank_source, "world_size": m.world_size,
         "gpu": gpu, "gpu_count_in_trace": len({int(d) for d in trace.kernels["device"].unique()}) if len(trace.kernels) else 0,
         "window": window_label(trace) if len(trace.steps) else "",
-        "profiler": m.profiler, "versions": m.versions,
+        "profiler": m.profiler, "profiler_source": m.profiler_source, "versions": m.versions,
         "framework": Context.of(trace).framework,
         "run_config": rc.get("config") if isinstance(rc.get("config"), dict) else None,
         "run_framework": rc.get("framework") if isinstance(rc.get("framework"), dict) else None,

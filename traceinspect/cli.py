@@ -172,8 +172,8 @@ def cache_options(steps: str | None) -> dict:
 
 
 def build_report(path: str, *, rank: str | None = None, steps: str | None = None, strict: bool = False,
-                 jobs: int | None = None, scheduler: str | None = None, use_cache: bool = True):
-    """PATH (file or directory of rank files) -> Report."""
+                 jobs: int | None = None, scheduler: str | None = None, use_cache: bool = True, config=None):
+    """PATH (file or directory of rank files) -> Report. `config`: a traceinspect.config.Config."""
     from . import cache
     from .analyze import analyze, analyze_many
     from .errors import DetectorFailed
@@ -187,7 +187,8 @@ def build_report(path: str, *, rank: str | None = None, steps: str | None = None
         with open_regular(paths[0]) as f:  # a FIFO or device: exit 3 at once, never a blocking open
             gz = f.read(2) == b"\x1f\x8b"
         json_size = size * (10 if gz else 1)  # estimate
-        key = (cache.key_for(paths[0], cache_options(steps))
+        settings = config.non_default() if config is not None else {}
+        key = (cache.key_for(paths[0], {**cache_options(steps), **({"settings": settings} if settings else {})})
                if use_cache and json_size >= cache.MIN_BYTES else None)
         report = cache.load(key)
         if report is not None:
@@ -200,11 +201,14 @@ def build_report(path: str, *, rank: str | None = None, steps: str | None = None
             finally:
                 bar.done()
             trace.select_steps(steps)
-            report = analyze(trace, strict=strict)
+            report = analyze(trace, strict=strict, config=config)
             cache.store(key, report.to_dict())
         if rank not in (None, "all") and int(rank) != report.trace.get("rank"):
             raise UsageError(f"--rank {rank}: {paths[0]} is rank {report.trace.get('rank')}")
         return report
+    if config is not None and config.non_default():
+        raise UsageError(f"{path}: detector settings ({config.source or 'options'}) apply to one trace file "
+                         "so far, not to a directory of rank files", hint="analyse one rank file at a time")
     mapper = None
     if scheduler:
         from .distributed import dask_mapper
@@ -238,8 +242,14 @@ _FORMATS = ["text", "md", "json", "html"]
               help="Do not read or write the report cache (used for single files of 32 MB of JSON or more).")
 @click.option("--annotate", "annotate_out", default=None, type=click.Path(),
               help="Also write the trace with the findings drawn in as tracks (see 'annotate'), e.g. out.json.gz.")
+@click.option("--config", "config_file", default=None, type=click.Path(),
+              help="Settings file (default: [tool.traceinspect] of the nearest pyproject.toml above the trace).")
+@click.option("--select", multiple=True, help="Run only these detectors: codes, code prefixes or names (comma-separated).")
+@click.option("--ignore", multiple=True, help="Do not run these detectors (codes, code prefixes or names).")
+@click.option("--set", "settings", multiple=True, metavar="DETECTOR.OPTION=VALUE",
+              help="A detector threshold, e.g. launch-bound.min_idle_frac=0.05 (see 'traceinspect detectors').")
 def analyze(path, fmt, output, rank, steps, fail_on, strict, jobs, assets, tb_logdir, scheduler, no_cache,
-            annotate_out):
+            annotate_out, config_file, select, ignore, settings):
     """Analyse a trace file (.json or .json.gz) or the directory of one run's rank files."""
     if rank not in (None, "all"):
         try:
@@ -253,7 +263,7 @@ def analyze(path, fmt, output, rank, steps, fail_on, strict, jobs, assets, tb_lo
         report = _annotate(path, annotate_out, steps=steps, strict=strict, jobs=jobs)
     else:
         report = build_report(path, rank=rank, steps=steps, strict=strict, jobs=jobs, scheduler=scheduler,
-                              use_cache=not no_cache)
+                              use_cache=not no_cache, config=_config(path, config_file, select, ignore, settings))
     renderers = _renderers()
     if fmt not in renderers:
         raise UsageError(f"--format {fmt} is not available in this installation")
@@ -274,6 +284,14 @@ def analyze(path, fmt, output, rank, steps, fail_on, strict, jobs, assets, tb_lo
         _say(f"fail-on: {worst.name} loses {100 * worst.time_lost_frac:.1f}% of the step time "
                    f"(threshold {100 * fail_on:.1f}%)")
         sys.exit(EXIT_FINDING)
+
+
+def _config(path, config_file, select, ignore, settings):
+    """The analyze command's settings: the file's, with --select / --ignore / --set on top."""
+    from . import config
+    split = lambda vs: [v for x in vs for v in x.split(",") if v.strip()]  # noqa: E731
+    return config.override(config.load(config_file, start=path), select=split(select), ignore=split(ignore),
+                           settings=settings)
 
 
 def _report_or_trace(path: str, steps: str | None):

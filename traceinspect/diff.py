@@ -272,7 +272,9 @@ def _environment(before: Report, after: Report) -> list[dict]:
         checks.append((f"profiler option: {key}", (tb.get("profiler") or {}).get(key),
                        (ta.get("profiler") or {}).get(key),
                        "profiler options change its overhead (record_shapes, with_stack and profile_memory slow steps)"))
-    return [{"field": f, "before": x, "after": y, "why": why} for f, x, y, why in checks if x != y]
+    # None is "the trace does not say": unknown -> known (or back) is not a change
+    return [{"field": f, "before": x, "after": y, "why": why} for f, x, y, why in checks
+            if x != y and x is not None and y is not None]
 
 
 def _warnings(sb: StepStats, sa: StepStats) -> list[str]:

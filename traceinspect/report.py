@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import msgspec
 
@@ -43,6 +43,7 @@ class Report:
     account: dict = field(default_factory=dict)   # GPU idle time: what each finding claims + unexplained
     memory: dict = field(default_factory=dict)    # device memory per step, headroom, batch fit (optional, additive)
     cross_rank: dict = field(default_factory=dict)  # collectives aligned across ranks, the gating rank (optional)
+    settings: dict = field(default_factory=dict)  # the non-default configuration used (optional, additive)
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -70,6 +71,8 @@ class Report:
             d["memory"] = self.memory
         if self.cross_rank:  # optional key: only a multi-rank reduction with aligned collectives has it
             d["cross_rank"] = self.cross_rank
+        if self.settings:  # optional key: only where a setting differs from the defaults
+            d["settings"] = self.settings
         return d
 
     @classmethod
@@ -90,6 +93,7 @@ class Report:
             efficiency=d.get("efficiency") if isinstance(d.get("efficiency"), dict) else {},
             memory=d["memory"] if isinstance(d.get("memory"), dict) else {},
             cross_rank=d["cross_rank"] if isinstance(d.get("cross_rank"), dict) else {},
+            settings=d.get("settings") or {},
             schema_version=d["schema_version"])
 
 
@@ -130,6 +134,7 @@ class _Trace(msgspec.Struct):
     gpu_count_in_trace: Optional[int] = None
     window: str = ""
     profiler: Optional[dict[str, Any]] = None
+    profiler_source: Optional[dict[str, Any]] = None
     versions: Optional[dict[str, Any]] = None
     framework: Optional[str] = None
     run_config: Optional[dict[str, Any]] = None
@@ -224,6 +229,7 @@ class _Report(msgspec.Struct):
     warnings: list[str] = []
     top_kernels: list[_TopKernel] = []
     ranks: list[_RankRow] = []
+    settings: dict[str, Union[str, int, float, bool, list[str]]] = {}
 
 
 def _check_shape(d: Any) -> None:

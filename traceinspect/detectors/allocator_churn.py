@@ -100,8 +100,7 @@ class AllocatorChurn(Detector):
 
     References
         PyTorch CUDA semantics: memory management, PYTORCH_CUDA_ALLOC_CONF (expandable_segments),
-        PYTORCH_NO_CUDA_MEMORY_CACHING; CUDA C Programming Guide, implicit synchronisation;
-        SIGNATURES.md section 8.3.
+        PYTORCH_NO_CUDA_MEMORY_CACHING; CUDA C Programming Guide, implicit synchronisation.
     """
 
     code = "TI205"

@@ -202,8 +202,7 @@ class CpuOffload(Detector):
     References
         DeepSpeed ZeRO-Offload / ZeRO-Infinity docs (offload_optimizer, offload_param,
         pin_memory), DeepSpeed issues #6695 and #7253 (bytes per parameter, effective bandwidth);
-        PyTorch FSDP CPUOffload / CPUOffloadPolicy; nvbandwidth PCIe measurements;
-        SIGNATURES.md sections 6 and 10.
+        PyTorch FSDP CPUOffload / CPUOffloadPolicy; nvbandwidth PCIe measurements.
     """
 
     code = "TI105"

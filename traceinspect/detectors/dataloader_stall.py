@@ -57,7 +57,7 @@ class DataloaderStall(Detector):
 
     References
         PyTorch DataLoader docs (num_workers, pin_memory); the TensorBoard profiler plugin's
-        DataLoader rule (> 5% of the step); SIGNATURES.md section 5.
+        DataLoader rule (> 5% of the step).
     """
 
     code = "TI104"

@@ -79,7 +79,7 @@ class EagerAttention(Detector):
 
     References
         PyTorch scaled_dot_product_attention docs (backends and their constraints); HF
-        "attn_implementation" docs; FlashAttention (Dao et al., 2022); SIGNATURES.md section 4.
+        "attn_implementation" docs; FlashAttention (Dao et al., 2022).
     """
 
     code = "TI103"

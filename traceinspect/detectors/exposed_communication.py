@@ -135,7 +135,7 @@ class ExposedCommunication(Detector):
         HTA comm/comp overlap and temporal breakdown docs; TensorBoard profiler plugin's
         communication rule (> 10% of the step); PyTorch DDP notes (bucket_cap_mb,
         gradient_as_bucket_view, no_sync); FSDP docs (forward_prefetch, limit_all_gathers);
-        NVIDIA/nccl#739 (kernel names do not tell the operation); SIGNATURES.md section 8.4.
+        NVIDIA/nccl#739 (kernel names do not tell the operation).
     """
 
     code = "TI203"

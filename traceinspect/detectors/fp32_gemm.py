@@ -80,7 +80,7 @@ class Fp32Gemm(Detector):
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 loss = model(x).loss
             # Volta / Turing: fp16 autocast with loss scaling
-            scaler = torch.cuda.amp.GradScaler()
+            scaler = torch.amp.GradScaler("cuda")
             with torch.autocast("cuda", dtype=torch.float16):
                 loss = model(x).loss
             scaler.scale(loss).backward(); scaler.step(opt); scaler.update()
@@ -93,8 +93,7 @@ class Fp32Gemm(Detector):
 
     References
         PyTorch notes on TF32 (numerical_accuracy, cuda.html#tensorfloat-32-tf32-on-ampere-devices);
-        NVIDIA Mixed Precision Training guide; the TensorBoard profiler plugin's Tensor Cores rule;
-        SIGNATURES.md sections 7 and 10.
+        NVIDIA Mixed Precision Training guide; the TensorBoard profiler plugin's Tensor Cores rule.
     """
 
     code = "TI106"
@@ -401,7 +400,7 @@ def _fix(framework: str, hw: dict, amp_on: bool = False) -> str:
                 "Train in mixed precision: TrainingArguments(bf16=True).")
     if old:
         return ("Wrap forward and loss in torch.autocast('cuda', dtype=torch.float16) with a "
-                "torch.cuda.amp.GradScaler (fp16 tensor cores; this GPU has no bf16/TF32).")
+                "torch.amp.GradScaler('cuda') (fp16 tensor cores; this GPU has no bf16/TF32).")
     if hw["rocm"]:
         return "Wrap forward and loss in torch.autocast('cuda', dtype=torch.bfloat16)."
     return ("Wrap forward and loss in torch.autocast('cuda', dtype=torch.bfloat16), or at least set "

@@ -253,7 +253,7 @@ class HostBound(Detector):
             launch_part = iv.EMPTY
         claimed = iv.union(np.concatenate((cpu_part[0], launch_part[0])), np.concatenate((cpu_part[1], launch_part[1])))
         lost = iv.total(claimed)
-        cpu_us, launch_us = iv.total(cpu_part), iv.total(launch_part)
+        launch_us = iv.total(launch_part)
         win = ctx.window_us
         frac = lost / win if win else 0.0
         n = max(ctx.n_steps, 1)

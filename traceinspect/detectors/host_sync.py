@@ -116,7 +116,7 @@ class HostSync(Detector):
     References
         CUDA C Programming Guide (synchronous calls, implicit synchronisation); Nsight Systems
         expert rules cuda_api_sync / cuda_memcpy_sync; PyTorch performance tuning guide (avoid
-        unnecessary CPU-GPU synchronisation); SIGNATURES.md section 8.1.
+        unnecessary CPU-GPU synchronisation).
     """
 
     code = "TI201"

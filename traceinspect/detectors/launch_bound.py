@@ -134,7 +134,7 @@ class LaunchBound(Detector):
 
     References
         HTA kernel launch statistics and idle-time breakdown (host wait); TensorBoard profiler plugin
-        GPU utilization rule (< 50%); PyTorch CUDA graphs docs; SIGNATURES.md section 2.
+        GPU utilization rule (< 50%); PyTorch CUDA graphs docs.
     """
 
     code = "TI101"

@@ -87,7 +87,7 @@ class PaddingWaste(Detector):
     References
         HF docs "Padding-free / packing" (DataCollatorWithFlattening, TRL SFTConfig packing and
         padding_free); HF modeling_flash_attention_utils (_upad_input); PyTorch SDPA backend
-        constraints; SIGNATURES.md section 3.
+        constraints.
     """
 
     code = "TI102"

@@ -82,7 +82,7 @@ class PageableMemcpy(Detector):
     References
         CUDA Runtime API "API synchronization behavior" (pageable staging); NVIDIA blog "How to
         Optimize Data Transfers in CUDA C/C++"; Nsight Systems `cuda_memcpy_async` rule; PyTorch
-        pin_memory / non_blocking docs; SIGNATURES.md sections 1.7, 5 and 10.
+        pin_memory / non_blocking docs.
     """
 
     code = "TI204"

@@ -187,7 +187,7 @@ class UnfusedOptimizer(Detector):
 
     References
         PyTorch optimizer docs (foreach / fused); pytorch/pytorch#95241 (foreach, not fused, is the
-        default); transformers#22144 (optim="adamw_torch_fused"); SIGNATURES.md section 8.2.
+        default); transformers#22144 (optim="adamw_torch_fused").
     """
 
     code = "TI202"

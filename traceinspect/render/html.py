@@ -60,7 +60,7 @@ def esc(s) -> str:
 
 
 def render(report, *, width: int = 100, color: bool = False) -> str:
-    t, st, v = report.trace, report.steps, report.verdict
+    t, st = report.trace, report.steps
     body: list[str] = [
         "<header>",
         f"<h1>traceinspect: {esc(t.get('file', '?'))}</h1>",
@@ -430,7 +430,11 @@ def _environment(report) -> list[str]:
         ("steps", f"{st.get('count', 0)} from {st.get('source')}"), ("framework", t.get("framework")),
     ]
     rows += [(f"version: {k}", val) for k, val in sorted((t.get("versions") or {}).items())]
-    rows += [(f"profiler: {k}", val) for k, val in sorted((t.get("profiler") or {}).items())]
+    src = t.get("profiler_source") or {}
+    rows += [(f"profiler: {k}", "unknown" if val is None else
+              f"{val} ({src[k]})" if str(src.get(k, "metadata")) != "metadata" else val)
+             for k, val in sorted((t.get("profiler") or {}).items())]
+    rows += [(f"setting: {k}", val) for k, val in (report.settings or {}).items()]   # non-default only
     if t.get("lost_bytes") or t.get("dropped_events"):
         rows.append(("truncated file", f"{_bytes(t.get('lost_bytes'))} lost, {t.get('dropped_events')} events dropped"))
     o = ["<section id=\"environment\"><h2>Environment</h2><dl class=\"env\">"]

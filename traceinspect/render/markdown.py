@@ -118,6 +118,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         for f in report.failures:
             o.append(f"- {md_code(f.name)}: {md_text(f.error)}")
         o.append("")
+    o += _settings(report)
     if report.warnings:
         o.append("### Data-quality warnings")
         for w in report.warnings:
@@ -263,3 +264,11 @@ def render_with_assets(report, assets_dir, *, relative_to: str | None = None) ->
     if not sep:                      # no breakdown table: charts go at the end
         return text.rstrip() + "\n\n" + "\n\n".join(links) + "\n"
     return head + "\n" + "\n\n".join(links) + "\n" + sep + rest
+
+
+def _settings(report) -> list[str]:
+    """The non-default configuration the report was made with (none: nothing)."""
+    if not report.settings:
+        return []
+    return ["### Non-default settings", ""] + [f"- {md_code(k)} = {md_code(v)}"
+                                                for k, v in report.settings.items()] + [""]

@@ -95,6 +95,10 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         for f in report.failures:
             out.append(wrap(f"- {plain(f.name)}: {plain(f.error)}", "  "))
         out.append("")
+    if report.settings:
+        out.append(wrap("Non-default settings: " + ", ".join(f"{plain(k)}={plain(v)}"
+                                                           for k, v in report.settings.items())))
+        out.append("")
     if report.warnings:
         out.append("Data-quality warnings")
         for wmsg in report.warnings:

@@ -8,7 +8,8 @@
  * columns index, and `raws` the distinct raw JSON values of args["Input Dims"] / args["Input type"]
  * that dims_idx / type_idx index (-1: absent).
  *
- * It reads exactly the fields that traceinspect.trace.load.Event / Args declare, with the same
+ * It reads exactly the fields that traceinspect.trace.load.Event / Args declare (Args: trace/fields.py;
+ * tests/test_fields.py checks the enum, COL_NAMES and parse_args key table below against it), with the same
  * type rules as the typed msgspec decoder: a repeated key keeps its last value, every string (read or
  * skipped) has its escapes checked as msgspec checks them (the escape letters, four hex digits, UTF-16
  * surrogates in pairs), integers cover the whole int64 range, and `present` (a uint32 bit per int64

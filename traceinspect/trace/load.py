@@ -21,6 +21,7 @@ import numpy as np
 from msgspec import Raw, Struct
 
 from ..errors import TraceError, UsageError
+from . import fields as _fields
 
 GZIP_MAGIC = b"\x1f\x8b"
 BLOCK_BYTES = 8 << 20          # read / decompress granularity
@@ -39,35 +40,10 @@ MAX_NESTING = 128
 Int64 = Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)]
 
 
-class Args(Struct, gc=False):
-    """The subset of `args` that analyses read, for every category at once: one typed pass over the
-    file skips every other key (call stacks, strides, ...) without building objects for it.
-    Spellings differ by Kineto era (SIGNATURES.md 1.4). Shapes stay undecoded (`Raw`)."""
-
-    correlation: Union[Int64, None] = None
-    external_id: Union[Int64, None] = msgspec.field(default=None, name="External id")
-    external_id_old: Union[Int64, None] = msgspec.field(default=None, name="external id")
-    device: Union[Int64, None] = None
-    stream: Union[Int64, None] = None
-    cbid: Union[Int64, None] = None
-    cid: Union[Int64, None] = None  # ROCm roctracer callback id
-    nbytes: Union[float, None] = msgspec.field(default=None, name="bytes")
-    grid: Union[list, None] = None
-    block: Union[list, None] = None
-    collective: Union[str, None] = msgspec.field(default=None, name="Collective name")
-    in_msg_nelems: Union[Int64, None] = msgspec.field(default=None, name="In msg nelems")
-    out_msg_nelems: Union[Int64, None] = msgspec.field(default=None, name="Out msg nelems")
-    group_size: Union[Int64, None] = msgspec.field(default=None, name="Group size")
-    dtype: Union[str, None] = None
-    input_dims: Raw = msgspec.field(default=_EMPTY_RAW, name="Input Dims")
-    input_dims_old: Raw = msgspec.field(default=_EMPTY_RAW, name="Input dims")
-    input_type: Raw = msgspec.field(default=_EMPTY_RAW, name="Input type")
-    name: Union[str, None] = None          # ph "M" events: process_name / thread_name
-    mem_bytes: Union[float, None] = msgspec.field(default=None, name="Bytes")   # [memory] instants
-    total_allocated: Union[float, None] = msgspec.field(default=None, name="Total Allocated")
-    total_reserved: Union[float, None] = msgspec.field(default=None, name="Total Reserved")
-    device_type: Union[Int64, None] = msgspec.field(default=None, name="Device Type")
-    device_id: Union[Int64, None] = msgspec.field(default=None, name="Device Id")          # [memory] instants
+# The subset of `args` that analyses read, for every category at once, generated from the one
+# declaration of the event fields (trace/fields.py): one typed pass over the file skips every other key
+# (call stacks, strides, ...) without building objects for it. Shapes stay undecoded (`Raw`).
+Args = _fields.args_struct(__name__)
 
 
 class Event(Struct, gc=False):

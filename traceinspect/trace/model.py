@@ -57,7 +57,7 @@ class TraceMeta:
     rank_source: str               # "distributedInfo" | "file name" | "default"
     world_size: int | None
     devices: list[DeviceInfo]
-    profiler: dict                 # record_shapes, with_stack, profile_memory, ...
+    profiler: dict                 # record_shapes, with_stack, ...: True / False / None (the trace does not say)
     versions: dict                 # cuda runtime/driver, cupti, hip
     run_config: dict | None        # traceinspect.capture metadata, when present
     base_time_ns: int | None
@@ -67,6 +67,7 @@ class TraceMeta:
     truncated: bool = False        # the file was cut off: only complete events, and steps, are analysed
     compressed: bool = False       # gzip
     steps_dropped: tuple = ()      # step numbers cut by the truncation (not analysed)
+    profiler_source: dict = dataclasses.field(default_factory=dict)   # option -> where its value comes from
 
 
 class Trace:
@@ -306,6 +307,32 @@ def _devices(doc, is_rocm_hint: bool) -> list[DeviceInfo]:
     return out
 
 
+# Profiler options the events themselves show where the metadata does not state them: the option ->
+# (what shows it, the table and its test). Only "yes" can be inferred: no `Input Dims` in a trace with
+# no CPU ops says nothing about record_shapes.
+_INFERRED_OPTIONS = {
+    "record_shapes": ("Input Dims args", lambda t: bool(t.cpu_ops["input_dims_raw"].notna().any())),
+    "profile_memory": ("[memory] events", lambda t: len(t.memory) > 0),
+    "with_stack": ("python_function events", lambda t: len(t.python) > 0),
+}
+PROFILER_OPTIONS = ("record_shapes", "with_stack", "profile_memory", "with_modules", "with_flops")
+
+
+def _profiler_options(doc, tables) -> tuple[dict, dict]:
+    """Each profiler option: the trace's metadata value (as a bool), else inferred from the events (with
+    its source), else None: unknown, never False."""
+    values, source = {}, {}
+    for k in PROFILER_OPTIONS:
+        v = getattr(doc, k)
+        if v is not None:
+            values[k], source[k] = bool(v), "metadata"
+        elif k in _INFERRED_OPTIONS and _INFERRED_OPTIONS[k][1](tables):
+            values[k], source[k] = True, f"inferred from {_INFERRED_OPTIONS[k][0]}"
+        else:
+            values[k] = None
+    return values, source
+
+
 def _rank(doc, path: str, warnings: list[str], warn_default: bool) -> tuple[int, str, int | None]:
     di = doc.distributedInfo
     rank = _int64(di.get("rank")) if isinstance(di, dict) else None
@@ -375,15 +402,15 @@ def from_loaded(loaded: _load.Loaded, *, warn_default_rank: bool = False) -> Tra
     hip = versions.get("hip_runtime_version") is not None
     if not hip and len(tables.runtime):
         hip = any(str(c).startswith("hip") for c in pd.Categorical(tables.runtime["name"]).categories)
-    profiler = {k: bool(getattr(doc, k)) for k in ("record_shapes", "with_stack", "profile_memory",
-                                                   "with_modules", "with_flops")}
+    profiler, profiler_source = _profiler_options(doc, tables)
     run_config = doc.traceinspect if isinstance(doc.traceinspect, dict) else None
     if doc.traceinspect is not None and run_config is None:
         warnings.append("the trace's 'traceinspect' metadata is not an object; it was ignored")
     read = loaded.read
     meta = TraceMeta(path=loaded.path, file_bytes=loaded.file_bytes, json_bytes=loaded.json_bytes,
                      n_events=tables.n_events, rank=rank, rank_source=rank_source, world_size=world,
-                     devices=_devices(doc, hip), profiler=profiler, versions=versions,
+                     devices=_devices(doc, hip), profiler=profiler, profiler_source=profiler_source,
+                     versions=versions,
                      run_config=run_config, base_time_ns=doc.baseTimeNanoseconds,
                      origin_us=tables.origin_us, lost_bytes=loaded.lost_bytes,
                      dropped_events=loaded.dropped_events, truncated=loaded.truncated,

@@ -12,6 +12,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
+from . import fields as _fields
 from .load import Event
 
 # Category names across Kineto eras (SIGNATURES.md 1.3) -> one canonical kind.
@@ -270,9 +271,7 @@ def extract(events: list[Event]) -> dict:
 
 _NONE = np.iinfo(np.int64).min   # the value _scan gives an absent int; absence is a `present` bit
 # bit k of the scan's `present` column: the k-th int64 column below holds a value (not absent or null)
-_PRESENT_BIT = {c: k for k, c in enumerate(
-    ("pid", "tid", "id", "correlation", "external_id", "external_id_old", "device", "stream", "cbid", "cid",
-     "in_msg_nelems", "out_msg_nelems", "group_size", "device_type", "device_id"))}
+_PRESENT_BIT = _fields.PRESENT_BIT   # bit k of the scan's `present` column (trace/fields.py)
 
 
 def _strings(raw: list[bytes]) -> list[str]:
@@ -285,12 +284,10 @@ def _strings(raw: list[bytes]) -> list[str]:
 
 
 _SCAN_DTYPES = {"ph": np.uint8, "has_args": np.uint8, "present": np.uint32, "ts": np.float64, "dur": np.float64,
-                "nbytes": np.float64, "mem_bytes": np.float64, "total_allocated": np.float64,
-                "total_reserved": np.float64}
-# Args attributes that are columns of the same name in the scan (int64 / float64)
-_SCAN_INT_FIELDS = ("correlation", "external_id", "external_id_old", "device", "stream", "cbid", "cid",
-                    "in_msg_nelems", "out_msg_nelems", "group_size", "device_type", "device_id")
-_SCAN_FLOAT_FIELDS = ("nbytes", "mem_bytes", "total_allocated", "total_reserved")
+                **{f: np.float64 for f in _fields.SCAN_FLOAT_FIELDS}}
+# Args attributes that are columns of the same name in the scan (int64 / float64), from trace/fields.py
+_SCAN_INT_FIELDS = _fields.SCAN_INT_FIELDS
+_SCAN_FLOAT_FIELDS = _fields.SCAN_FLOAT_FIELDS
 
 
 def _scan_dtype(name: str):

@@ -1,0 +1,41 @@
+"""Start-up cost: the package root is lazy, so a training process that imports traceinspect.capture,
+and `traceinspect --help`, load neither pandas nor the analyzer (checked in a fresh interpreter; the
+times themselves are measured in bench/startup.sh, not asserted here)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ("pandas", "numpy", "traceinspect.analyze", "traceinspect.detectors", "traceinspect.trace.model")
+
+
+def _loaded_after(code: str) -> set[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    probe = f"import sys, json\n{code}\nprint(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
+    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def test_import_capture_loads_neither_pandas_nor_the_analyzer():
+    loaded = _loaded_after("import traceinspect.capture")
+    assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
+
+
+def test_cli_help_loads_neither_pandas_nor_the_analyzer():
+    loaded = _loaded_after("import contextlib, io\nfrom traceinspect.cli import cli\n"
+                           "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+                           "    cli(['--help'], prog_name='traceinspect')")
+    assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
+
+
+def test_the_public_names_still_resolve_and_analyze_is_the_function():
+    import traceinspect
+    import traceinspect.analyze  # noqa: F401  binds the submodule on the package: must not win
+    assert callable(traceinspect.analyze) and traceinspect.analyze.__name__ == "analyze"
+    assert traceinspect.diff.__name__ == "diff"
+    for name in traceinspect.__all__:
+        assert getattr(traceinspect, name) is not None
