@@ -177,16 +177,13 @@ def build_report(path: str, *, rank: str | None = None, steps: str | None = None
     from . import cache
     from .analyze import analyze, analyze_many
     from .errors import DetectorFailed
-    from .trace.load import open_regular
+    from .trace.load import estimate_json_bytes
     from .trace.model import load_trace, parse_step_slice
     if steps:
         parse_step_slice(steps)  # a bad --steps is a usage error before any file is read
     paths = _trace_paths(path)
     if len(paths) == 1:
-        size = Path(paths[0]).stat().st_size
-        with open_regular(paths[0]) as f:  # a FIFO or device: exit 3 at once, never a blocking open
-            gz = f.read(2) == b"\x1f\x8b"
-        json_size = size * (10 if gz else 1)  # estimate
+        json_size = estimate_json_bytes(paths[0])  # a FIFO or device: exit 3 at once, never a blocking open
         settings = config.non_default() if config is not None else {}
         key = (cache.key_for(paths[0], {**cache_options(steps), **({"settings": settings} if settings else {})})
                if use_cache and json_size >= cache.MIN_BYTES else None)

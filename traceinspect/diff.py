@@ -15,6 +15,7 @@ import numpy as np
 
 from .errors import TraceError
 from .report import Report
+from .trace.load import GZIP_MAGIC
 from .trace.timeline import PARTS
 
 # The standard error of a sample median is ~sqrt(pi/2) = 1.2533 times that of the mean for
@@ -300,7 +301,7 @@ def load_saved_report(path: str | Path) -> Report | None:
     if not p.is_file() or p.stat().st_size > SAVED_REPORT_MAX_BYTES:
         return None
     data = p.read_bytes()
-    if data[:2] == b"\x1f\x8b" or b'"traceEvents"' in data:   # gzip or Kineto: a trace
+    if data[:2] == GZIP_MAGIC or b'"traceEvents"' in data:   # gzip or Kineto: a trace
         return None
     try:
         doc = json.loads(data)

@@ -11,7 +11,6 @@ import os
 import re
 from dataclasses import dataclass
 from functools import cached_property
-from pathlib import Path
 
 import msgspec
 import numpy as np
@@ -626,12 +625,9 @@ def default_jobs(path: str | os.PathLike) -> int:
         # second chunk on, and costs nothing on a one-chunk file
         return min(os.cpu_count() or 1, 4)
     try:
-        size = Path(path).stat().st_size
-        with _load.open_regular(path) as f:  # never a blocking open of a FIFO
-            gz = f.read(2) == _load.GZIP_MAGIC
+        big = _load.estimate_json_bytes(path) >= PARALLEL_MIN_BYTES
     except (OSError, TraceError):
-        size, gz = 0, False
-    big = size * (8 if gz else 1) >= PARALLEL_MIN_BYTES
+        big = False
     cores = os.cpu_count() or 1
     # Python decoder, measured on a 2-vCPU machine: chunk worker processes gave at most 1.2x and
     # cost more than that in transfers, so only wider machines use them by default

@@ -150,10 +150,7 @@ def sniff(path: Path) -> RankFile:
 
 def _head(path: Path) -> tuple[str, bool]:
     """Up to HEAD_BYTES of the file's JSON text (gzip inflated, bounded), and whether it is gzip."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ValueError("is not a regular file")
+    with _load.open_regular(path) as f:   # a FIFO or device: TraceError, never a blocking open
         raw = f.read(HEAD_BYTES)
         if raw[:2] != _load.GZIP_MAGIC:
             return raw.decode("utf-8", "replace"), False
