@@ -913,7 +913,124 @@ done:
     return result;
 }
 
+/* --- replay: the what-if replay loop (traceinspect/whatif/replay.py holds the Python twin and the model) ---
+ *
+ * replay(kinds, idxs, h_prev, h_gap, h_xprev, h_xgap, h_own, h_wait, h_resid,
+ *        g_launch, g_prev, g_xprev, g_slack, g_dur, hs, he, gs, ge, hb, heb, gb) -> None
+ *
+ * Every argument is a C-contiguous buffer: kinds int8 (0 wait end, 1 host start, 2 GPU op), the edge
+ * arrays and idxs int64 (-1 or any negative: none), the rest float64, the bind codes int64. hs/he/gs/ge
+ * come in holding the measured times and hb/heb/gb the default binds; they are overwritten in place.
+ * Lengths and every index are checked before the loop (ValueError, nothing written); the loop itself runs
+ * without the GIL. Same arithmetic, same comparisons and same order as the Python loop, so the doubles
+ * are identical (tests/test_replay_native.py). */
+enum { RB_FIXED, RB_THREAD, RB_XTHREAD, RB_LAUNCH, RB_STREAM, RB_XSTREAM, RB_WAIT, RB_OWN };
+
+static int idx_ok(const int64_t *a, Py_ssize_t n, Py_ssize_t bound) {
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (a[i] >= (int64_t)bound) return 0;
+    return 1;
+}
+
+static PyObject *replay(PyObject *self, PyObject *args) {
+    (void)self;
+    enum { N_IN = 14, N_OUT = 7 };
+    Py_buffer b[N_IN + N_OUT];
+    memset(b, 0, sizeof b);
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*y*y*y*y*y*y*w*w*w*w*w*w*w*:replay",
+                          &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6], &b[7], &b[8], &b[9], &b[10], &b[11],
+                          &b[12], &b[13], &b[14], &b[15], &b[16], &b[17], &b[18], &b[19], &b[20]))
+        return NULL;   /* PyArg_ParseTuple releases what it took when it fails */
+    PyObject *result = NULL;
+    const char *bad = NULL;
+    for (int k = 1; k < N_IN + N_OUT && !bad; k++)
+        if (b[k].len % 8 || ((uintptr_t)b[k].buf) % 8) bad = "every array but kinds must hold aligned 8-byte items";
+    Py_ssize_t m = b[0].len, n_h = b[14].len / 8, n_g = b[16].len / 8;
+    if (!bad && b[1].len / 8 != m) bad = "kinds and idxs differ in length";
+    /* h_prev h_gap h_xprev h_xgap h_own h_wait h_resid, hs he hb heb: n_h; g_*, gs ge gb: n_g */
+    static const int H_ARGS[] = {2, 3, 4, 5, 6, 7, 8, 14, 15, 18, 19}, G_ARGS[] = {9, 10, 11, 12, 13, 16, 17, 20};
+    for (size_t k = 0; !bad && k < sizeof H_ARGS / sizeof *H_ARGS; k++)
+        if (b[H_ARGS[k]].len / 8 != n_h) bad = "host arrays differ in length";
+    for (size_t k = 0; !bad && k < sizeof G_ARGS / sizeof *G_ARGS; k++)
+        if (b[G_ARGS[k]].len / 8 != n_g) bad = "GPU arrays differ in length";
+    if (bad) {
+        PyErr_Format(PyExc_ValueError, "replay: %s", bad);
+        goto done;
+    }
+    {
+        const int8_t *kinds = (const int8_t *)b[0].buf;
+        const int64_t *idxs = (const int64_t *)b[1].buf;
+        const int64_t *h_prev = (const int64_t *)b[2].buf, *h_x = (const int64_t *)b[4].buf;
+        const int64_t *h_wait = (const int64_t *)b[7].buf;
+        const double *h_gap = (const double *)b[3].buf, *h_xgap = (const double *)b[5].buf;
+        const double *h_own = (const double *)b[6].buf, *h_res = (const double *)b[8].buf;
+        const int64_t *g_l = (const int64_t *)b[9].buf, *g_p = (const int64_t *)b[10].buf;
+        const int64_t *g_x = (const int64_t *)b[11].buf;
+        const double *g_sl = (const double *)b[12].buf, *g_d = (const double *)b[13].buf;
+        double *hs = (double *)b[14].buf, *he = (double *)b[15].buf, *gs = (double *)b[16].buf;
+        double *ge = (double *)b[17].buf;
+        int64_t *hb = (int64_t *)b[18].buf, *heb = (int64_t *)b[19].buf, *gb = (int64_t *)b[20].buf;
+        int ok = 1;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t j = 0; ok && j < m; j++) {
+            int64_t i = idxs[j];
+            int8_t k = kinds[j];
+            if (i < 0 || (k == 2 ? i >= (int64_t)n_g : i >= (int64_t)n_h) || k < 0 || k > 2) ok = 0;
+        }
+        ok = ok && idx_ok(h_prev, n_h, n_h) && idx_ok(h_x, n_h, n_h) && idx_ok(h_wait, n_h, n_g)
+             && idx_ok(g_l, n_g, n_h) && idx_ok(g_p, n_g, n_g) && idx_ok(g_x, n_g, n_g);
+        for (Py_ssize_t j = 0; ok && j < m; j++) {
+            int64_t i = idxs[j];
+            if (kinds[j] == 1) {
+                int64_t p = h_prev[i], x = h_x[i];
+                double t;
+                int64_t bd;
+                if (p >= 0) { t = he[p] + h_gap[i]; bd = RB_THREAD; }
+                else { t = hs[i]; bd = RB_FIXED; }
+                if (x >= 0) {
+                    double tx = he[x] + h_xgap[i];
+                    if (tx > t) { t = tx; bd = RB_XTHREAD; }
+                }
+                hs[i] = t;
+                hb[i] = bd;
+                he[i] = t + h_own[i];
+            } else if (kinds[j] == 2) {
+                double t = gs[i];
+                int64_t bd = RB_FIXED, lch = g_l[i], p = g_p[i], x = g_x[i];
+                int anchored = 0;
+                if (lch >= 0) { t = hs[lch]; bd = RB_LAUNCH; anchored = 1; }
+                if (p >= 0 && (!anchored || ge[p] > t)) { t = ge[p]; bd = RB_STREAM; anchored = 1; }
+                if (x >= 0 && (!anchored || ge[x] > t)) { t = ge[x]; bd = RB_XSTREAM; }
+                t += g_sl[i];
+                gs[i] = t;
+                ge[i] = t + g_d[i];
+                gb[i] = bd;
+            } else {
+                int64_t o = h_wait[i];
+                if (o >= 0) {
+                    double t = ge[o] + h_res[i];
+                    if (t > he[i]) { he[i] = t; heb[i] = RB_WAIT; }
+                }
+            }
+        }
+        Py_END_ALLOW_THREADS
+        if (!ok) {
+            PyErr_SetString(PyExc_ValueError, "replay: a node index is out of range (a malformed graph)");
+            goto done;
+        }
+    }
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    for (int k = 0; k < N_IN + N_OUT; k++)
+        if (b[k].obj) PyBuffer_Release(&b[k]);
+    return result;
+}
+
 static PyMethodDef METHODS[] = {
+    {"replay", replay, METH_VARARGS,
+     "replay(kinds, idxs, h_prev, h_gap, h_xprev, h_xgap, h_own, h_wait, h_resid, g_launch, g_prev, g_xprev, "
+     "g_slack, g_dur, hs, he, gs, ge, hb, heb, gb) -> None: the what-if replay loop, in place (see above)."},
     {"scan", scan, METH_O,
      "scan(buffer) -> (n_events, end_offset, columns, strings, raws, deferred) or None when the buffer "
      "needs the pure-Python decoder."},

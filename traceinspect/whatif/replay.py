@@ -4,6 +4,7 @@ Owns the simulation and the critical path read off it. Must not build graphs or 
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,7 +28,32 @@ class Replay:
     step_us: np.ndarray          # one per analysed step, from its start marker to its end marker
 
 
-def replay(g: Graph) -> Replay:
+def event_order(g: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """(kinds, idxs): the nodes in replay order. It reads only the measured times and the edges, so a
+    transformation that edits durations and gaps keeps it; it is memoised per trace and edge set."""
+    cache = _order_cache(g)
+    key = tuple(np.asarray(getattr(g, f)) for f in _ORDER_FIELDS)
+    for k, v in cache:
+        if all(a.shape == b.shape and np.array_equal(a, b) for a, b in zip(k, key)):
+            return v
+    v = _event_order(g)
+    if cache is not None:
+        cache.append((tuple(a.copy() for a in key), v))
+        del cache[:-_ORDER_CACHE_SIZE]
+    return v
+
+
+# what the event order reads; the cache keeps this many edge sets per trace
+_ORDER_FIELDS = ("h_ts", "h_end", "h_prev", "g_ts", "g_launch", "h_wait")
+_ORDER_CACHE_SIZE = 4
+
+
+def _order_cache(g: Graph) -> list | None:
+    memo = getattr(g.trace, "memo", None)
+    return memo("whatif replay order", list) if callable(memo) else None
+
+
+def _event_order(g: Graph) -> tuple[np.ndarray, np.ndarray]:
     n_h, n_g = len(g.h_ts), len(g.g_ts)
     # event order: the measured times, which respect every edge (an edge runs from an earlier measured
     # time to a later one); ties: wait ends (0) before host starts (1) before GPU ops (2)
@@ -42,17 +68,53 @@ def replay(g: Graph) -> Replay:
     w_key = np.maximum(g.h_end[w], g_key[g.h_wait[w]])
     keys = np.concatenate([w_key, h_key, g_key])
     kind = np.concatenate([np.zeros(len(w), np.int8), np.ones(n_h, np.int8), np.full(n_g, 2, np.int8)])
-    idx = np.concatenate([w, np.arange(n_h), np.arange(n_g)])
+    idx = np.concatenate([w, np.arange(n_h), np.arange(n_g)]).astype(np.int64)
     order = np.lexsort((kind, keys))
+    return np.ascontiguousarray(kind[order]), np.ascontiguousarray(idx[order])
 
+
+def _native():
+    """The C loop (traceinspect/trace/_scan.c), or None: when the extension is absent or
+    TRACEINSPECT_PURE_REPLAY=1 (the Python loop below, identical results)."""
+    if os.environ.get("TRACEINSPECT_PURE_REPLAY") == "1":
+        return None
+    try:
+        from ..trace import _scan
+    except ImportError:
+        return None
+    return getattr(_scan, "replay", None)
+
+
+def replay(g: Graph) -> Replay:
+    kinds, idxs = event_order(g)
+    native = _native()
+    if native is not None:
+        f8 = lambda a: np.ascontiguousarray(a, dtype=np.float64)   # noqa: E731
+        i8 = lambda a: np.ascontiguousarray(a, dtype=np.int64)     # noqa: E731
+        n_h, n_g = len(g.h_ts), len(g.g_ts)
+        h_start, h_end = np.array(g.h_ts, dtype=np.float64), np.array(g.h_end, dtype=np.float64)
+        g_start, g_end = np.array(g.g_ts, dtype=np.float64), np.array(g.g_end, dtype=np.float64)
+        hb, heb, gb = np.full(n_h, FIXED, np.int64), np.full(n_h, OWN, np.int64), np.full(n_g, FIXED, np.int64)
+        native(kinds, idxs, i8(g.h_prev), f8(g.h_gap), i8(g.h_xprev), f8(g.h_xgap), f8(g.h_own), i8(g.h_wait),
+               f8(g.h_resid), i8(g.g_launch), i8(g.g_prev), i8(g.g_xprev), f8(g.g_slack), f8(g.g_dur),
+               h_start, h_end, g_start, g_end, hb, heb, gb)
+    else:
+        h_start, h_end, g_start, g_end, hb, heb, gb = _replay_py(g, kinds, idxs)
+    step = h_start[g.m_end] - h_start[g.markers[:-1]] if len(g.markers) > 1 else np.zeros(0)
+    return Replay(h_start=h_start, h_end=h_end, g_start=g_start, g_end=g_end,
+                  h_bind=hb, h_end_bind=heb, g_bind=gb, step_us=step)
+
+
+def _replay_py(g: Graph, kinds: np.ndarray, idxs: np.ndarray) -> tuple:
+    """The replay loop in Python: the fallback, and the reference the C loop is held to."""
+    n_h, n_g = len(g.h_ts), len(g.g_ts)
     hs, he = g.h_ts.astype(float).tolist(), g.h_end.astype(float).tolist()
     gs, ge = g.g_ts.astype(float).tolist(), g.g_end.astype(float).tolist()
     h_prev, h_gap, h_x, h_xgap = g.h_prev.tolist(), g.h_gap.tolist(), g.h_xprev.tolist(), g.h_xgap.tolist()
     h_own, h_wait, h_res = g.h_own.tolist(), g.h_wait.tolist(), g.h_resid.tolist()
     g_l, g_p, g_x, g_sl, g_d = g.g_launch.tolist(), g.g_prev.tolist(), g.g_xprev.tolist(), g.g_slack.tolist(), g.g_dur.tolist()
     hb, heb, gb = [FIXED] * n_h, [OWN] * n_h, [FIXED] * n_g
-    kinds, idxs = kind[order].tolist(), idx[order].tolist()
-    for k, i in zip(kinds, idxs):
+    for k, i in zip(kinds.tolist(), idxs.tolist()):
         if k == 1:
             p = h_prev[i]
             t, b = (he[p] + h_gap[i], THREAD) if p >= 0 else (hs[i], FIXED)
@@ -85,10 +147,9 @@ def replay(g: Graph) -> Replay:
                 if t > he[i]:
                     he[i] = t
                     heb[i] = WAIT
-    h_start, h_end = np.array(hs), np.array(he)
-    step = h_start[g.m_end] - h_start[g.markers[:-1]] if len(g.markers) > 1 else np.zeros(0)
-    return Replay(h_start=h_start, h_end=h_end, g_start=np.array(gs), g_end=np.array(ge),
-                  h_bind=np.array(hb), h_end_bind=np.array(heb), g_bind=np.array(gb), step_us=step)
+    return (np.array(hs, dtype=np.float64), np.array(he, dtype=np.float64), np.array(gs, dtype=np.float64),
+            np.array(ge, dtype=np.float64), np.array(hb, dtype=np.int64), np.array(heb, dtype=np.int64),
+            np.array(gb, dtype=np.int64))
 
 
 def critical_path(g: Graph, r: Replay) -> dict:
