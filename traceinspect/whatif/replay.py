@@ -33,7 +33,7 @@ def event_order(g: Graph) -> tuple[np.ndarray, np.ndarray]:
     transformation that edits durations and gaps keeps it; it is memoised per trace and edge set."""
     cache = _order_cache(g)
     key = tuple(np.asarray(getattr(g, f)) for f in _ORDER_FIELDS)
-    for k, v in cache:
+    for k, v in cache or ():
         if all(a.shape == b.shape and np.array_equal(a, b) for a, b in zip(k, key)):
             return v
     v = _event_order(g)
