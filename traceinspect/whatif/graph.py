@@ -273,9 +273,11 @@ def build(trace: Trace) -> Graph:
         blocking = np.zeros(n_h, bool)
         isrt = h_rt >= 0
         if isrt.any():
-            nm = pd.Series(h_name[isrt])
-            blk = name_flags(nm, lambda s: bool(_BLOCKING.search(s)))
-            launch_long = name_flags(nm, lambda s: "Launch" in s) & (h_own[isrt] >= LAUNCH_BACKPRESSURE_US)
+            # per distinct name of the runtime table (its name column), then per node: what h_name holds
+            nm = rt["name"].astype(str) if not isinstance(rt["name"].dtype, pd.CategoricalDtype) else rt["name"]
+            rows = h_rt[isrt]
+            blk = name_flags(nm, lambda s: bool(_BLOCKING.search(s)))[rows]
+            launch_long = name_flags(nm, lambda s: "Launch" in s)[rows] & (h_own[isrt] >= LAUNCH_BACKPRESSURE_US)
             blocking[isrt] = blk | launch_long
         by_end = np.argsort(g_end, kind="stable")
         j = np.searchsorted(g_end[by_end], h_end, side="right") - 1
