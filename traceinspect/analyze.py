@@ -17,8 +17,8 @@ import pandas as pd
 
 from . import detectors as registry
 from .detectors.base import Context, Detector, fmt_us, in_steps, projected_step, window_label
-from .detectors.efficiency import section as efficiency_section
-from .detectors.memory_fit import memory_section
+from .facts.efficiency import section as efficiency_section
+from .facts.memory_fit import memory_section
 from .errors import DetectorFailed, TraceError, UsageError
 from .findings import Failure, Finding, Skipped
 from .report import Report

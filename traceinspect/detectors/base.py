@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import re
 from dataclasses import dataclass
 from typing import ClassVar, Iterable, Iterator
 
@@ -14,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..findings import EventRef, Evidence, Finding, Skipped
+from ..facts.run import config_value, detect_framework  # noqa: F401  (detectors import them from here)
 from ..trace.model import Trace
 
 DOC_SECTIONS = (
@@ -43,32 +43,6 @@ class Context:
     def of(trace: Trace) -> "Context":
         return Context(framework=detect_framework(trace), n_steps=len(trace.steps),
                        window_us=trace.window_us)
-
-
-_FRAMEWORKS = (
-    ("trl", re.compile(r"(^|/)trl/")),
-    ("hf_trainer", re.compile(r"transformers/trainer\.py")),
-    ("lightning", re.compile(r"(^|/)(pytorch_)?lightning/")),
-    ("accelerate", re.compile(r"(^|/)accelerate/")),
-)
-
-
-def detect_framework(trace: Trace) -> str:
-    rc = trace.meta.run_config or {}
-    src = rc.get("source")
-    fw = rc.get("framework") if isinstance(rc.get("framework"), dict) else {}
-    if src == "hf_trainer":
-        return "trl" if "trl" in fw and rc.get("config", {}).get("packing") is not None else "hf_trainer"
-    if src == "loop":
-        return "plain"
-    py = trace.python
-    if len(py):
-        names = [str(c) for c in pd.Categorical(py["name"]).categories]
-        for fwname, rx in _FRAMEWORKS:
-            if any(rx.search(n) for n in names):
-                return fwname
-        return "plain"
-    return "unknown"
 
 
 @dataclass(frozen=True)
@@ -150,13 +124,6 @@ class Detector:
     @classmethod
     def doc(cls) -> str:
         return inspect.cleandoc(cls.__doc__ or "")
-
-
-def config_value(trace: Trace, key: str):
-    """A setting recorded by traceinspect.capture (run_config["config"][key]), or None."""
-    rc = trace.meta.run_config
-    cfg = rc.get("config") if isinstance(rc, dict) else None
-    return cfg.get(key) if isinstance(cfg, dict) else None
 
 
 def current(trace: Trace, key: str) -> str:

@@ -11,13 +11,15 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..facts.run import num_parameters
+from ..facts.device import primary_kernels
 from ..findings import Evidence
 from ..trace import intervals as iv
 from ..trace.tables import name_flags
 from ..trace.timeline import IDLE_PARTS, is_dataloader
 from ..trace.memory import memory_profile
 from .base import Detector, events_from, fmt_us, in_steps, option, pct, window_label
-from .memory_fit import MIXED_ADAM_BYTES, SAFETY_MARGIN, gpus_needed, state_options
+from ..facts.memory_fit import MIXED_ADAM_BYTES, SAFETY_MARGIN, gpus_needed, state_options
 
 _OPT_STEP = "Optimizer.step#"
 _OFFLOAD_WORDS = re.compile(r"offload|cpu_?adam|cpuadam", re.IGNORECASE)
@@ -87,10 +89,7 @@ def _input_copy_mask(trace, hc: pd.DataFrame) -> np.ndarray:
         anchors.append(dl["end_us"].to_numpy())
     anchors = np.sort(np.concatenate(anchors))
     rt = trace.runtime
-    k = trace.kernels
-    dev = trace.timeline.device
-    if dev is not None and len(k):
-        k = k[k["device"] == dev]
+    k = primary_kernels(trace)
     has_launch = (hc["launch_idx"].to_numpy() >= 0) & (len(rt) > 0)
     t = np.where(has_launch, hc["launch_ts_us"].to_numpy(), hc["ts_us"].to_numpy())
     tid = np.where(has_launch, rt["tid"].to_numpy()[np.maximum(hc["launch_idx"].to_numpy(), 0)] if len(rt) else -1, -1)
@@ -356,7 +355,7 @@ class CpuOffload(Detector):
         if prof.source and trace.device_id in prof.devices:
             cap = prof.capacity_bytes.get(trace.device_id)
             mem = int(cap) if cap else mem
-        nparams = _num_parameters(trace)
+        nparams = num_parameters(trace)
         n_source = "run configuration"
         if not nparams and dtoh_b > 0:
             # the gradients leave the GPU once per step: bf16/fp16 gradients are 2 bytes per parameter
@@ -407,13 +406,6 @@ def offload_optimizer_set(trace) -> iv.Set:
     if not tr.is_offload or tr.rule == "parameter streaming" or not len(tr.cpu_opt):
         return iv.EMPTY
     return iv.union(tr.cpu_opt["ts_us"], tr.cpu_opt["end_us"])
-
-
-def _num_parameters(trace) -> int | None:
-    rc = trace.meta.run_config
-    cfg = rc.get("config") if isinstance(rc, dict) else None
-    v = cfg.get("num_parameters") if isinstance(cfg, dict) else None
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
 
 
 def _smallest_change(options, mem, n_source: str) -> str:

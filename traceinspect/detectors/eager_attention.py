@@ -6,11 +6,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..facts.device import primary_kernels
 from ..findings import Evidence
+from ..facts.critical_path import on_critical_path
 from ..trace import intervals as iv
-from . import kernels as K
+from ..facts import kernels as K
 from .base import Detector, current, events_from, fmt_us, in_steps, option, pct, window_label
-from .fp32_gemm import on_critical_path
 
 # innermost CPU ops that launch GEMM / convolution kernels (their kernels carry these ops' External id)
 _GEMMISH = K.MATMUL_OPS | K.CONV_OPS | frozenset({"aten::_scaled_mm", "aten::_int_mm"})
@@ -102,9 +103,7 @@ class EagerAttention(Detector):
         if not len(ops):
             yield self.skip("no CPU ops: attention softmax cannot be told from other softmax")
             return
-        dev_id = trace.device_id
-        k = trace.kernels
-        k = in_steps(k[k["device"] == dev_id] if dev_id is not None else k, trace)
+        k = in_steps(primary_kernels(trace), trace)
         if not len(k):
             return
         cls = K.classify(k["name"])

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..facts.device import primary_kernels
 from ..findings import Evidence
 from ..trace import intervals as iv
 from ..trace.timeline import is_comm_kernel
@@ -157,10 +158,8 @@ class ExposedCommunication(Detector):
         if not trace.has_gpu:
             yield self.skip("no GPU activity in the trace")
             return
-        k = trace.kernels
+        k = primary_kernels(trace)
         tl = trace.timeline
-        if tl.device is not None and len(k):
-            k = k[k["device"] == tl.device]
         st = trace.steps
         steps_set = iv.union(st["start_us"], st["end_us"])
         comm = k[is_comm_kernel(k["name"])] if len(k) else k

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..facts.device import primary_kernels
 from ..findings import EventRef, Evidence
 from ..trace import intervals as iv
 from ..trace.tables import name_flags
@@ -82,10 +83,7 @@ SHORT = {"recompile": "torch.compile recompiling", "gc": "garbage collection", "
 
 def launching_thread(trace) -> int | None:
     """The host thread whose runtime calls launched most of the analysed device's kernels."""
-    k = trace.kernels
-    dev = trace.timeline.device
-    if dev is not None:
-        k = k[k["device"] == dev]
+    k = primary_kernels(trace)
     rt = trace.runtime
     li = k["launch_idx"].to_numpy() if "launch_idx" in k.columns else np.empty(0, dtype=np.int64)
     li = li[li >= 0]

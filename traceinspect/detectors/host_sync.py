@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..facts.device import primary_kernels, primary_memcpy
 from ..findings import EventRef, Evidence
 from ..trace import intervals as iv
 from ..trace.tables import name_flags
@@ -33,10 +34,7 @@ def starved_sync_pieces(trace) -> tuple[np.ndarray, np.ndarray]:
     s, e = iv.intersect(tl.sets["idle_sync"], iv.union(st["start_us"], st["end_us"]))
     if s.size == 0:
         return s, e
-    k, m = trace.kernels, trace.memcpy
-    if tl.device is not None:
-        k = k[k["device"] == tl.device]
-        m = m[m["device"] == tl.device]
+    k, m = primary_kernels(trace), primary_memcpy(trace)
     g_ts = np.concatenate((k["ts_us"].to_numpy(), m["ts_us"].to_numpy()))
     g_l = np.concatenate((k["launch_ts_us"].to_numpy(), m["launch_ts_us"].to_numpy()))
     order = np.argsort(g_ts, kind="stable")

@@ -6,13 +6,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..facts.device import primary_kernels
 from ..findings import Evidence
 from ..trace import intervals as iv
 from ..trace.tables import name_flags
 from ..trace.timeline import is_comm_kernel
 from .allocator_churn import steady_alloc_set
 from .base import Detector, events_from, fmt_us, in_steps, option, pct, window_label
-from .memory_fit import batch_fit_for, gb
+from ..facts.memory_fit import batch_fit_for, gb
 from .unfused_optimizer import unfused_windows
 
 LAUNCH_CALLS = {
@@ -182,10 +183,7 @@ class LaunchBound(Detector):
                                 f"{why}")
             return
         n = ctx.n_steps
-        k = trace.kernels
-        if tl.device is not None:
-            k = k[k["device"] == tl.device]
-        k = in_steps(k, trace)
+        k = in_steps(primary_kernels(trace), trace)
         dur = k["dur_us"].to_numpy()
         med = float(np.median(dur)) if dur.size else 0.0
         short = float(np.mean(dur < SHORT_KERNEL_US)) if dur.size else 0.0

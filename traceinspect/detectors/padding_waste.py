@@ -6,12 +6,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..facts.device import primary_kernels
 from ..findings import Evidence
+from ..facts.critical_path import on_critical_path
 from ..trace import intervals as iv
 from ..trace.timeline import is_comm_kernel
-from . import kernels as K
+from ..facts import kernels as K
 from .base import Detector, events_from, fmt_us, in_steps, option, pct, window_label
-from .fp32_gemm import on_critical_path
 
 _VARLEN = re.compile(r"flash_attn_varlen_forward|FlashAttnVarlenFunc|varlen_fwd", re.I)
 _OPTIMIZER = re.compile(r"^Optimizer\.(?:step|zero_grad)#")
@@ -221,9 +222,7 @@ def _metadata_tokens(steps, trace_steps: np.ndarray):
 def _token_time(trace):
     """GPU time of kernels whose work scales with tokens (non-comm, not launched by the optimizer),
     the fused-attention part of it, and those kernels."""
-    dev = trace.device_id
-    k = trace.kernels
-    k = in_steps(k[k["device"] == dev] if dev is not None else k, trace)
+    k = in_steps(primary_kernels(trace), trace)
     if not len(k):
         return 0.0, 0.0, k
     keep = ~is_comm_kernel(k["name"])

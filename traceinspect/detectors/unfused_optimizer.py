@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..facts.run import num_parameters
+from ..facts.device import primary_kernels
 from ..findings import EventRef, Evidence
 from ..trace import intervals as iv
 from ..trace.tables import name_flags
@@ -65,10 +67,7 @@ def _optimizer_steps(trace) -> pd.DataFrame:
         kept.append({"ts_us": float(r.ts_us), "end_us": float(r.end_us), "tid": int(r.tid), "name": name,
                      "opt_class": _class_of(name), "classes": [_class_of(name)]})
 
-    k = trace.kernels
-    dev = trace.timeline.device
-    if dev is not None and len(k):
-        k = k[k["device"] == dev]
+    k = primary_kernels(trace)
     rt = trace.runtime
     if len(k) and len(rt):
         li = k["launch_idx"].to_numpy()
@@ -127,13 +126,6 @@ def _bytes_per_param(opt_class: str) -> float:
         if rx.search(opt_class):
             return b
     return _ADAM_BYTES_PER_PARAM
-
-
-def _num_parameters(trace) -> int | None:
-    rc = trace.meta.run_config
-    cfg = rc.get("config") if isinstance(rc, dict) else None
-    n = cfg.get("num_parameters") if isinstance(cfg, dict) else None
-    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
 
 
 @dataclass(frozen=True)
@@ -222,7 +214,7 @@ class UnfusedOptimizer(Detector):
         idle_cpu = iv.total(iv.intersect(iv.intersect(tl.sets["idle_cpu"], steps_set), win))
         n_spans = len(bad)
         busy = float(bad["busy_us"].sum())
-        nparams = _num_parameters(trace)
+        nparams = num_parameters(trace)
         dev = trace.device
         mem_gbps = dev.peaks.mem_gbps if dev is not None and dev.peaks is not None else None
         cls = str(bad["opt_class"].mode().iloc[0])
