@@ -13,7 +13,9 @@ import numpy as np
 import pandas as pd
 
 from ..findings import EventRef, Evidence, Finding, Skipped
+from ..facts import claims
 from ..facts.run import config_value, detect_framework  # noqa: F401  (detectors import them from here)
+from ..trace import intervals as iv
 from ..trace.model import Trace
 
 DOC_SECTIONS = (
@@ -67,6 +69,19 @@ class Detector:
     # builders it must fire on / stay silent on, as "module.function" in tests/ (e.g. "builders.build_healthy")
     fires_on: ClassVar[tuple[str, ...]] = ()
     silent_on: ClassVar[tuple[str, ...]] = ()
+    # explicit time claims, resolved in facts/claims.py (its ORDER says who comes first in each part)
+    claims_parts: ClassVar[tuple[str, ...]] = ()   # the timeline idle parts its findings may claim
+    reserves: ClassVar[tuple[str, ...]] = ()       # the parts where reserved() intervals go to it first
+    provides: ClassVar[dict[str, str]] = {}        # fact name -> method computing it by this detector's thresholds
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        claims.register(cls)
+
+    def reserved(self, trace: Trace) -> iv.Set:
+        """The intervals whose GPU idle this detector owns in every part of `reserves`, ahead of the
+        detectors after it in facts.claims.ORDER (read through facts.claims.reserved, never directly)."""
+        return iv.EMPTY
 
     def detect(self, trace: Trace, ctx: Context) -> Iterator[Finding | Skipped]:  # pragma: no cover
         raise NotImplementedError
@@ -96,6 +111,9 @@ class Detector:
         (analyze marks the finding masked, by the active causes that keep the GPU waiting)."""
         lost = float(max(0.0, min(time_lost_us, ctx.window_us)))  # never more than the window
         sets = {}
+        undeclared = set(idle_claims or {}) - set(self.claims_parts)
+        if undeclared:
+            raise ValueError(f"{self.name} claims {sorted(undeclared)}, not declared in claims_parts")
         for p, v in (idle_claims or {}).items():
             if isinstance(v, tuple) and len(v) == 2 and isinstance(v[1], (int, float)):
                 (s, e), factor = v

@@ -13,6 +13,7 @@ import pandas as pd
 
 from ..facts.run import num_parameters
 from ..facts.device import primary_kernels
+from ..facts import claims
 from ..findings import Evidence
 from ..trace import intervals as iv
 from ..trace.tables import name_flags
@@ -212,6 +213,9 @@ class CpuOffload(Detector):
                  "builders_transfer.build_input_copies_only", "builders_transfer.build_pageable_outputs",
                  "builders_transfer.build_exposed_nccl")
 
+    claims_parts = ("idle_cpu",)
+    reserves = ("idle_cpu",)                   # the GPU idle under a CPU-side optimizer step
+    provides = {"offload traffic": "traffic"}  # read by pageable-memcpy, which leaves that traffic alone
     min_bytes_per_step: float = option(128 * MB, "bytes per step each direction must carry (both-directions "
                                                  "rule) or host-to-device must carry (parameter streaming)")
     min_direction_ratio: float = option(0.2, "smaller direction / larger direction for the both-directions rule")
@@ -281,6 +285,12 @@ class CpuOffload(Detector):
         return OffloadTraffic(mask, input_mask, rule, htod, dtoh, inb, big_htod, cpu_opt)
 
     # --- detector -----------------------------------------------------------------------------------
+    def reserved(self, trace) -> iv.Set:
+        tr = trace.memo(("offload traffic", self), lambda: self.traffic(trace))   # claims.provided's key
+        if not tr.is_offload or tr.rule == "parameter streaming" or not len(tr.cpu_opt):
+            return iv.EMPTY
+        return iv.union(tr.cpu_opt["ts_us"], tr.cpu_opt["end_us"])
+
     def detect(self, trace, ctx):
         if not trace.has_gpu:
             yield self.skip("no GPU activity in the trace")
@@ -400,12 +410,9 @@ class CpuOffload(Detector):
 
 
 def offload_optimizer_set(trace) -> iv.Set:
-    """Host time inside a CPU-side optimizer step of an offloaded run: cpu-offload owns the idle_cpu under it."""
-    det = CpuOffload()
-    tr = trace.memo(("offload traffic", det), lambda: det.traffic(trace))
-    if not tr.is_offload or tr.rule == "parameter streaming" or not len(tr.cpu_opt):
-        return iv.EMPTY
-    return iv.union(tr.cpu_opt["ts_us"], tr.cpu_opt["end_us"])
+    """Host time inside a CPU-side optimizer step of an offloaded run: cpu-offload owns the idle_cpu under it
+    (by the run's configured cpu-offload thresholds)."""
+    return claims.reserved(trace, CpuOffload.name)
 
 
 def _smallest_change(options, mem, n_source: str) -> str:

@@ -66,6 +66,7 @@ class DataloaderStall(Detector):
     fires_on = ("builders.build_dataloader_stall",)
     silent_on = ("builders.build_healthy", "builders.build_launch_bound")
 
+    claims_parts = ("idle_dataloader",)
     min_frac: float = option(0.03, "minimum share of the step time the GPU idles in the DataLoader")
     prefetched_us: float = option(100.0, "what-if: host cost of __next__ when the next batch is already prefetched")
     host_copy_gbps: float = option(10.0, "what-if: one host thread's memory copy rate (the batch is copied once "

@@ -123,6 +123,7 @@ class HostSync(Detector):
     fires_on = ("builders_host.build_item_sync", "builders_host.build_nonzero_sync")
     silent_on = ("builders.build_healthy", "builders_host.build_end_of_step_sync", "builders.build_launch_bound")
 
+    claims_parts = ("idle_sync",)
     min_frac: float = option(0.03, "minimum share of the analysed steps lost to syncs")
 
     def whatif(self, graph, finding) -> str:

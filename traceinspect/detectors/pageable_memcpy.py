@@ -5,10 +5,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..facts import claims
 from ..findings import Evidence
 from ..trace import intervals as iv
 from .base import Detector, events_from, fmt_us, in_steps, option, pct, window_label
-from .cpu_offload import CpuOffload
 
 MB = 1e6
 # pinned PCIe Gen3 x16, per direction, measured (SIGNATURES.md section 10): the reference when neither
@@ -114,8 +114,7 @@ class PageableMemcpy(Detector):
         dev = trace.timeline.device
         if dev is not None:
             pageable &= mc["device"].to_numpy() == dev
-        offload = CpuOffload()
-        pageable &= ~trace.memo(("offload traffic", offload), lambda: offload.traffic(trace)).mask
+        pageable &= ~claims.provided(trace, "offload traffic").mask
         pg = in_steps(mc[pageable], trace)
         big = pg[pg["size_bytes"] >= self.min_copy_bytes]
         if not len(big):

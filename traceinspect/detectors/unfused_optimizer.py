@@ -188,8 +188,13 @@ class UnfusedOptimizer(Detector):
     fires_on = ("builders_host.build_unfused_optimizer", "builders_host.build_unfused_optimizer_hf")
     silent_on = ("builders.build_healthy", "builders_host.build_fused_optimizer")
 
+    claims_parts = ("idle_launch",)
+    reserves = ("idle_launch",)                # the GPU idle inside an unfused optimizer step
     min_kernels: int = option(DEFAULT_MIN_KERNELS, "minimum kernels launched by one optimizer step")
     min_frac: float = option(0.02, "minimum share of the analysed steps the optimizer step wastes")
+
+    def reserved(self, trace) -> iv.Set:
+        return unfused_windows(trace, self.min_kernels)
 
     def detect(self, trace, ctx):
         if not trace.has_gpu:
