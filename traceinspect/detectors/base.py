@@ -12,9 +12,9 @@ from typing import ClassVar, Iterable, Iterator
 import numpy as np
 import pandas as pd
 
-from ..findings import EventRef, Evidence, Finding, Skipped
 from ..facts import claims
 from ..facts.run import config_value, detect_framework  # noqa: F401  (detectors import them from here)
+from ..findings import EventRef, Evidence, Finding, Skipped
 from ..trace import intervals as iv
 from ..trace.model import Trace
 

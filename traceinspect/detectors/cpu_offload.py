@@ -11,16 +11,16 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..facts.run import num_parameters
-from ..facts.device import primary_kernels
 from ..facts import claims
+from ..facts.memory_fit import MIXED_ADAM_BYTES, SAFETY_MARGIN, gpus_needed, state_options
+from ..facts.run import num_parameters
+from ..facts.device import primary_kernels, primary_memcpy_mask
 from ..findings import Evidence
 from ..trace import intervals as iv
 from ..trace.tables import name_flags
 from ..trace.timeline import IDLE_PARTS, is_dataloader
 from ..trace.memory import memory_profile
 from .base import Detector, events_from, fmt_us, in_steps, option, pct, window_label
-from ..facts.memory_fit import MIXED_ADAM_BYTES, SAFETY_MARGIN, gpus_needed, state_options
 
 _OPT_STEP = "Optimizer.step#"
 _OFFLOAD_WORDS = re.compile(r"offload|cpu_?adam|cpuadam", re.IGNORECASE)
@@ -70,9 +70,7 @@ def _host_copies(trace) -> pd.DataFrame:
     if not len(mc):
         return mc
     keep = (~mc["is_memset"].to_numpy()) & mc["kind"].isin(["HtoD", "DtoH"]).to_numpy()
-    dev = trace.timeline.device
-    if dev is not None:
-        keep &= mc["device"].to_numpy() == dev
+    keep &= primary_memcpy_mask(trace)
     return in_steps(mc[keep], trace)
 
 

@@ -7,12 +7,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..facts import kernels as K
+from ..facts.critical_path import on_critical_path
 from ..facts.device import primary_kernels
 from ..findings import Evidence
 from ..trace.hardware import KNOWN, peaks_for
+from ..trace.tables import name_flags
 from ..trace.timeline import is_comm_kernel
-from ..facts import kernels as K
-from ..facts.critical_path import on_critical_path
 from .base import Claim, Detector, events_from, fmt_us, in_steps, option, pct, window_label
 
 _ROCM_ISA = re.compile(r"ISA(9[0-9][0-9a-f])", re.I)
@@ -224,9 +225,7 @@ class Fp32Gemm(Detector):
     def claims(self, trace, ctx, finding):
         # the fp32 kernels themselves (this finding claims no idle time); each carries a share of time lost
         # proportional to the GPU time it would save (its duration), as on_critical_path() adds them up
-        k = trace.kernels
-        if trace.device_id is not None:
-            k = k[k["device"] == trace.device_id]
+        k = primary_kernels(trace)
         hw = _hardware(trace, k["name"])
         picked = self._select(trace, k, hw) if hw else None
         if picked is None:
@@ -301,8 +300,8 @@ def _by_op_type(trace, kin: pd.DataFrame, unknown: np.ndarray, kind: np.ndarray,
     op_idx = kin["op_idx"].to_numpy()
     if not len(ops) or "input_type_raw" not in ops.columns:
         return out, 0, 0
-    is_mm_op = K.flags_by_category(ops["name"], lambda n: n in K.MATMUL_OPS or n in K.CONV_OPS)
-    is_conv_op = K.flags_by_category(ops["name"], lambda n: n in K.CONV_OPS)
+    is_mm_op = name_flags(ops["name"], lambda n: n in K.MATMUL_OPS or n in K.CONV_OPS)
+    is_conv_op = name_flags(ops["name"], lambda n: n in K.CONV_OPS)
     raw = ops["input_type_raw"].to_numpy()
     cache: dict = {}
 

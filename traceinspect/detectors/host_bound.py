@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..facts.device import primary_kernels
 from ..facts import claims
+from ..facts.device import primary_kernels
 from ..facts.host import launch_rows
 from ..findings import EventRef, Evidence
 from ..trace import intervals as iv

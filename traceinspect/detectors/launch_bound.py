@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..facts.device import primary_kernels
 from ..facts import claims
+from ..facts.device import primary_kernels
 from ..facts.host import LAUNCH_CALLS, launch_rows as _launch_rows  # noqa: F401  (LAUNCH_CALLS: kept importable)
 from ..facts.memory_fit import batch_fit_for, gb
 from ..findings import Evidence

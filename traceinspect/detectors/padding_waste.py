@@ -6,12 +6,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..facts import kernels as K
+from ..facts.critical_path import on_critical_path
 from ..facts.device import primary_kernels
 from ..findings import Evidence
-from ..facts.critical_path import on_critical_path
 from ..trace import intervals as iv
+from ..trace.tables import name_flags
 from ..trace.timeline import is_comm_kernel
-from ..facts import kernels as K
 from .base import Detector, events_from, fmt_us, in_steps, option, pct, window_label
 
 _VARLEN = re.compile(r"flash_attn_varlen_forward|FlashAttnVarlenFunc|varlen_fwd", re.I)
@@ -228,7 +229,7 @@ def _token_time(trace):
     keep = ~is_comm_kernel(k["name"])
     ops = trace.cpu_ops
     if len(ops):
-        opt = ops[K.flags_by_category(ops["name"], lambda n: bool(_OPTIMIZER.match(n)))]
+        opt = ops[name_flags(ops["name"], lambda n: bool(_OPTIMIZER.match(n)))]
         if len(opt):
             spans = iv.union(opt["ts_us"], opt["end_us"])
             launch = k["launch_ts_us"].to_numpy()
@@ -252,7 +253,7 @@ def _embedding_shapes(trace) -> dict:
     ops = trace.cpu_ops
     if not len(ops) or "input_dims_raw" not in ops.columns:
         return {}
-    emb = ops[K.flags_by_category(ops["name"], lambda n: n == "aten::embedding")]
+    emb = ops[name_flags(ops["name"], lambda n: n == "aten::embedding")]
     if not len(emb):
         return {}
     steps = _step_of(trace, emb["ts_us"].to_numpy())
@@ -274,7 +275,7 @@ def _varlen_tokens(trace) -> int | None:
     ops = trace.cpu_ops
     if not len(ops) or "input_dims_raw" not in ops.columns:
         return None
-    vl = ops[K.flags_by_category(ops["name"], lambda n: bool(_VARLEN.search(n)) and "backward" not in n.lower())]
+    vl = ops[name_flags(ops["name"], lambda n: bool(_VARLEN.search(n)) and "backward" not in n.lower())]
     if not len(vl):
         return None
     steps = _step_of(trace, vl["ts_us"].to_numpy())
@@ -293,7 +294,7 @@ def _masked_sdpa(trace) -> dict | None:
     ops = trace.cpu_ops
     if not len(ops) or "input_dims_raw" not in ops.columns:
         return None
-    sd = ops[K.flags_by_category(ops["name"], lambda n: n == "aten::scaled_dot_product_attention")]
+    sd = ops[name_flags(ops["name"], lambda n: n == "aten::scaled_dot_product_attention")]
     if not len(sd):
         return None
     sd = in_steps(sd, trace)

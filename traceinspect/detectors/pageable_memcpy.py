@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..facts import claims
+from ..facts.device import primary_memcpy_mask
 from ..findings import Evidence
 from ..trace import intervals as iv
 from .base import Detector, events_from, fmt_us, in_steps, option, pct, window_label
@@ -111,9 +112,7 @@ class PageableMemcpy(Detector):
             if host.any() and np.any(((src == "Host") | (dst == "Host")) & host):
                 yield self.skip("host memory is named 'Host' without the pageable/pinned distinction (ROCm)")
             return
-        dev = trace.timeline.device
-        if dev is not None:
-            pageable &= mc["device"].to_numpy() == dev
+        pageable &= primary_memcpy_mask(trace)
         pageable &= ~claims.provided(trace, "offload traffic").mask
         pg = in_steps(mc[pageable], trace)
         big = pg[pg["size_bytes"] >= self.min_copy_bytes]

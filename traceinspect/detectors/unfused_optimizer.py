@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..facts.run import num_parameters
 from ..facts.device import primary_kernels
+from ..facts.run import num_parameters
 from ..findings import EventRef, Evidence
 from ..trace import intervals as iv
 from ..trace.tables import name_flags

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 
 from ..trace import intervals as iv
+from ..trace.tables import name_flags
 from ..trace.timeline import SYNC_CALLS
-from . import kernels as K
 
 WAIT_GRACE_US = 20.0     # a blocking call that returned this soon after the GPU went idle was waiting on it
 
@@ -35,7 +35,7 @@ def on_critical_path(trace, kin: pd.DataFrame, delta: np.ndarray) -> tuple[float
     ends_run = cause != "unknown"
     gaps = (gaps[0][ends_run], gaps[1][ends_run])
     names = rt["name"]
-    sync = K.flags_by_category(names, lambda n: n in SYNC_CALLS or n.startswith(("cudaMemcpy", "hipMemcpy")))
+    sync = name_flags(names, lambda n: n in SYNC_CALLS or n.startswith(("cudaMemcpy", "hipMemcpy")))
     srt = rt[sync]
     # [start of the blocking call, its end + grace): the host is waiting on the GPU inside it
     waits = iv.union(srt["ts_us"].to_numpy(), srt["end_us"].to_numpy() + WAIT_GRACE_US) if len(srt) else iv.EMPTY

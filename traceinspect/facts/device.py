@@ -3,6 +3,7 @@ on ROCm the same rule over HIP devices) and its kernels and copies. Detectors re
 filtering the tables themselves, so every one judges the same device."""
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace
@@ -16,9 +17,18 @@ def primary_kernels(trace: Trace) -> pd.DataFrame:
     return trace.memo("facts: primary-device kernels", compute)
 
 
+def primary_memcpy_mask(trace: Trace) -> np.ndarray:
+    """Over trace.memcpy's rows: the copy or memset is on the primary device (all True when the trace
+    names no device). Read-only."""
+    def compute():
+        m, dev = trace.memcpy, trace.device_id
+        return m["device"].to_numpy() == dev if dev is not None and len(m) else np.ones(len(m), dtype=bool)
+    return trace.memo("facts: primary-device copy mask", compute)
+
+
 def primary_memcpy(trace: Trace) -> pd.DataFrame:
     """The copies and memsets of the primary device (all when the trace names no device). Read-only."""
     def compute():
-        m, dev = trace.memcpy, trace.device_id
-        return m[m["device"].to_numpy() == dev] if dev is not None and len(m) else m
+        m = trace.memcpy
+        return m[primary_memcpy_mask(trace)] if trace.device_id is not None and len(m) else m
     return trace.memo("facts: primary-device copies", compute)

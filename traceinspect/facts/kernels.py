@@ -13,6 +13,8 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
+from ..trace.tables import name_flags
+
 # kinds
 GEMM = "gemm"                # dense matrix multiply (cuBLAS / cuBLASLt / CUTLASS / Tensile / hipBLASLt / Triton matmul)
 CONV = "conv"                # convolution math (cuDNN, CUTLASS conv, MIOpen, CK conv)
@@ -267,10 +269,6 @@ def is_fused_attention_op(name: str) -> bool:
 
 
 def flags_by_category(names, pred) -> np.ndarray:
-    """Boolean array: pred(name) evaluated once per distinct name."""
-    cat = pd.Categorical(names) if not (isinstance(names, pd.Series) and isinstance(names.dtype, pd.CategoricalDtype)) else names.array
-    flags = np.array([bool(pred(str(c))) for c in cat.categories], dtype=bool)
-    codes = np.asarray(cat.codes)
-    if flags.size == 0:
-        return np.zeros(len(codes), dtype=bool)
-    return np.where(codes >= 0, flags[np.maximum(codes, 0)], False)
+    """pred(name) per row, once per distinct name: trace.tables.name_flags, the one per-name flag helper
+    (this name is kept for existing callers)."""
+    return name_flags(names if isinstance(names, pd.Series) else pd.Series(names, dtype=object), pred)
