@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..facts import claims
+from ..facts.steps import in_steps  # noqa: F401  (detectors import it from here)
 from ..facts.run import config_value, detect_framework  # noqa: F401  (detectors import them from here)
 from ..findings import EventRef, Evidence, Finding, Skipped
 from ..trace import intervals as iv
@@ -170,17 +171,6 @@ def events_from(df: pd.DataFrame, trace: Trace, kind: str, n: int = 3, by: str =
         out.append(EventRef(name=str(row.name), ts_us=round(float(row.ts_us), 3),
                             dur_us=round(float(row.dur_us), 3), track=trace.track(row, kind)))
     return tuple(out)
-
-
-def in_steps(df: pd.DataFrame, trace: Trace, col: str = "ts_us") -> pd.DataFrame:
-    """Rows whose timestamp falls inside one of the analysed steps."""
-    if len(df) == 0:
-        return df
-    st = trace.steps
-    ts = df[col].to_numpy()
-    i = np.searchsorted(st["start_us"].to_numpy(), ts, side="right") - 1
-    ok = (i >= 0) & (ts < st["end_us"].to_numpy()[np.maximum(i, 0)])
-    return df[ok]
 
 
 MAX_PROMISE = 0.9   # an estimate never promises more than 90% of the step back

@@ -15,6 +15,7 @@ from ..facts import claims
 from ..facts.memory_fit import MIXED_ADAM_BYTES, SAFETY_MARGIN, gpus_needed, state_options
 from ..facts.run import num_parameters
 from ..facts.device import primary_kernels, primary_memcpy_mask
+from ..facts.steps import step_set
 from ..findings import Evidence
 from ..trace import intervals as iv
 from ..trace.tables import name_flags
@@ -303,8 +304,7 @@ class CpuOffload(Detector):
         opt = tr.cpu_opt if tr.rule != "parameter streaming" else tr.cpu_opt.iloc[0:0]
         opt_idle = opt_idle_all = 0.0
         if len(opt):
-            st = trace.steps
-            opt_set = iv.intersect(iv.union(opt["ts_us"], opt["end_us"]), iv.union(st["start_us"], st["end_us"]))
+            opt_set = iv.intersect(iv.union(opt["ts_us"], opt["end_us"]), step_set(trace))
             opt_claim = iv.intersect(tl.sets["idle_cpu"], opt_set)
             opt_idle = iv.total(opt_claim)
             opt_idle_all = sum(iv.total(iv.intersect(tl.sets[p], opt_set)) for p in IDLE_PARTS)

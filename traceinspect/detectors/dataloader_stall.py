@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..facts.steps import idle_in_steps
 from ..findings import Evidence
 from ..trace import intervals as iv
 from ..trace.timeline import is_dataloader
@@ -101,7 +102,7 @@ class DataloaderStall(Detector):
             yield self.skip("no DataLoader spans (enumerate(DataLoader)#...__next__) in the trace")
             return
         st = trace.steps
-        claim = iv.intersect(trace.timeline.sets["idle_dataloader"], iv.union(st["start_us"], st["end_us"]))
+        claim = idle_in_steps(trace, "idle_dataloader")
         idle = iv.total(claim)
         frac = idle / ctx.window_us if ctx.window_us else 0.0
         if frac < self.min_frac:

@@ -10,6 +10,7 @@ import pandas as pd
 from ..facts import claims
 from ..facts.device import primary_kernels
 from ..facts.host import launch_rows
+from ..facts.steps import idle_in_steps
 from ..findings import EventRef, Evidence
 from ..trace import intervals as iv
 from ..trace.tables import name_flags
@@ -239,14 +240,12 @@ class HostBound(Detector):
         if not len(trace.runtime):
             yield self.skip("no CUDA/HIP runtime events: the host's work between launches is not visible")
             return
-        tl = trace.timeline
         st = trace.steps
-        steps_set = iv.union(st["start_us"], st["end_us"])
-        idle = iv.intersect(tl.sets["idle_cpu"], steps_set)
+        idle = idle_in_steps(trace, "idle_cpu")
         cpu_part = claims.unclaimed(trace, self.name, "idle_cpu", idle)
         # short host-late gaps are launch-bound's when it reports them (by its configured thresholds);
         # otherwise they are the host's per-op overhead and belong here (the same gaps, never claimed twice)
-        launch_part = claims.unclaimed(trace, self.name, "idle_launch", iv.intersect(tl.sets["idle_launch"], steps_set))
+        launch_part = claims.unclaimed(trace, self.name, "idle_launch", idle_in_steps(trace, "idle_launch"))
         claimed = iv.union(np.concatenate((cpu_part[0], launch_part[0])), np.concatenate((cpu_part[1], launch_part[1])))
         lost = iv.total(claimed)
         launch_us = iv.total(launch_part)

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ..facts.device import primary_kernels, primary_memcpy
+from ..facts.steps import idle_in_steps
 from ..findings import EventRef, Evidence
 from ..trace import intervals as iv
 from ..trace.tables import name_flags
@@ -29,9 +30,7 @@ def starved_sync_pieces(trace) -> tuple[np.ndarray, np.ndarray]:
     op had not been issued yet (the GPU was starved because the host was blocked). Gaps that open
     while the host waits but whose next op was already queued are kernel-to-kernel gaps or GPU-side
     waits (another stream or process), not the sync's doing."""
-    tl = trace.timeline
-    st = trace.steps
-    s, e = iv.intersect(tl.sets["idle_sync"], iv.union(st["start_us"], st["end_us"]))
+    s, e = idle_in_steps(trace, "idle_sync")
     if s.size == 0:
         return s, e
     k, m = primary_kernels(trace), primary_memcpy(trace)

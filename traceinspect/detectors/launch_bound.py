@@ -10,6 +10,7 @@ from ..facts import claims
 from ..facts.device import primary_kernels
 from ..facts.host import LAUNCH_CALLS, launch_rows as _launch_rows  # noqa: F401  (LAUNCH_CALLS: kept importable)
 from ..facts.memory_fit import batch_fit_for, gb
+from ..facts.steps import idle_in_steps
 from ..findings import Evidence
 from ..trace import intervals as iv
 from ..trace.tables import name_flags
@@ -156,13 +157,10 @@ class LaunchBound(Detector):
         if not len(trace.runtime):
             yield self.skip("no CUDA/HIP runtime events: host-late launch gaps cannot be identified")
             return
-        tl = trace.timeline
         win = ctx.window_us
         if not win:
             return
         claimed, raw, busy, reports = self.claim(trace)
-        st = trace.steps
-        steps_set = iv.union(st["start_us"], st["end_us"])
         lost = iv.total(claimed)
         frac = lost / win
         if not reports:
@@ -180,7 +178,7 @@ class LaunchBound(Detector):
         rt = in_steps(trace.runtime, trace)
         launches = _launch_rows(rt)
         graphs = int(launches["name"].astype(object).isin(GRAPH_CALLS).sum())
-        idle_cpu = iv.total(iv.intersect(tl.sets["idle_cpu"], steps_set))
+        idle_cpu = iv.total(idle_in_steps(trace, "idle_cpu"))
         w = window_label(trace)
         ev = [
             Evidence(label="GPU idle waiting for kernel launches", value=round(lost / n / 1e3, 3), unit="ms/step", window=w),
@@ -227,8 +225,7 @@ class LaunchBound(Detector):
         per = tl.per_step
         win = float(per["dur_us"].sum())
         busy = float((per["compute_us"] + per["comm_us"] + per["memcpy_us"]).sum()) / win if win else 0.0
-        st = trace.steps
-        idle = iv.intersect(tl.sets["idle_launch"], iv.union(st["start_us"], st["end_us"]))
+        idle = idle_in_steps(trace, "idle_launch")
         claimed = claims.unclaimed(trace, self.name, "idle_launch", idle)
         frac = iv.total(claimed) / win if win else 0.0
         return claimed, iv.total(idle), busy, frac >= self.min_idle_frac and busy <= self.max_busy_frac

@@ -9,6 +9,7 @@ import pandas as pd
 
 from ..facts.device import primary_kernels
 from ..facts.run import num_parameters
+from ..facts.steps import idle_in_steps
 from ..findings import EventRef, Evidence
 from ..trace import intervals as iv
 from ..trace.tables import name_flags
@@ -211,12 +212,9 @@ class UnfusedOptimizer(Detector):
         if not len(bad):
             return
         win = unfused_windows(trace, self.min_kernels)
-        st = trace.steps
-        steps_set = iv.union(st["start_us"], st["end_us"])
-        tl = trace.timeline
-        launch_claim = iv.intersect(iv.intersect(tl.sets["idle_launch"], steps_set), win)
+        launch_claim = iv.intersect(idle_in_steps(trace, "idle_launch"), win)
         idle_launch = iv.total(launch_claim)
-        idle_cpu = iv.total(iv.intersect(iv.intersect(tl.sets["idle_cpu"], steps_set), win))
+        idle_cpu = iv.total(iv.intersect(idle_in_steps(trace, "idle_cpu"), win))
         n_spans = len(bad)
         busy = float(bad["busy_us"].sum())
         nparams = num_parameters(trace)

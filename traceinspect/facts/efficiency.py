@@ -8,13 +8,13 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-import numpy as np
 import pandas as pd
 
 from ..trace import roofline as rl
 from ..trace.timeline import is_comm_kernel
 from . import kernels as K
 from .device import primary_kernels
+from .steps import in_steps
 
 
 @dataclass(frozen=True)
@@ -86,12 +86,7 @@ def _step_kernels(trace) -> pd.DataFrame:
     if not len(k) or not len(trace.steps):
         return k.iloc[:0]
     k = primary_kernels(trace)
-    k = k[~is_comm_kernel(k["name"])]
-    st = trace.steps
-    ts = k["ts_us"].to_numpy()
-    i = np.searchsorted(st["start_us"].to_numpy(), ts, side="right") - 1
-    ok = (i >= 0) & (ts < st["end_us"].to_numpy()[np.maximum(i, 0)])
-    return k[ok]
+    return in_steps(k[~is_comm_kernel(k["name"])], trace)
 
 
 def _table(trace) -> list[ShapeRow]:
