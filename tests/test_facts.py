@@ -138,3 +138,16 @@ def test_reservations_are_computed_once_per_trace_and_settings(tmp_path, monkeyp
     claims.reserved(trace, "unfused-optimizer")
     claims.reserved(trace, "unfused-optimizer")
     assert calls == [U.DEFAULT_MIN_KERNELS, 7]
+
+
+def test_a_subclass_made_elsewhere_does_not_take_over_a_detectors_claims():
+    from dataclasses import dataclass
+
+    from traceinspect.detectors.launch_bound import LaunchBound
+
+    @dataclass(frozen=True)
+    class Quiet(LaunchBound):
+        def reserved(self, trace):
+            raise AssertionError("never asked")
+
+    assert claims._CLASSES["launch-bound"] is LaunchBound

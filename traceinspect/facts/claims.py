@@ -40,28 +40,38 @@ _CONFIGURED = "facts: configured detectors"
 
 
 def register(cls) -> None:
-    """Called by Detector.__init_subclass__ for every concrete detector class."""
-    if not getattr(cls, "name", None):
+    """Called by Detector.__init_subclass__: records the package's detector classes (a subclass made
+    elsewhere, e.g. in a test, never replaces the one the name belongs to)."""
+    name = cls.__dict__.get("name")
+    if not name or not cls.__module__.startswith("traceinspect.detectors.") or name in _CLASSES:
         return
-    _CLASSES[cls.name] = cls
-    for fact in getattr(cls, "provides", {}):
-        _PROVIDERS[fact] = cls.name
+    _CLASSES[name] = cls
+    for fact in cls.__dict__.get("provides", {}):
+        _PROVIDERS[fact] = name
+
+
+class _Settings:
+    """Per trace: how this run makes a detector (its configured thresholds), and the instances made."""
+
+    def __init__(self):
+        self.make: Callable | None = None
+        self.made: dict = {}
 
 
 def configure(trace: Trace, make: Callable | None = None) -> None:
     """Record this run's thresholds: `make(cls)` gives the configured instance of a detector class
     (traceinspect.config.Config.make); None restores the defaults."""
-    conf = trace.memo(_CONFIGURED, dict)
-    conf.clear()
-    conf.update({name: (make(cls) if make is not None else cls()) for name, cls in _CLASSES.items()})
+    s = trace.memo(_CONFIGURED, _Settings)
+    s.make, s.made = make, {}
 
 
 def instance(trace: Trace, name: str):
     """The configured instance of the detector called `name` (its defaults when not configured)."""
-    conf = trace.memo(_CONFIGURED, dict)
-    if name not in conf:
-        conf[name] = _CLASSES[name]()
-    return conf[name]
+    s = trace.memo(_CONFIGURED, _Settings)
+    if name not in s.made:
+        cls = _CLASSES[name]
+        s.made[name] = s.make(cls) if s.make is not None else cls()
+    return s.made[name]
 
 
 def reserved(trace: Trace, name: str) -> iv.Set:
