@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from builders import TraceBuilder, build_launch_bound
-from builders_host import build_unfused_optimizer
+from builders_host import build_fused_optimizer, build_unfused_optimizer
 from traceinspect import config as C
 from traceinspect.analyze import analyze
 from traceinspect.detectors import ALL
@@ -151,3 +151,13 @@ def test_a_subclass_made_elsewhere_does_not_take_over_a_detectors_claims():
             raise AssertionError("never asked")
 
     assert claims._CLASSES["launch-bound"] is LaunchBound
+
+
+@pytest.mark.parametrize("build,impl,n_kernels", [(lambda: build_unfused_optimizer(steps=2, params=20), "for-loop", 60),
+                                                  (lambda: build_fused_optimizer(steps=2), "fused", 4)])
+def test_optimizer_steps_one_row_per_step_with_its_kernels(tmp_path, build, impl, n_kernels):
+    from traceinspect.facts.optimizer import optimizer_steps
+    trace = _load(tmp_path, build())
+    o = optimizer_steps(trace)
+    assert len(o) == len(trace.steps) and set(o["impl"]) == {impl} and set(o["n_kernels"]) == {n_kernels}
+    assert set(o["opt_class"]) == {"AdamW"} and optimizer_steps(trace) is o

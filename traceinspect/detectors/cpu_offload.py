@@ -13,6 +13,7 @@ import pandas as pd
 
 from ..facts import claims
 from ..facts.memory_fit import MIXED_ADAM_BYTES, SAFETY_MARGIN, gpus_needed, state_options
+from ..facts.optimizer import OPT_PREFIX
 from ..facts.run import num_parameters
 from ..facts.device import primary_kernels, primary_memcpy_mask
 from ..facts.steps import step_set
@@ -23,7 +24,7 @@ from ..trace.timeline import IDLE_PARTS, is_dataloader
 from ..trace.memory import memory_profile
 from .base import Detector, events_from, fmt_us, in_steps, option, pct, window_label
 
-_OPT_STEP = "Optimizer.step#"
+_OPT_STEP = OPT_PREFIX
 _OFFLOAD_WORDS = re.compile(r"offload|cpu_?adam|cpuadam", re.IGNORECASE)
 GB = 1e9
 MB = 1e6
