@@ -16,9 +16,10 @@ import numpy as np
 import pandas as pd
 
 from . import detectors as registry
+from .facts import claims
 from .detectors.base import Context, Detector, fmt_us, in_steps, projected_step, window_label
-from .detectors.efficiency import section as efficiency_section
-from .detectors.memory_fit import memory_section
+from .facts.efficiency import section as efficiency_section
+from .facts.memory_fit import memory_section
 from .errors import DetectorFailed, TraceError, UsageError
 from .findings import Failure, Finding, Skipped
 from .report import Report
@@ -53,8 +54,7 @@ UNEXPLAINED_MAX_FRAC = 0.10   # more unexplained GPU idle than this (of the step
 UNEXPLAINED = "unexplained"   # masked_by entry when no finding explains the GPU idle that hides a cause
 
 # the detector that claims each idle part (the account says why a part stayed unexplained)
-PART_OWNER = {"idle_dataloader": "dataloader-stall", "idle_sync": "host-sync", "idle_launch": "launch-bound",
-              "idle_cpu": "host-bound", "idle_unknown": None}
+PART_OWNER = claims.PART_OWNER   # facts/claims.py resolves who claims what
 
 
 def rank_score(f: Finding) -> float:
@@ -85,6 +85,8 @@ def run_detectors(trace: Trace, detectors: Sequence[type[Detector]] | None = Non
     if ctx.window_us < MIN_WINDOW_US:
         reason = f"the analysed window is only {ctx.window_us:.1f} us, too short to judge a training step"
         return [], [Skipped(code=d.code, name=d.name, reason=reason) for d in detectors], []
+    # the claims every detector reads (who reserved which idle time first) follow this run's thresholds
+    claims.configure(trace, config.make if config is not None else None)
     for cls in detectors:
         det = config.make(cls) if config is not None else cls()
         try:

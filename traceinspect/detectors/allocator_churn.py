@@ -109,8 +109,13 @@ class AllocatorChurn(Detector):
     fires_on = ("builders_host.build_allocator_churn",)
     silent_on = ("builders.build_healthy", "builders_host.build_allocator_warmup")
 
+    claims_parts = CLAIMED_PARTS
+    reserves = ("idle_launch", "idle_cpu")     # the GPU idle under its allocation calls
     min_frac: float = option(0.02, "minimum share of the analysed steps the GPU idles under allocation calls")
     no_cache_calls: int = option(100, "allocation calls per step above which the caching allocator looks disabled")
+
+    def reserved(self, trace) -> iv.Set:
+        return steady_alloc_set(trace)
 
     def detect(self, trace, ctx):
         if not trace.has_gpu:

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import re
 from dataclasses import dataclass
 from typing import ClassVar, Iterable, Iterator
 
 import numpy as np
 import pandas as pd
 
+from ..facts import claims
+from ..facts.steps import in_steps  # noqa: F401  (detectors import it from here)
+from ..facts.run import config_value, detect_framework  # noqa: F401  (detectors import them from here)
 from ..findings import EventRef, Evidence, Finding, Skipped
+from ..trace import intervals as iv
 from ..trace.model import Trace
 
 DOC_SECTIONS = (
@@ -45,32 +48,6 @@ class Context:
                        window_us=trace.window_us)
 
 
-_FRAMEWORKS = (
-    ("trl", re.compile(r"(^|/)trl/")),
-    ("hf_trainer", re.compile(r"transformers/trainer\.py")),
-    ("lightning", re.compile(r"(^|/)(pytorch_)?lightning/")),
-    ("accelerate", re.compile(r"(^|/)accelerate/")),
-)
-
-
-def detect_framework(trace: Trace) -> str:
-    rc = trace.meta.run_config or {}
-    src = rc.get("source")
-    fw = rc.get("framework") if isinstance(rc.get("framework"), dict) else {}
-    if src == "hf_trainer":
-        return "trl" if "trl" in fw and rc.get("config", {}).get("packing") is not None else "hf_trainer"
-    if src == "loop":
-        return "plain"
-    py = trace.python
-    if len(py):
-        names = [str(c) for c in pd.Categorical(py["name"]).categories]
-        for fwname, rx in _FRAMEWORKS:
-            if any(rx.search(n) for n in names):
-                return fwname
-        return "plain"
-    return "unknown"
-
-
 @dataclass(frozen=True)
 class Claim:
     """The GPU work behind a finding's time lost (the idle time it claims is Finding.claim_sets): intervals
@@ -93,6 +70,19 @@ class Detector:
     # builders it must fire on / stay silent on, as "module.function" in tests/ (e.g. "builders.build_healthy")
     fires_on: ClassVar[tuple[str, ...]] = ()
     silent_on: ClassVar[tuple[str, ...]] = ()
+    # explicit time claims, resolved in facts/claims.py (its ORDER says who comes first in each part)
+    claims_parts: ClassVar[tuple[str, ...]] = ()   # the timeline idle parts its findings may claim
+    reserves: ClassVar[tuple[str, ...]] = ()       # the parts where reserved() intervals go to it first
+    provides: ClassVar[dict[str, str]] = {}        # fact name -> method computing it by this detector's thresholds
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        claims.register(cls)
+
+    def reserved(self, trace: Trace) -> iv.Set:
+        """The intervals whose GPU idle this detector owns in every part of `reserves`, ahead of the
+        detectors after it in facts.claims.ORDER (read through facts.claims.reserved, never directly)."""
+        return iv.EMPTY
 
     def detect(self, trace: Trace, ctx: Context) -> Iterator[Finding | Skipped]:  # pragma: no cover
         raise NotImplementedError
@@ -122,6 +112,9 @@ class Detector:
         (analyze marks the finding masked, by the active causes that keep the GPU waiting)."""
         lost = float(max(0.0, min(time_lost_us, ctx.window_us)))  # never more than the window
         sets = {}
+        undeclared = set(idle_claims or {}) - set(self.claims_parts)
+        if undeclared:
+            raise ValueError(f"{self.name} claims {sorted(undeclared)}, not declared in claims_parts")
         for p, v in (idle_claims or {}).items():
             if isinstance(v, tuple) and len(v) == 2 and isinstance(v[1], (int, float)):
                 (s, e), factor = v
@@ -152,13 +145,6 @@ class Detector:
         return inspect.cleandoc(cls.__doc__ or "")
 
 
-def config_value(trace: Trace, key: str):
-    """A setting recorded by traceinspect.capture (run_config["config"][key]), or None."""
-    rc = trace.meta.run_config
-    cfg = rc.get("config") if isinstance(rc, dict) else None
-    return cfg.get(key) if isinstance(cfg, dict) else None
-
-
 def current(trace: Trace, key: str) -> str:
     """' (now: key=value)' when the capture recorded the setting, else ''."""
     v = config_value(trace, key)
@@ -185,17 +171,6 @@ def events_from(df: pd.DataFrame, trace: Trace, kind: str, n: int = 3, by: str =
         out.append(EventRef(name=str(row.name), ts_us=round(float(row.ts_us), 3),
                             dur_us=round(float(row.dur_us), 3), track=trace.track(row, kind)))
     return tuple(out)
-
-
-def in_steps(df: pd.DataFrame, trace: Trace, col: str = "ts_us") -> pd.DataFrame:
-    """Rows whose timestamp falls inside one of the analysed steps."""
-    if len(df) == 0:
-        return df
-    st = trace.steps
-    ts = df[col].to_numpy()
-    i = np.searchsorted(st["start_us"].to_numpy(), ts, side="right") - 1
-    ok = (i >= 0) & (ts < st["end_us"].to_numpy()[np.maximum(i, 0)])
-    return df[ok]
 
 
 MAX_PROMISE = 0.9   # an estimate never promises more than 90% of the step back

@@ -11,15 +11,20 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..facts import claims
+from ..facts.memory_fit import MIXED_ADAM_BYTES, SAFETY_MARGIN, gpus_needed, state_options
+from ..facts.optimizer import OPT_PREFIX
+from ..facts.run import num_parameters
+from ..facts.device import primary_kernels, primary_memcpy_mask
+from ..facts.steps import step_set
 from ..findings import Evidence
 from ..trace import intervals as iv
 from ..trace.tables import name_flags
 from ..trace.timeline import IDLE_PARTS, is_dataloader
 from ..trace.memory import memory_profile
 from .base import Detector, events_from, fmt_us, in_steps, option, pct, window_label
-from .memory_fit import MIXED_ADAM_BYTES, SAFETY_MARGIN, gpus_needed, state_options
 
-_OPT_STEP = "Optimizer.step#"
+_OPT_STEP = OPT_PREFIX
 _OFFLOAD_WORDS = re.compile(r"offload|cpu_?adam|cpuadam", re.IGNORECASE)
 GB = 1e9
 MB = 1e6
@@ -67,9 +72,7 @@ def _host_copies(trace) -> pd.DataFrame:
     if not len(mc):
         return mc
     keep = (~mc["is_memset"].to_numpy()) & mc["kind"].isin(["HtoD", "DtoH"]).to_numpy()
-    dev = trace.timeline.device
-    if dev is not None:
-        keep &= mc["device"].to_numpy() == dev
+    keep &= primary_memcpy_mask(trace)
     return in_steps(mc[keep], trace)
 
 
@@ -87,10 +90,7 @@ def _input_copy_mask(trace, hc: pd.DataFrame) -> np.ndarray:
         anchors.append(dl["end_us"].to_numpy())
     anchors = np.sort(np.concatenate(anchors))
     rt = trace.runtime
-    k = trace.kernels
-    dev = trace.timeline.device
-    if dev is not None and len(k):
-        k = k[k["device"] == dev]
+    k = primary_kernels(trace)
     has_launch = (hc["launch_idx"].to_numpy() >= 0) & (len(rt) > 0)
     t = np.where(has_launch, hc["launch_ts_us"].to_numpy(), hc["ts_us"].to_numpy())
     tid = np.where(has_launch, rt["tid"].to_numpy()[np.maximum(hc["launch_idx"].to_numpy(), 0)] if len(rt) else -1, -1)
@@ -213,6 +213,9 @@ class CpuOffload(Detector):
                  "builders_transfer.build_input_copies_only", "builders_transfer.build_pageable_outputs",
                  "builders_transfer.build_exposed_nccl")
 
+    claims_parts = ("idle_cpu",)
+    reserves = ("idle_cpu",)                   # the GPU idle under a CPU-side optimizer step
+    provides = {"offload traffic": "traffic"}  # read by pageable-memcpy, which leaves that traffic alone
     min_bytes_per_step: float = option(128 * MB, "bytes per step each direction must carry (both-directions "
                                                  "rule) or host-to-device must carry (parameter streaming)")
     min_direction_ratio: float = option(0.2, "smaller direction / larger direction for the both-directions rule")
@@ -282,6 +285,12 @@ class CpuOffload(Detector):
         return OffloadTraffic(mask, input_mask, rule, htod, dtoh, inb, big_htod, cpu_opt)
 
     # --- detector -----------------------------------------------------------------------------------
+    def reserved(self, trace) -> iv.Set:
+        tr = trace.memo(("offload traffic", self), lambda: self.traffic(trace))   # claims.provided's key
+        if not tr.is_offload or tr.rule == "parameter streaming" or not len(tr.cpu_opt):
+            return iv.EMPTY
+        return iv.union(tr.cpu_opt["ts_us"], tr.cpu_opt["end_us"])
+
     def detect(self, trace, ctx):
         if not trace.has_gpu:
             yield self.skip("no GPU activity in the trace")
@@ -296,8 +305,7 @@ class CpuOffload(Detector):
         opt = tr.cpu_opt if tr.rule != "parameter streaming" else tr.cpu_opt.iloc[0:0]
         opt_idle = opt_idle_all = 0.0
         if len(opt):
-            st = trace.steps
-            opt_set = iv.intersect(iv.union(opt["ts_us"], opt["end_us"]), iv.union(st["start_us"], st["end_us"]))
+            opt_set = iv.intersect(iv.union(opt["ts_us"], opt["end_us"]), step_set(trace))
             opt_claim = iv.intersect(tl.sets["idle_cpu"], opt_set)
             opt_idle = iv.total(opt_claim)
             opt_idle_all = sum(iv.total(iv.intersect(tl.sets[p], opt_set)) for p in IDLE_PARTS)
@@ -356,7 +364,7 @@ class CpuOffload(Detector):
         if prof.source and trace.device_id in prof.devices:
             cap = prof.capacity_bytes.get(trace.device_id)
             mem = int(cap) if cap else mem
-        nparams = _num_parameters(trace)
+        nparams = num_parameters(trace)
         n_source = "run configuration"
         if not nparams and dtoh_b > 0:
             # the gradients leave the GPU once per step: bf16/fp16 gradients are 2 bytes per parameter
@@ -401,19 +409,9 @@ class CpuOffload(Detector):
 
 
 def offload_optimizer_set(trace) -> iv.Set:
-    """Host time inside a CPU-side optimizer step of an offloaded run: cpu-offload owns the idle_cpu under it."""
-    det = CpuOffload()
-    tr = trace.memo(("offload traffic", det), lambda: det.traffic(trace))
-    if not tr.is_offload or tr.rule == "parameter streaming" or not len(tr.cpu_opt):
-        return iv.EMPTY
-    return iv.union(tr.cpu_opt["ts_us"], tr.cpu_opt["end_us"])
-
-
-def _num_parameters(trace) -> int | None:
-    rc = trace.meta.run_config
-    cfg = rc.get("config") if isinstance(rc, dict) else None
-    v = cfg.get("num_parameters") if isinstance(cfg, dict) else None
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
+    """Host time inside a CPU-side optimizer step of an offloaded run: cpu-offload owns the idle_cpu under it
+    (by the run's configured cpu-offload thresholds)."""
+    return claims.reserved(trace, CpuOffload.name)
 
 
 def _smallest_change(options, mem, n_source: str) -> str:

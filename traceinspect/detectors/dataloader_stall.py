@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..facts.steps import idle_in_steps
 from ..findings import Evidence
 from ..trace import intervals as iv
 from ..trace.timeline import is_dataloader
@@ -66,6 +67,7 @@ class DataloaderStall(Detector):
     fires_on = ("builders.build_dataloader_stall",)
     silent_on = ("builders.build_healthy", "builders.build_launch_bound")
 
+    claims_parts = ("idle_dataloader",)
     min_frac: float = option(0.03, "minimum share of the step time the GPU idles in the DataLoader")
     prefetched_us: float = option(100.0, "what-if: host cost of __next__ when the next batch is already prefetched")
     host_copy_gbps: float = option(10.0, "what-if: one host thread's memory copy rate (the batch is copied once "
@@ -100,7 +102,7 @@ class DataloaderStall(Detector):
             yield self.skip("no DataLoader spans (enumerate(DataLoader)#...__next__) in the trace")
             return
         st = trace.steps
-        claim = iv.intersect(trace.timeline.sets["idle_dataloader"], iv.union(st["start_us"], st["end_us"]))
+        claim = idle_in_steps(trace, "idle_dataloader")
         idle = iv.total(claim)
         frac = idle / ctx.window_us if ctx.window_us else 0.0
         if frac < self.min_frac:

@@ -6,11 +6,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..facts import kernels as K
+from ..facts.critical_path import on_critical_path
+from ..facts.device import primary_kernels
 from ..findings import Evidence
 from ..trace import intervals as iv
-from . import kernels as K
+from ..trace.tables import name_flags
 from .base import Detector, current, events_from, fmt_us, in_steps, option, pct, window_label
-from .fp32_gemm import on_critical_path
 
 # innermost CPU ops that launch GEMM / convolution kernels (their kernels carry these ops' External id)
 _GEMMISH = K.MATMUL_OPS | K.CONV_OPS | frozenset({"aten::_scaled_mm", "aten::_int_mm"})
@@ -102,9 +104,7 @@ class EagerAttention(Detector):
         if not len(ops):
             yield self.skip("no CPU ops: attention softmax cannot be told from other softmax")
             return
-        dev_id = trace.device_id
-        k = trace.kernels
-        k = in_steps(k[k["device"] == dev_id] if dev_id is not None else k, trace)
+        k = in_steps(primary_kernels(trace), trace)
         if not len(k):
             return
         cls = K.classify(k["name"])
@@ -121,7 +121,7 @@ class EagerAttention(Detector):
             return
         # innermost GEMM-launching ops (rows some kernel points at), per thread, in time order
         g_rows = np.unique(op_idx[op_idx >= 0])
-        g_rows = g_rows[K.flags_by_category(ops["name"], lambda x: x in _GEMMISH)[g_rows]]
+        g_rows = g_rows[name_flags(ops["name"], lambda x: x in _GEMMISH)[g_rows]]
         attn = _attention_softmax(trace, ops, soft_rows, g_rows)
         if not attn:
             return
@@ -144,7 +144,7 @@ class EagerAttention(Detector):
         if not in_block.any():
             return
         dur = k["dur_us"].to_numpy()
-        is_bmm_op = K.flags_by_category(ops["name"], lambda x: x in K.BATCHED_MATMUL_OPS)
+        is_bmm_op = name_flags(ops["name"], lambda x: x in K.BATCHED_MATMUL_OPS)
         bmm_names = is_bmm_op[np.maximum(op_idx, 0)] & has_op
         is_gemm = in_block & ((kind == K.GEMM) | bmm_names)
         block_us = float(dur[in_block].sum())
@@ -173,7 +173,7 @@ class EagerAttention(Detector):
         lost_now = min(lost + launch_cost, gpu_saving + launch_cost)
         n_fwd = sum(1 for s in attn if str(names[s]) in _SOFTMAX_FWD)
         shapes = _shape_summary(trace, ops, [s for s in attn if str(names[s]) in _SOFTMAX_FWD][:64])
-        fused_ops = int(K.flags_by_category(ops["name"], K.is_fused_attention_op).sum())
+        fused_ops = int(name_flags(ops["name"], K.is_fused_attention_op).sum())
         fused_k_us = float(dur[kind == K.ATTENTION].sum())
         compute_us = float(dur.sum())
         n = ctx.n_steps or 1
@@ -207,7 +207,7 @@ class EagerAttention(Detector):
                 ev.append(Evidence(label="score matrix written and re-read per layer", value=shapes["score_mb"], unit="MB"))
         ev.append(Evidence(label="fused attention in the trace (SDPA flash/efficient/cuDNN, flash_attn, xformers)",
                            value=f"{fused_ops} ops, {fmt_us(fused_k_us / n)} kernel time per step", unit="", window=win))
-        math_sdpa = int(K.flags_by_category(ops["name"], lambda x: x == "aten::_scaled_dot_product_attention_math").sum())
+        math_sdpa = int(name_flags(ops["name"], lambda x: x == "aten::_scaled_dot_product_attention_math").sum())
         if math_sdpa:
             ev.append(Evidence(label="SDPA calls that fell back to the math (eager) backend", value=math_sdpa,
                                unit="calls", window=win))

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..facts.device import primary_kernels
+from ..facts.steps import step_set
 from ..findings import Evidence
 from ..trace import intervals as iv
 from ..trace.timeline import is_comm_kernel
@@ -157,12 +159,10 @@ class ExposedCommunication(Detector):
         if not trace.has_gpu:
             yield self.skip("no GPU activity in the trace")
             return
-        k = trace.kernels
+        k = primary_kernels(trace)
         tl = trace.timeline
-        if tl.device is not None and len(k):
-            k = k[k["device"] == tl.device]
         st = trace.steps
-        steps_set = iv.union(st["start_us"], st["end_us"])
+        steps_set = step_set(trace)
         comm = k[is_comm_kernel(k["name"])] if len(k) else k
         if len(comm):
             inside = iv.per_window(steps_set, comm["ts_us"].to_numpy(), comm["end_us"].to_numpy()) > 0

@@ -5,10 +5,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..facts.efficiency import ShapeRow, shape_table
 from ..findings import Evidence
 from ..trace import roofline as rl
 from .base import Detector, events_from, fmt_us, in_steps, option, window_label
-from .efficiency import ShapeRow, shape_table
 
 _TILE = 64          # tensor-core GEMM tiles are 64-256 wide: a dimension below this leaves most of a tile idle
 _OUT_TILE = 128    # a typical GEMM / attention output tile edge: one thread block (CTA) per tile

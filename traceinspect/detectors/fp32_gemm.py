@@ -7,14 +7,15 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..facts import kernels as K
+from ..facts.critical_path import on_critical_path
+from ..facts.device import primary_kernels
 from ..findings import Evidence
-from ..trace import intervals as iv
 from ..trace.hardware import KNOWN, peaks_for
-from ..trace.timeline import SYNC_CALLS, is_comm_kernel
-from . import kernels as K
+from ..trace.tables import name_flags
+from ..trace.timeline import is_comm_kernel
 from .base import Claim, Detector, events_from, fmt_us, in_steps, option, pct, window_label
 
-WAIT_GRACE_US = 20.0     # a blocking call that returned this soon after the GPU went idle was waiting on it
 _ROCM_ISA = re.compile(r"ISA(9[0-9][0-9a-f])", re.I)
 _ROCM_ISA_PEAKS = {"90a": "mi250", "940": "mi300", "941": "mi300", "942": "mi300", "950": "mi300"}
 
@@ -127,9 +128,7 @@ class Fp32Gemm(Detector):
         if not trace.has_gpu or not len(trace.kernels):
             yield self.skip("no GPU kernels in the trace")
             return
-        dev_id = trace.device_id
-        k = trace.kernels
-        k = k[k["device"] == dev_id] if dev_id is not None else k
+        k = primary_kernels(trace)
         hw = _hardware(trace, k["name"])
         if hw is None:
             yield self.skip("unknown GPU architecture (no deviceProperties and no arch in kernel names)")
@@ -226,9 +225,7 @@ class Fp32Gemm(Detector):
     def claims(self, trace, ctx, finding):
         # the fp32 kernels themselves (this finding claims no idle time); each carries a share of time lost
         # proportional to the GPU time it would save (its duration), as on_critical_path() adds them up
-        k = trace.kernels
-        if trace.device_id is not None:
-            k = k[k["device"] == trace.device_id]
+        k = primary_kernels(trace)
         hw = _hardware(trace, k["name"])
         picked = self._select(trace, k, hw) if hw else None
         if picked is None:
@@ -294,56 +291,6 @@ def _hardware(trace, names: pd.Series) -> dict | None:
             "major": major, "rocm": rocm, "tc_label": tc_label, "short": short, "bf16": peaks.bf16, "simt": simt}
 
 
-def on_critical_path(trace, kin: pd.DataFrame, delta: np.ndarray) -> tuple[float, float]:
-    """Wall time the per-kernel savings `delta` would give back, and the share of the kernels' time that is
-    on the critical path.
-
-    The GPU works in busy runs separated by idle gaps. A run that ends because the host had nothing
-    queued (the host was late: launch overhead, DataLoader, other CPU work) gains nothing from faster
-    kernels: the gap just grows. A run that ends while the host is blocked in a synchronising call
-    (cudaStreamSynchronize, cudaDeviceSynchronize, a blocking cudaMemcpy ...) waiting for it, or that
-    reaches the end of the window, finishes earlier by the kernels' savings, at most by how long the
-    host had been waiting."""
-    tl = trace.timeline
-    rt = trace.runtime
-    if not len(rt) or not len(tl.gaps):
-        return float(delta.sum()), 1.0
-    # whole idle gaps, each with the cause of its first piece (why the GPU went idle); gaps whose next op
-    # was already queued (cause "unknown": back-to-back kernels, cross-stream waits) do not end a run
-    pieces = tl.gaps
-    gaps = iv.union(pieces["start_us"].to_numpy(), pieces["end_us"].to_numpy())
-    first = np.searchsorted(pieces["start_us"].to_numpy(), gaps[0], side="left")
-    cause = pieces["cause"].to_numpy()[np.minimum(first, len(pieces) - 1)]
-    ends_run = cause != "unknown"
-    gaps = (gaps[0][ends_run], gaps[1][ends_run])
-    names = rt["name"]
-    sync = K.flags_by_category(names, lambda n: n in SYNC_CALLS or n.startswith(("cudaMemcpy", "hipMemcpy")))
-    srt = rt[sync]
-    # [start of the blocking call, its end + grace): the host is waiting on the GPU inside it
-    waits = iv.union(srt["ts_us"].to_numpy(), srt["end_us"].to_numpy() + WAIT_GRACE_US) if len(srt) else iv.EMPTY
-    gstart = gaps[0]
-    j = np.searchsorted(gstart, kin["end_us"].to_numpy() - 1e-6, side="left")   # the gap that ends each kernel's run
-    dur = kin["dur_us"].to_numpy()
-    runs, inv = np.unique(j, return_inverse=True)
-    d_run = np.bincount(inv, weights=delta, minlength=runs.size)
-    dur_run = np.bincount(inv, weights=dur, minlength=runs.size)
-    open_end = runs >= gstart.size                      # the run reaches the end of the window
-    g = gstart[np.minimum(runs, max(gstart.size - 1, 0))] if gstart.size else np.zeros(runs.size)
-    if waits[0].size:
-        w = np.searchsorted(waits[0], g, side="right") - 1
-        wc = np.maximum(w, 0)
-        blocked = (w >= 0) & (g < waits[1][wc])         # the host sat in a blocking call, waiting for this run
-        waited = g - waits[0][wc]
-    else:
-        blocked = np.zeros(runs.size, dtype=bool)
-        waited = np.zeros(runs.size)
-    blocked &= ~open_end
-    saved = np.where(open_end, d_run, np.where(blocked, np.minimum(d_run, waited), 0.0))
-    critical = open_end | blocked
-    total = float(dur.sum())
-    return float(saved.sum()), (float(dur_run[critical].sum()) / total if total else 0.0)
-
-
 def _by_op_type(trace, kin: pd.DataFrame, unknown: np.ndarray, kind: np.ndarray, hw: dict,
                 sample: int = 500):
     """GEMM/conv kernels of unknown precision whose launching op recorded fp32 inputs; and, for evidence,
@@ -353,8 +300,8 @@ def _by_op_type(trace, kin: pd.DataFrame, unknown: np.ndarray, kind: np.ndarray,
     op_idx = kin["op_idx"].to_numpy()
     if not len(ops) or "input_type_raw" not in ops.columns:
         return out, 0, 0
-    is_mm_op = K.flags_by_category(ops["name"], lambda n: n in K.MATMUL_OPS or n in K.CONV_OPS)
-    is_conv_op = K.flags_by_category(ops["name"], lambda n: n in K.CONV_OPS)
+    is_mm_op = name_flags(ops["name"], lambda n: n in K.MATMUL_OPS or n in K.CONV_OPS)
+    is_conv_op = name_flags(ops["name"], lambda n: n in K.CONV_OPS)
     raw = ops["input_type_raw"].to_numpy()
     cache: dict = {}
 

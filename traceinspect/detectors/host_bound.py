@@ -7,13 +7,14 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..facts import claims
+from ..facts.device import primary_kernels
+from ..facts.host import launch_rows
+from ..facts.steps import idle_in_steps
 from ..findings import EventRef, Evidence
 from ..trace import intervals as iv
 from ..trace.tables import name_flags
-from .allocator_churn import steady_alloc_set
 from .base import Detector, fmt_us, option, pct, projected_step, window_label
-from .cpu_offload import offload_optimizer_set
-from .launch_bound import LaunchBound, _launch_rows
 
 # Python frames that belong to PyTorch itself: skipped when naming the user's code
 _LIBRARY_FRAME = re.compile(r"^(torch/|<built-in|<string>|nn\.Module:|threading\.py|multiprocessing/|runpy\.py|"
@@ -82,10 +83,7 @@ SHORT = {"recompile": "torch.compile recompiling", "gc": "garbage collection", "
 
 def launching_thread(trace) -> int | None:
     """The host thread whose runtime calls launched most of the analysed device's kernels."""
-    k = trace.kernels
-    dev = trace.timeline.device
-    if dev is not None:
-        k = k[k["device"] == dev]
+    k = primary_kernels(trace)
     rt = trace.runtime
     li = k["launch_idx"].to_numpy() if "launch_idx" in k.columns else np.empty(0, dtype=np.int64)
     li = li[li >= 0]
@@ -94,7 +92,7 @@ def launching_thread(trace) -> int | None:
     if li.size:
         tids = rt["tid"].to_numpy()[li]
     else:   # kernels not linked to their launches (older ROCm traces): the thread that launches the most
-        tids = _launch_rows(rt)["tid"].to_numpy()
+        tids = launch_rows(rt)["tid"].to_numpy()
         if not tids.size:
             return None
     vals, counts = np.unique(tids, return_counts=True)
@@ -225,6 +223,7 @@ class HostBound(Detector):
     fires_on = ("builders_host.build_host_bound",)
     silent_on = ("builders.build_healthy", "builders.build_launch_bound")
 
+    claims_parts = ("idle_cpu", "idle_launch")  # idle_launch only when launch-bound does not report it
     min_frac: float = option(0.03, "minimum share of the analysed steps the GPU idles while the host does other work")
     top_n: int = option(5, "CPU ops / Python functions named in the evidence")
 
@@ -241,16 +240,12 @@ class HostBound(Detector):
         if not len(trace.runtime):
             yield self.skip("no CUDA/HIP runtime events: the host's work between launches is not visible")
             return
-        tl = trace.timeline
         st = trace.steps
-        steps_set = iv.union(st["start_us"], st["end_us"])
-        idle = iv.intersect(tl.sets["idle_cpu"], steps_set)
-        cpu_part = iv.subtract(iv.subtract(idle, steady_alloc_set(trace)), offload_optimizer_set(trace))
-        # short host-late gaps are launch-bound's when it reports them; otherwise they are the host's
-        # per-op overhead and belong here (the same gaps, never claimed twice)
-        launch_part, _, _, lb_reports = LaunchBound().claim(trace)
-        if lb_reports:
-            launch_part = iv.EMPTY
+        idle = idle_in_steps(trace, "idle_cpu")
+        cpu_part = claims.unclaimed(trace, self.name, "idle_cpu", idle)
+        # short host-late gaps are launch-bound's when it reports them (by its configured thresholds);
+        # otherwise they are the host's per-op overhead and belong here (the same gaps, never claimed twice)
+        launch_part = claims.unclaimed(trace, self.name, "idle_launch", idle_in_steps(trace, "idle_launch"))
         claimed = iv.union(np.concatenate((cpu_part[0], launch_part[0])), np.concatenate((cpu_part[1], launch_part[1])))
         lost = iv.total(claimed)
         launch_us = iv.total(launch_part)

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..facts.device import primary_kernels, primary_memcpy
+from ..facts.steps import idle_in_steps
 from ..findings import EventRef, Evidence
 from ..trace import intervals as iv
 from ..trace.tables import name_flags
@@ -28,15 +30,10 @@ def starved_sync_pieces(trace) -> tuple[np.ndarray, np.ndarray]:
     op had not been issued yet (the GPU was starved because the host was blocked). Gaps that open
     while the host waits but whose next op was already queued are kernel-to-kernel gaps or GPU-side
     waits (another stream or process), not the sync's doing."""
-    tl = trace.timeline
-    st = trace.steps
-    s, e = iv.intersect(tl.sets["idle_sync"], iv.union(st["start_us"], st["end_us"]))
+    s, e = idle_in_steps(trace, "idle_sync")
     if s.size == 0:
         return s, e
-    k, m = trace.kernels, trace.memcpy
-    if tl.device is not None:
-        k = k[k["device"] == tl.device]
-        m = m[m["device"] == tl.device]
+    k, m = primary_kernels(trace), primary_memcpy(trace)
     g_ts = np.concatenate((k["ts_us"].to_numpy(), m["ts_us"].to_numpy()))
     g_l = np.concatenate((k["launch_ts_us"].to_numpy(), m["launch_ts_us"].to_numpy()))
     order = np.argsort(g_ts, kind="stable")
@@ -125,6 +122,7 @@ class HostSync(Detector):
     fires_on = ("builders_host.build_item_sync", "builders_host.build_nonzero_sync")
     silent_on = ("builders.build_healthy", "builders_host.build_end_of_step_sync", "builders.build_launch_bound")
 
+    claims_parts = ("idle_sync",)
     min_frac: float = option(0.03, "minimum share of the analysed steps lost to syncs")
 
     def whatif(self, graph, finding) -> str:

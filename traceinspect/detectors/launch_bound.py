@@ -6,30 +6,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..facts import claims
+from ..facts.device import primary_kernels
+from ..facts.host import LAUNCH_CALLS, launch_rows as _launch_rows  # noqa: F401  (LAUNCH_CALLS: kept importable)
+from ..facts.memory_fit import batch_fit_for, gb
+from ..facts.steps import idle_in_steps
 from ..findings import Evidence
 from ..trace import intervals as iv
 from ..trace.tables import name_flags
 from ..trace.timeline import is_comm_kernel
-from .allocator_churn import steady_alloc_set
 from .base import Detector, events_from, fmt_us, in_steps, option, pct, window_label
-from .memory_fit import batch_fit_for, gb
-from .unfused_optimizer import unfused_windows
 
-LAUNCH_CALLS = {
-    "cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchCooperativeKernel",
-    "hipLaunchKernel", "hipModuleLaunchKernel", "hipExtModuleLaunchKernel", "hipExtLaunchKernel",
-    "cudaGraphLaunch", "hipGraphLaunch",
-}
 GRAPH_CALLS = {"cudaGraphLaunch", "hipGraphLaunch"}
-_LAUNCH_CBIDS = {211, 430, 307, 652, 311}     # CUDA cbids of the above, for events CUPTI names "INVALID"
 _TRAINING = re.compile(r"^Optimizer\.step#|^autograd::engine::evaluate_function")
 SHORT_KERNEL_US = 10.0
-
-
-def _launch_rows(rt):
-    mask = name_flags(rt["name"], LAUNCH_CALLS) | (name_flags(rt["name"], {"INVALID"})
-                                                   & rt["cbid"].isin(_LAUNCH_CBIDS).to_numpy())
-    return rt[mask]
 
 
 def _int(v) -> int | None:
@@ -144,6 +134,8 @@ class LaunchBound(Detector):
     silent_on = ("builders.build_healthy", "builders_host.build_busy_short_kernels",
                  "builders_host.build_unfused_optimizer")
 
+    claims_parts = ("idle_launch",)
+    reserves = ("idle_launch",)                # its launch gaps, when it reports them (else host-bound's)
     min_idle_frac: float = option(0.10, "minimum share of the analysed steps the GPU idles in launch gaps")
     max_busy_frac: float = option(0.85, "GPU busy share above which the GPU is not launch-bound")
 
@@ -165,13 +157,10 @@ class LaunchBound(Detector):
         if not len(trace.runtime):
             yield self.skip("no CUDA/HIP runtime events: host-late launch gaps cannot be identified")
             return
-        tl = trace.timeline
         win = ctx.window_us
         if not win:
             return
         claimed, raw, busy, reports = self.claim(trace)
-        st = trace.steps
-        steps_set = iv.union(st["start_us"], st["end_us"])
         lost = iv.total(claimed)
         frac = lost / win
         if not reports:
@@ -182,17 +171,14 @@ class LaunchBound(Detector):
                                 f"{why}")
             return
         n = ctx.n_steps
-        k = trace.kernels
-        if tl.device is not None:
-            k = k[k["device"] == tl.device]
-        k = in_steps(k, trace)
+        k = in_steps(primary_kernels(trace), trace)
         dur = k["dur_us"].to_numpy()
         med = float(np.median(dur)) if dur.size else 0.0
         short = float(np.mean(dur < SHORT_KERNEL_US)) if dur.size else 0.0
         rt = in_steps(trace.runtime, trace)
         launches = _launch_rows(rt)
         graphs = int(launches["name"].astype(object).isin(GRAPH_CALLS).sum())
-        idle_cpu = iv.total(iv.intersect(tl.sets["idle_cpu"], steps_set))
+        idle_cpu = iv.total(idle_in_steps(trace, "idle_cpu"))
         w = window_label(trace)
         ev = [
             Evidence(label="GPU idle waiting for kernel launches", value=round(lost / n / 1e3, 3), unit="ms/step", window=w),
@@ -239,11 +225,14 @@ class LaunchBound(Detector):
         per = tl.per_step
         win = float(per["dur_us"].sum())
         busy = float((per["compute_us"] + per["comm_us"] + per["memcpy_us"]).sum()) / win if win else 0.0
-        st = trace.steps
-        idle = iv.intersect(tl.sets["idle_launch"], iv.union(st["start_us"], st["end_us"]))
-        claimed = iv.subtract(iv.subtract(idle, unfused_windows(trace)), steady_alloc_set(trace))
+        idle = idle_in_steps(trace, "idle_launch")
+        claimed = claims.unclaimed(trace, self.name, "idle_launch", idle)
         frac = iv.total(claimed) / win if win else 0.0
         return claimed, iv.total(idle), busy, frac >= self.min_idle_frac and busy <= self.max_busy_frac
+
+    def reserved(self, trace) -> iv.Set:
+        claimed, _, _, reports = self.claim(trace)
+        return claimed if reports else iv.EMPTY
 
     @staticmethod
     def _fix(trace, ctx, factor: int, training: bool, has_graphs: bool, fit=None) -> str:

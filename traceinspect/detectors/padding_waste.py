@@ -6,12 +6,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..facts import kernels as K
+from ..facts.critical_path import on_critical_path
+from ..facts.device import primary_kernels
 from ..findings import Evidence
 from ..trace import intervals as iv
+from ..trace.tables import name_flags
 from ..trace.timeline import is_comm_kernel
-from . import kernels as K
 from .base import Detector, events_from, fmt_us, in_steps, option, pct, window_label
-from .fp32_gemm import on_critical_path
 
 _VARLEN = re.compile(r"flash_attn_varlen_forward|FlashAttnVarlenFunc|varlen_fwd", re.I)
 _OPTIMIZER = re.compile(r"^Optimizer\.(?:step|zero_grad)#")
@@ -221,15 +223,13 @@ def _metadata_tokens(steps, trace_steps: np.ndarray):
 def _token_time(trace):
     """GPU time of kernels whose work scales with tokens (non-comm, not launched by the optimizer),
     the fused-attention part of it, and those kernels."""
-    dev = trace.device_id
-    k = trace.kernels
-    k = in_steps(k[k["device"] == dev] if dev is not None else k, trace)
+    k = in_steps(primary_kernels(trace), trace)
     if not len(k):
         return 0.0, 0.0, k
     keep = ~is_comm_kernel(k["name"])
     ops = trace.cpu_ops
     if len(ops):
-        opt = ops[K.flags_by_category(ops["name"], lambda n: bool(_OPTIMIZER.match(n)))]
+        opt = ops[name_flags(ops["name"], lambda n: bool(_OPTIMIZER.match(n)))]
         if len(opt):
             spans = iv.union(opt["ts_us"], opt["end_us"])
             launch = k["launch_ts_us"].to_numpy()
@@ -253,7 +253,7 @@ def _embedding_shapes(trace) -> dict:
     ops = trace.cpu_ops
     if not len(ops) or "input_dims_raw" not in ops.columns:
         return {}
-    emb = ops[K.flags_by_category(ops["name"], lambda n: n == "aten::embedding")]
+    emb = ops[name_flags(ops["name"], lambda n: n == "aten::embedding")]
     if not len(emb):
         return {}
     steps = _step_of(trace, emb["ts_us"].to_numpy())
@@ -275,7 +275,7 @@ def _varlen_tokens(trace) -> int | None:
     ops = trace.cpu_ops
     if not len(ops) or "input_dims_raw" not in ops.columns:
         return None
-    vl = ops[K.flags_by_category(ops["name"], lambda n: bool(_VARLEN.search(n)) and "backward" not in n.lower())]
+    vl = ops[name_flags(ops["name"], lambda n: bool(_VARLEN.search(n)) and "backward" not in n.lower())]
     if not len(vl):
         return None
     steps = _step_of(trace, vl["ts_us"].to_numpy())
@@ -294,7 +294,7 @@ def _masked_sdpa(trace) -> dict | None:
     ops = trace.cpu_ops
     if not len(ops) or "input_dims_raw" not in ops.columns:
         return None
-    sd = ops[K.flags_by_category(ops["name"], lambda n: n == "aten::scaled_dot_product_attention")]
+    sd = ops[name_flags(ops["name"], lambda n: n == "aten::scaled_dot_product_attention")]
     if not len(sd):
         return None
     sd = in_steps(sd, trace)

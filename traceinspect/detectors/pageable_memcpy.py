@@ -5,10 +5,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..facts import claims
+from ..facts.device import primary_memcpy_mask
 from ..findings import Evidence
 from ..trace import intervals as iv
 from .base import Detector, events_from, fmt_us, in_steps, option, pct, window_label
-from .cpu_offload import CpuOffload
 
 MB = 1e6
 # pinned PCIe Gen3 x16, per direction, measured (SIGNATURES.md section 10): the reference when neither
@@ -111,11 +112,8 @@ class PageableMemcpy(Detector):
             if host.any() and np.any(((src == "Host") | (dst == "Host")) & host):
                 yield self.skip("host memory is named 'Host' without the pageable/pinned distinction (ROCm)")
             return
-        dev = trace.timeline.device
-        if dev is not None:
-            pageable &= mc["device"].to_numpy() == dev
-        offload = CpuOffload()
-        pageable &= ~trace.memo(("offload traffic", offload), lambda: offload.traffic(trace)).mask
+        pageable &= primary_memcpy_mask(trace)
+        pageable &= ~claims.provided(trace, "offload traffic").mask
         pg = in_steps(mc[pageable], trace)
         big = pg[pg["size_bytes"] >= self.min_copy_bytes]
         if not len(big):

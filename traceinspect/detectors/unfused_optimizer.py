@@ -5,109 +5,20 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
+from ..facts.optimizer import OPT_PREFIX, optimizer_steps  # noqa: F401  (kept importable here)
+from ..facts.run import num_parameters
+from ..facts.steps import idle_in_steps
 from ..findings import EventRef, Evidence
 from ..trace import intervals as iv
-from ..trace.tables import name_flags
-from .base import Detector, fmt_us, in_steps, option, pct, window_label
+from .base import Detector, fmt_us, option, pct, window_label
 
-OPT_PREFIX = "Optimizer.step#"
 DEFAULT_MIN_KERNELS = 50
-# fused implementations: torch fused=True, apex / DeepSpeed FusedAdam, bitsandbytes 8-bit optimizers
-_FUSED_OP = re.compile(r"^aten::_fused_")
-_FUSED_KERNEL = re.compile(r"FusedAdamMathFunctor|FusedSgdMathFunctor|FusedOptimizerTensorListMetadata|"
-                           r"\bAdamFunctor\b|LAMBStage|kOptimizer32bit|kOptimizerStatic8bit|fused_adam", re.IGNORECASE)
-_FUSED_CLASS = re.compile(r"^Fused|Fused(Adam|Lamb|SGD|Adagrad)")
-_CPU_CLASS = re.compile(r"CPUAdam|CPUAdagrad|CPULion|DeepSpeedCPU")
-_FOREACH_OP = re.compile(r"^aten::_foreach_")
 # bytes a single fused pass touches per parameter (fp32 states): Adam-like reads p, g, m, v and writes
 # p, m, v (7 x 4 B); SGD with momentum / Adagrad / RMSprop read p, g, state and write p, state (5 x 4 B)
 _BYTES_PER_PARAM = ((re.compile(r"SGD|Adagrad|RMSprop", re.IGNORECASE), 20.0),)
 _ADAM_BYTES_PER_PARAM = 28.0
 BANDWIDTH_EFFICIENCY = 0.8    # a fused multi-tensor kernel reaches ~80% of peak memory bandwidth
-
-
-def _class_of(span_name: str) -> str:
-    """'Optimizer.step#AdamW.step' -> 'AdamW'."""
-    rest = span_name[len(OPT_PREFIX):]
-    return rest.rsplit(".step", 1)[0] if rest.endswith(".step") else rest
-
-
-def optimizer_steps(trace) -> pd.DataFrame:
-    """One row per outermost `Optimizer.step#...` span in the analysed steps, with the kernels it
-    launched: ts_us, end_us, window_end_us (last of its kernels done), tid, opt_class, impl
-    ("fused" | "foreach" | "for-loop" | "cpu"), n_kernels, kernel_us, busy_us, median_kernel_us."""
-    return trace.memo("optimizer_steps", lambda: _optimizer_steps(trace))
-
-
-def _optimizer_steps(trace) -> pd.DataFrame:
-    cols = ["ts_us", "end_us", "window_end_us", "tid", "name", "opt_class", "impl", "n_kernels",
-            "kernel_us", "busy_us", "median_kernel_us"]
-    ops = trace.cpu_ops
-    if not len(ops):
-        return pd.DataFrame(columns=cols)
-    is_opt = name_flags(ops["name"], lambda n: n.startswith(OPT_PREFIX))
-    spans = in_steps(ops[is_opt], trace)
-    if not len(spans):
-        return pd.DataFrame(columns=cols)
-    spans = spans.sort_values(["ts_us", "dur_us"], ascending=[True, False])
-    # keep outermost spans (a wrapper such as AcceleratedOptimizer.step encloses the real one); the
-    # class reported is the innermost, the real optimizer
-    kept: list[dict] = []
-    for r in spans.itertuples(index=False):
-        name = str(r.name)
-        outer = next((s for s in kept if s["tid"] == r.tid and s["ts_us"] <= r.ts_us and r.end_us <= s["end_us"]), None)
-        if outer is not None:
-            outer["opt_class"] = _class_of(name)
-            outer["classes"].append(_class_of(name))
-            continue
-        kept.append({"ts_us": float(r.ts_us), "end_us": float(r.end_us), "tid": int(r.tid), "name": name,
-                     "opt_class": _class_of(name), "classes": [_class_of(name)]})
-
-    k = trace.kernels
-    dev = trace.timeline.device
-    if dev is not None and len(k):
-        k = k[k["device"] == dev]
-    rt = trace.runtime
-    if len(k) and len(rt):
-        li = k["launch_idx"].to_numpy()
-        k_tid = np.where(li >= 0, rt["tid"].to_numpy()[np.maximum(li, 0)], -1)
-    else:
-        k_tid = np.full(len(k), -1)
-    order = np.argsort(k["launch_ts_us"].to_numpy(), kind="stable") if len(k) else np.zeros(0, dtype=int)
-    l_sorted = k["launch_ts_us"].to_numpy()[order] if len(k) else np.zeros(0)
-    fused_kernel = name_flags(k["name"], _FUSED_KERNEL.search) if len(k) else np.zeros(0, dtype=bool)
-    op_ts = ops["ts_us"].to_numpy()
-    fused_op = name_flags(ops["name"], _FUSED_OP.search)
-    foreach_op = name_flags(ops["name"], _FOREACH_OP.search)
-    op_tid = ops["tid"].to_numpy()
-
-    k_ts, k_end, k_dur = (k[c].to_numpy() for c in ("ts_us", "end_us", "dur_us"))
-    rows = []
-    for s in kept:
-        a, b = np.searchsorted(l_sorted, [s["ts_us"], s["end_us"]], side="left")
-        idx = order[a:b]
-        idx = idx[k_tid[idx] == s["tid"]]
-        oa, ob = np.searchsorted(op_ts, [s["ts_us"], s["end_us"]], side="left")
-        same = op_tid[oa:ob] == s["tid"]
-        cls = s["opt_class"]
-        if any(_CPU_CLASS.search(c) for c in s["classes"]):
-            impl = "cpu"
-        elif (fused_op[oa:ob] & same).any() or fused_kernel[idx].any() or any(_FUSED_CLASS.search(c) for c in s["classes"]):
-            impl = "fused"
-        elif (foreach_op[oa:ob] & same).any():
-            impl = "foreach"
-        else:
-            impl = "for-loop"
-        n = len(idx)
-        busy = iv.total(iv.union(k_ts[idx], k_end[idx])) if n else 0.0
-        rows.append({"ts_us": s["ts_us"], "end_us": s["end_us"],
-                     "window_end_us": max(s["end_us"], float(k_end[idx].max()) if n else 0.0),
-                     "tid": s["tid"], "name": s["name"], "opt_class": cls, "impl": impl, "n_kernels": n,
-                     "kernel_us": float(k_dur[idx].sum()), "busy_us": busy,
-                     "median_kernel_us": float(np.median(k_dur[idx])) if n else 0.0})
-    return pd.DataFrame(rows, columns=cols)
 
 
 def unfused_windows(trace, min_kernels: int = DEFAULT_MIN_KERNELS) -> iv.Set:
@@ -127,13 +38,6 @@ def _bytes_per_param(opt_class: str) -> float:
         if rx.search(opt_class):
             return b
     return _ADAM_BYTES_PER_PARAM
-
-
-def _num_parameters(trace) -> int | None:
-    rc = trace.meta.run_config
-    cfg = rc.get("config") if isinstance(rc, dict) else None
-    n = cfg.get("num_parameters") if isinstance(cfg, dict) else None
-    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
 
 
 @dataclass(frozen=True)
@@ -196,8 +100,13 @@ class UnfusedOptimizer(Detector):
     fires_on = ("builders_host.build_unfused_optimizer", "builders_host.build_unfused_optimizer_hf")
     silent_on = ("builders.build_healthy", "builders_host.build_fused_optimizer")
 
+    claims_parts = ("idle_launch",)
+    reserves = ("idle_launch",)                # the GPU idle inside an unfused optimizer step
     min_kernels: int = option(DEFAULT_MIN_KERNELS, "minimum kernels launched by one optimizer step")
     min_frac: float = option(0.02, "minimum share of the analysed steps the optimizer step wastes")
+
+    def reserved(self, trace) -> iv.Set:
+        return unfused_windows(trace, self.min_kernels)
 
     def detect(self, trace, ctx):
         if not trace.has_gpu:
@@ -214,15 +123,12 @@ class UnfusedOptimizer(Detector):
         if not len(bad):
             return
         win = unfused_windows(trace, self.min_kernels)
-        st = trace.steps
-        steps_set = iv.union(st["start_us"], st["end_us"])
-        tl = trace.timeline
-        launch_claim = iv.intersect(iv.intersect(tl.sets["idle_launch"], steps_set), win)
+        launch_claim = iv.intersect(idle_in_steps(trace, "idle_launch"), win)
         idle_launch = iv.total(launch_claim)
-        idle_cpu = iv.total(iv.intersect(iv.intersect(tl.sets["idle_cpu"], steps_set), win))
+        idle_cpu = iv.total(iv.intersect(idle_in_steps(trace, "idle_cpu"), win))
         n_spans = len(bad)
         busy = float(bad["busy_us"].sum())
-        nparams = _num_parameters(trace)
+        nparams = num_parameters(trace)
         dev = trace.device
         mem_gbps = dev.peaks.mem_gbps if dev is not None and dev.peaks is not None else None
         cls = str(bad["opt_class"].mode().iloc[0])

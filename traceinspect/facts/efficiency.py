@@ -1,0 +1,151 @@
+"""The per-op, per-shape efficiency table: each (op, input shapes, input types) group of the analysed
+steps with its FLOPs and bytes (trace/roofline.py), achieved TFLOP/s and TB/s, and share of the roofline.
+
+Shared by the far-from-roofline detector and the report's `efficiency` section. Computes, never judges.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import pandas as pd
+
+from ..trace import roofline as rl
+from ..trace.timeline import is_comm_kernel
+from . import kernels as K
+from .device import primary_kernels
+from .steps import in_steps
+
+
+@dataclass(frozen=True)
+class ShapeRow:
+    """One (op, input shapes, input types) group of the analysed steps, against the roofline."""
+
+    op: str
+    family: str
+    shape: str
+    dtype: str
+    dims: dict
+    calls_per_step: float
+    gpu_us_per_step: float          # sum of the durations of the kernels the op's calls launched
+    us_per_call: float
+    gflops_per_call: float | None   # None: not modelled (a convolution whose output size is unknown)
+    mbytes_per_call: float | None
+    tflops: float | None            # achieved
+    tbps: float | None              # achieved
+    intensity: float | None         # FLOP per byte
+    peak_tflops: float | None       # the compute roof for this family and dtype
+    peak_tbps: float | None         # the memory roof
+    bound: str | None               # "compute" | "memory": the roof the intensity puts it under
+    share_of_peak: float | None     # time at the roofline / measured time
+    roofline_us_per_step: float | None
+    kernel: str                     # the longest-running kernel of the group
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        out = {}
+        for k, v in asdict(self).items():
+            if isinstance(v, float):
+                v = float(f"{v:.6g}") if math.isfinite(v) else None
+            out[k] = v
+        return out
+
+
+def shape_table(trace) -> list[ShapeRow]:
+    """Every modelled op group of the analysed steps on the analysed device, longest GPU time first.
+    Ops the model does not know are left out (coverage() says how much kernel time that is)."""
+    return trace.memo("efficiency shape table", lambda: _table(trace))
+
+
+def coverage(trace) -> dict:
+    """GPU kernel time per step (communication kernels excluded) and the share the table models."""
+    k = _step_kernels(trace)
+    n = max(len(trace.steps), 1)
+    total = float(k["dur_us"].sum()) if len(k) else 0.0
+    modelled = sum(r.gpu_us_per_step for r in shape_table(trace) if r.share_of_peak is not None) * n
+    return {"kernel_us_per_step": total / n, "modelled_frac": min(1.0, modelled / total) if total else 0.0}
+
+
+def section(trace, top: int = 25) -> dict:
+    """The report's `efficiency` field: the peaks used, the coverage and the top rows by GPU time."""
+    if not trace.has_gpu or not len(trace.kernels):
+        return {}
+    rows = shape_table(trace)
+    dev = trace.device
+    p = dev.peaks if dev is not None else None
+    peaks = None if p is None else {
+        "name": p.name, "source": p.source, "approximate": p.approximate, "mem_tbps": p.mem_gbps / 1e3,
+        "fp32_tflops": p.fp32_tflops, "tf32_tflops": p.tf32_tflops, "half_tflops": p.half_tflops,
+        "fp8_tflops": p.fp8_tflops, "bf16": p.bf16}
+    return {"peaks": peaks, **coverage(trace), "rows_total": len(rows),
+            "rows": [r.to_dict() for r in rows[:top]]}
+
+
+def _step_kernels(trace) -> pd.DataFrame:
+    k = trace.kernels
+    if not len(k) or not len(trace.steps):
+        return k.iloc[:0]
+    k = primary_kernels(trace)
+    return in_steps(k[~is_comm_kernel(k["name"])], trace)
+
+
+def _table(trace) -> list[ShapeRow]:
+    k = _step_kernels(trace)
+    k = k[k["op_idx"].to_numpy() >= 0]
+    if not len(k):
+        return []
+    n = max(len(trace.steps), 1)
+    ops = trace.cpu_ops
+    per_op = k.groupby("op_idx")["dur_us"].sum()
+    idx = per_op.index.to_numpy()
+    inst = pd.DataFrame({"op": ops["name"].to_numpy()[idx].astype(str),
+                         "dims": ops["input_dims_raw"].to_numpy()[idx],
+                         "types": ops["input_type_raw"].to_numpy()[idx],
+                         "dur": per_op.to_numpy()}, index=idx)
+    inst["dims"] = inst["dims"].map(lambda b: b if b is not None else b"")
+    inst["types"] = inst["types"].map(lambda b: b if b is not None else b"")
+    grp = inst.groupby(["op", "dims", "types"], sort=False)
+    inst["grp"] = grp.ngroup()
+    agg = grp["dur"].agg(["sum", "count"]).reset_index()
+    # the longest-running kernel of each group: its name tells the math precision (TF32 or not)
+    kg = pd.DataFrame({"grp": inst["grp"].reindex(k["op_idx"].to_numpy()).to_numpy(),
+                       "name": k["name"].astype(str).to_numpy(), "dur": k["dur_us"].to_numpy()})
+    kk = kg.groupby(["grp", "name"], sort=False)["dur"].sum()
+    top_kernel = {g: name for g, name in kk.groupby(level=0).idxmax().map(lambda t: t[1]).items()}
+    decoded = [trace.shapes(d) if d else None for d in agg["dims"]]
+    conv_out = rl.conv_outputs(list(agg["op"]), decoded)
+    dev = trace.device
+    peaks = dev.peaks if dev is not None else None
+    rows = []
+    for i, r in enumerate(agg.itertuples(index=False)):
+        types = trace.shapes(r.types) if r.types else None
+        w = rl.op_work(r.op, decoded[i], types, conv_out)
+        if w is None or not r.sum > 0:
+            continue
+        kname = top_kernel.get(i, "")
+        rows.append(_row(r.op, w, float(r.sum), int(r.count), n, peaks, kname))
+    rows.sort(key=lambda x: -x.gpu_us_per_step)
+    return rows
+
+
+def _row(op: str, w: rl.Work, dur_us: float, count: int, n: int, peaks, kernel: str) -> ShapeRow:
+    base = dict(op=op, family=w.family, shape=w.shape, dtype=w.dtype, dims=w.dims, calls_per_step=count / n,
+                gpu_us_per_step=dur_us / n, us_per_call=dur_us / count, kernel=kernel, note=w.note)
+    if not (math.isfinite(w.flops) and math.isfinite(w.bytes)):
+        return ShapeRow(**base, gflops_per_call=None, mbytes_per_call=None, tflops=None, tbps=None, intensity=None,
+                        peak_tflops=None, peak_tbps=None, bound=None, share_of_peak=None, roofline_us_per_step=None)
+    tflops = w.flops * count / dur_us / 1e6          # FLOP per us / 1e6 = TFLOP/s
+    tbps = w.bytes * count / dur_us / 1e6            # byte per us / 1e6 = TB/s
+    intensity = w.flops / w.bytes if w.bytes > 0 else None
+    peak_f = rl.roof(peaks, w.family, w.dtype, K.classify_name(kernel).precision if kernel else "")
+    peak_b = peaks.mem_gbps / 1e3 if peaks is not None and peaks.mem_gbps else None
+    bound = share = ideal = None
+    if peak_f and peak_b:
+        t_compute = w.flops / (peak_f * 1e6)         # us per call at the compute roof
+        t_memory = w.bytes / (peak_b * 1e6)          # us per call at the memory roof
+        bound = "compute" if t_compute >= t_memory else "memory"
+        ideal = max(t_compute, t_memory) * count / n
+        share = ideal * n / dur_us
+    return ShapeRow(**base, gflops_per_call=w.flops / 1e9, mbytes_per_call=w.bytes / 1e6, tflops=tflops, tbps=tbps,
+                    intensity=intensity, peak_tflops=peak_f, peak_tbps=peak_b, bound=bound, share_of_peak=share,
+                    roofline_us_per_step=ideal)
