@@ -78,7 +78,8 @@ def make_config(config: "Config | str | Path | Mapping | None", start: str | Pat
     if isinstance(config, _config.Config):
         return config
     if isinstance(config, Mapping):
-        return _config.from_table(dict(config), "config")
+        import dataclasses          # no file: the report's settings name no source
+        return dataclasses.replace(_config.from_table(dict(config), "config"), source=None)
     if isinstance(config, (str, Path)):
         return _config.load(config)
     if config is None:
