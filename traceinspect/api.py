@@ -153,9 +153,7 @@ def _analyze_trace(trace: "Trace", cfg: "Config", *, steps, rank, strict) -> "Re
 
 def _analyze_file(path: str, cfg: "Config", *, steps, rank, strict, jobs, cache, progress) -> "Report":
     from . import cache as _cache
-    from .analyze import analyze as run
     from .trace.load import estimate_json_bytes
-    from .trace.model import load_trace
     json_size = estimate_json_bytes(path)  # a FIFO or device: a TraceError at once, never a blocking open
     settings = cfg.non_default()
     key = (_cache.key_for(path, {**cache_options(steps), **({"settings": settings} if settings else {})})
@@ -164,7 +162,9 @@ def _analyze_file(path: str, cfg: "Config", *, steps, rank, strict, jobs, cache,
     if report is not None:
         if strict and report.failures:
             raise DetectorFailed(f"detector {report.failures[0].name} failed: {report.failures[0].error}")
-    else:
+    else:                                # the analyzer (and pandas) load only on a cache miss
+        from .analyze import analyze as run
+        from .trace.model import load_trace
         trace = load_trace(path, jobs=jobs, progress=progress if json_size > PROGRESS_MIN_BYTES else None)
         trace.select_steps(steps)
         report = run(trace, strict=strict, config=cfg)
