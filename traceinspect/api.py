@@ -84,7 +84,7 @@ def make_config(config: "Config | str | Path | Mapping | None", start: str | Pat
         return _config.load(config)
     if config is None:
         return _config.load(None, start=start)
-    raise UsageError(f"is a {type(config).__name__}; expected a Config, a TOML file path or a dict",
+    raise UsageError(f"is of type {type(config).__name__}; expected a Config, a TOML file path or a dict",
                      param="config", value=config)
 
 
