@@ -118,7 +118,10 @@ def main(argv=None) -> int:
             missed.append("analyze vs raw decode")
 
     width = max(len(r[0]) for r in rows)
-    print(f"best of {args.runs} fresh processes, wall seconds ({sys.version.split()[0]}, {os.cpu_count()} CPUs)")
+    native = subprocess.run(py("from traceinspect.trace.stream import native_enabled; print(native_enabled())"),
+                            env=ENV, capture_output=True, text=True).stdout.strip() == "True"
+    print(f"best of {args.runs} fresh processes, wall seconds ({sys.version.split()[0]}, {os.cpu_count()} CPUs, "
+          f"reader: {'native scanner' if native else 'pure Python'})")
     for name, t, note in rows:
         print(f"  {name:<{width}}  {t:6.3f} s  {note}")
     if missed:
