@@ -22,7 +22,7 @@ EXIT_INTERNAL = 5
 
 
 # library parameter -> the flag that sets it, where the two are not spelled alike (UsageError.param)
-FLAGS = {"fixes": "--fix", "format": "--format"}
+FLAGS = {"fixes": "--fix", "format": "--format", "logdir": "--tensorboard"}
 
 
 class _Group(click.Group):
