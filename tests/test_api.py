@@ -130,3 +130,22 @@ def test_docs_api_code_blocks_run(traces, tmp_path, monkeypatch, capsys):
     assert ns["report"].findings[0].name == "dataloader-stall"
     assert "dataloader-stall" in ns["d"].resolved
     assert "steps - steps='9:' selects no step: the trace has 4 steps (0..3)" in out
+
+
+def test_library_error_messages_name_no_flag():
+    """Outside cli.py, no UsageError / TraceError message (its first argument) spells a command-line flag:
+    a parameter at fault is UsageError(param=...), which the CLI words as its flag."""
+    import ast
+    pkg = Path(api.__file__).parent
+    bad = []
+    for f in pkg.rglob("*.py"):
+        if f.name == "cli.py":
+            continue
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("UsageError", "TraceError")
+                    and node.args):
+                msg = node.args[-1] if node.func.id == "TraceError" else node.args[0]
+                parts = [c.value for c in ast.walk(msg) if isinstance(c, ast.Constant) and isinstance(c.value, str)]
+                if any(re.search(r"(^|\s)--[a-z]", p) for p in parts):
+                    bad.append(f"{f.relative_to(pkg)}:{node.lineno}")
+    assert not bad, bad
