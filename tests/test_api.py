@@ -149,3 +149,14 @@ def test_library_error_messages_name_no_flag():
                 if any(re.search(r"(^|\s)--[a-z]", p) for p in parts):
                     bad.append(f"{f.relative_to(pkg)}:{node.lineno}")
     assert not bad, bad
+
+
+def test_analyzing_one_trace_twice_gives_the_same_report(tmp_path):
+    from builders import TraceBuilder
+    t = TraceBuilder()              # one step of about 0.1 ms: analyze warns that the window is under 1 ms
+    with t.step():
+        t.kernel("k", 50)
+    trace = ti.load(t.write(tmp_path / "short.pt.trace.json"))
+    first, second = ti.analyze(trace), ti.analyze(trace)
+    assert any("under 1 ms" in w for w in first.warnings)
+    assert first.to_dict() == second.to_dict()

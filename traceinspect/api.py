@@ -146,7 +146,11 @@ def _rank(rank: int | str | None) -> int | None:
 def _analyze_trace(trace: "Trace", cfg: "Config", *, steps, rank, strict) -> "Report":
     from .analyze import analyze as run
     trace.select_steps(steps)
-    report = run(trace, strict=strict, config=cfg)
+    loaded = list(trace.warnings)        # the analysis appends its own warnings to the trace's:
+    try:                                 # put them back, so that a second analyze() repeats none
+        report = run(trace, strict=strict, config=cfg)
+    finally:
+        trace.warnings[:] = loaded
     _check_rank(report, rank, trace.meta.path)
     return report
 
