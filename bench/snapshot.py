@@ -37,7 +37,14 @@ def _render_all(report, dest: Path) -> None:
 
 
 def snapshot(out: Path, traces: Path | None, builders: bool) -> int:
-    from traceinspect.cli import build_report
+    try:   # the library API; the default settings (no pyproject.toml lookup), no cache
+        from traceinspect.api import analyze as _analyze
+        from traceinspect.config import Config
+
+        def build_report(path: str, use_cache: bool = False):
+            return _analyze(path, Config(), cache=use_cache)
+    except ImportError:   # a checkout from before traceinspect.api
+        from traceinspect.cli import build_report
     from traceinspect.errors import TraceinspectError
     n = 0
     if traces is not None and traces.is_dir():

@@ -71,8 +71,8 @@ import sys
 
 
 def _key(p):
-    """The key build_report uses for a plain `analyze p` (no --steps)."""
-    from traceinspect.cli import cache_options
+    """The key api.analyze(cache=True) uses for a plain `analyze p` (no --steps)."""
+    from traceinspect.api import cache_options
     return cache.key_for(p, cache_options(None))
 
 

@@ -8,7 +8,8 @@ from click.testing import CliRunner
 
 from builders import build_dataloader_stall, build_healthy
 from traceinspect.analyze import analyze
-from traceinspect.cli import build_report, cli
+from traceinspect.api import analyze as analyze_path
+from traceinspect.cli import cli
 from traceinspect.diff import MEDIAN_SE_FACTOR, diff, load_saved_report
 from traceinspect.errors import TraceError
 from traceinspect.findings import Finding, Skipped
@@ -174,8 +175,8 @@ def test_cli_diff_missing_file_is_exit_3(tmp_path):
 
 def test_real_pair_dataloader_workers(shared_dir, expected):
     for pair in expected.get("pairs", []):
-        before = build_report(str(shared_dir / pair["before"]))
-        after = build_report(str(shared_dir / pair["after"]))
+        before = analyze_path(str(shared_dir / pair["before"]), cache=True)
+        after = analyze_path(str(shared_dir / pair["after"]), cache=True)
         d = diff(before, after)
         for name in pair["resolved"]:
             assert name in d.resolved

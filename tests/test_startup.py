@@ -1,6 +1,6 @@
 """Start-up cost: the package root is lazy, so a training process that imports traceinspect.capture,
 and `traceinspect --help`, load neither pandas nor the analyzer (checked in a fresh interpreter; the
-times themselves are measured in bench/startup.sh, not asserted here)."""
+times themselves are measured in bench/startup.py, not asserted here)."""
 from __future__ import annotations
 
 import json
@@ -29,6 +29,12 @@ def test_cli_help_loads_neither_pandas_nor_the_analyzer():
     loaded = _loaded_after("import contextlib, io\nfrom traceinspect.cli import cli\n"
                            "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
                            "    cli(['--help'], prog_name='traceinspect')")
+    assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
+
+
+def test_the_api_module_and_its_root_names_load_nothing_heavy_until_called():
+    loaded = _loaded_after("import traceinspect, traceinspect.api\n"
+                           "traceinspect.load, traceinspect.analyze, traceinspect.diff")
     assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
 
 

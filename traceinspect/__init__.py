@@ -1,6 +1,8 @@
 """traceinspect: why is my fine-tuning run slow? Ranked root causes, with numbers, from a torch.profiler trace.
 
-Public API: load_trace, analyze, diff, Report, Finding.
+Public API (docs/api.md; defined in traceinspect.api): load, analyze, diff, Config, Report, ReportDiff,
+Trace, Finding; load_trace is the older name of a plain load. Rendering: traceinspect.api.render
+(not a root name: the root's `render` is the renderers' subpackage).
 
 The names are loaded on first use (PEP 562 module `__getattr__`), so that `import traceinspect.capture`
 in a training process and `traceinspect --help` load neither pandas nor the analyzer.
@@ -12,18 +14,18 @@ import types
 
 __version__ = "0.1.0"
 
-# public name -> (module, attribute); `analyze` is the function, which shadows its module on purpose
+# public name -> (module, attribute); `analyze` and `diff` are the API's functions, which shadow the
+# modules of the same name on purpose
 _LAZY = {
     "Evidence": ("findings", "Evidence"), "EventRef": ("findings", "EventRef"),
     "Failure": ("findings", "Failure"), "Finding": ("findings", "Finding"), "Skipped": ("findings", "Skipped"),
-    "Report": ("report", "Report"),
+    "Report": ("report", "Report"), "ReportDiff": ("diff", "ReportDiff"), "Config": ("config", "Config"),
     "Trace": ("trace.model", "Trace"), "load_trace": ("trace.model", "load_trace"),
-    "analyze": ("analyze", "analyze"),
-    "diff": ("diff", "diff"),
+    "load": ("api", "load"), "analyze": ("api", "analyze"), "diff": ("api", "diff"),
 }
 
-__all__ = ["load_trace", "analyze", "diff", "Report", "Finding", "Evidence", "EventRef", "Skipped", "Failure",
-           "Trace", "__version__"]
+__all__ = ["load", "analyze", "diff", "Config", "Report", "ReportDiff", "Trace", "Finding", "Evidence",
+           "EventRef", "Skipped", "Failure", "load_trace", "__version__"]
 
 
 def __getattr__(name: str):

@@ -484,7 +484,7 @@ def analyze_many(paths: Sequence[str], *, steps: str | None = None, strict: bool
             if "error" not in r and r["trace"]["rank"] == keep_rank:
                 return Report.from_dict(r)
         found = sorted(r["trace"]["rank"] for r in results if "error" not in r)
-        raise UsageError(f"--rank {keep_rank}: no such rank among the files (ranks found: {found})")
+        raise UsageError(f": no such rank among the files (ranks found: {found})", param="rank", value=keep_rank)
     return reduce_ranks(results)
 
 

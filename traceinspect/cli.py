@@ -2,7 +2,7 @@
 
 Exit codes: 0 ok; 1 a finding at or above --fail-on (or a diff regression); 2 usage; 3 the trace cannot
 be read; 4 a detector failed under --strict; 5 internal error (a bug: please report it).
-Holds no analysis logic. Nothing imports this module.
+Holds no analysis logic: it parses flags and calls traceinspect.api. Nothing imports this module.
 """
 from __future__ import annotations
 
@@ -21,9 +21,8 @@ EXIT_FINDING = 1
 EXIT_INTERNAL = 5
 
 
-def _renderers():
-    from .render import RENDERERS
-    return RENDERERS
+# library parameter -> the flag that sets it, where the two are not spelled alike (UsageError.param)
+FLAGS = {"fixes": "--fix", "format": "--format", "logdir": "--tensorboard"}
 
 
 class _Group(click.Group):
@@ -34,6 +33,8 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except TraceError as e:
             _fail(f"error: {e}", e.hint, e.exit_code)
+        except UsageError as e:          # the library names the parameter; here it is a flag
+            _fail(f"error: {e.flag_message(FLAGS)}", e.hint, e.exit_code)
         except TraceinspectError as e:
             _fail(f"error: {e}", e.hint, e.exit_code)
         except MemoryError:
@@ -112,29 +113,6 @@ def _choose_format(fmt: str | None, output: str | None, formats=None) -> str:
     return "text"
 
 
-def _trace_paths(path: str) -> list[str]:
-    """PATH -> the trace files to analyse: the file itself, or the rank files of the one run in a
-    directory (rundir.one_run says which, and refuses a folder of several runs)."""
-    import stat
-    from .trace.rundir import one_run
-    if not path:
-        raise UsageError("PATH is empty (\"\"): it names no trace file or directory",
-                         hint="pass a trace file, or the directory of one run's rank files ('.' for this one)")
-    p = Path(path)
-    try:
-        mode = p.stat().st_mode
-    except FileNotFoundError:
-        raise TraceError(path, "no such file or directory", hint="check the path") from None
-    except OSError as e:
-        raise TraceError(path, f"cannot read it ({e.strerror or e})", hint="check the path and its permissions") from None
-    if stat.S_ISDIR(mode):
-        return [str(f.path) for f in one_run(p)]
-    if not stat.S_ISREG(mode):
-        from .trace.load import not_regular
-        raise not_regular(path, mode)
-    return [str(p)]
-
-
 class _Progress:
     """A one-line progress bar on stderr, only when stderr is a terminal and the work is long."""
 
@@ -159,60 +137,6 @@ class _Progress:
         if self.enabled and self.last >= 0:
             sys.stderr.write("\r" + " " * 75 + "\r")
             sys.stderr.flush()
-
-
-def cache_options(steps: str | None) -> dict:
-    """Everything besides the file that changes a report, for the cache key."""
-    from .trace import hardware
-    from .trace.stream import native_enabled
-    # the reader is part of the key: both give the same tables, but a cached report must never
-    # hide a difference between them; so is the peak table's override file (TRACEINSPECT_HARDWARE):
-    # it changes the efficiency numbers
-    return {"steps": steps, "native": native_enabled(), "hardware": hardware.override_signature()}
-
-
-def build_report(path: str, *, rank: str | None = None, steps: str | None = None, strict: bool = False,
-                 jobs: int | None = None, scheduler: str | None = None, use_cache: bool = True, config=None):
-    """PATH (file or directory of rank files) -> Report. `config`: a traceinspect.config.Config."""
-    from . import cache
-    from .analyze import analyze, analyze_many
-    from .errors import DetectorFailed
-    from .trace.load import estimate_json_bytes
-    from .trace.model import load_trace, parse_step_slice
-    if steps:
-        parse_step_slice(steps)  # a bad --steps is a usage error before any file is read
-    paths = _trace_paths(path)
-    if len(paths) == 1:
-        json_size = estimate_json_bytes(paths[0])  # a FIFO or device: exit 3 at once, never a blocking open
-        settings = config.non_default() if config is not None else {}
-        key = (cache.key_for(paths[0], {**cache_options(steps), **({"settings": settings} if settings else {})})
-               if use_cache and json_size >= cache.MIN_BYTES else None)
-        report = cache.load(key)
-        if report is not None:
-            if strict and report.failures:
-                raise DetectorFailed(f"detector {report.failures[0].name} failed: {report.failures[0].error}")
-        else:
-            bar = _Progress(f"reading {Path(paths[0]).name}", json_size > (50 << 20))
-            try:
-                trace = load_trace(paths[0], jobs=jobs, progress=bar)
-            finally:
-                bar.done()
-            trace.select_steps(steps)
-            report = analyze(trace, strict=strict, config=config)
-            cache.store(key, report.to_dict())
-        if rank not in (None, "all") and int(rank) != report.trace.get("rank"):
-            raise UsageError(f"--rank {rank}: {paths[0]} is rank {report.trace.get('rank')}")
-        return report
-    if config is not None and config.non_default():
-        raise UsageError(f"{path}: detector settings ({config.source or 'options'}) apply to one trace file "
-                         "so far, not to a directory of rank files", hint="analyse one rank file at a time")
-    mapper = None
-    if scheduler:
-        from .distributed import dask_mapper
-        mapper = dask_mapper(scheduler)
-    report = analyze_many(paths, steps=steps, strict=strict, jobs=jobs, mapper=mapper,
-                          keep_rank=None if rank in (None, "all") else int(rank))
-    return report
 
 
 _FORMATS = ["text", "md", "json", "html"]
@@ -248,6 +172,7 @@ _FORMATS = ["text", "md", "json", "html"]
 def analyze(path, fmt, output, rank, steps, fail_on, strict, jobs, assets, tb_logdir, scheduler, no_cache,
             annotate_out, config_file, select, ignore, settings):
     """Analyse a trace file (.json or .json.gz) or the directory of one run's rank files."""
+    from . import api
     if rank not in (None, "all"):
         try:
             int(rank)
@@ -257,21 +182,18 @@ def analyze(path, fmt, output, rank, steps, fail_on, strict, jobs, assets, tb_lo
         raise UsageError("--fail-on takes a fraction between 0 and 1, e.g. 0.1 for 10%")
     fmt = _choose_format(fmt, output)  # a bad -o name fails before the analysis, not after
     if annotate_out:
-        report = _annotate(path, annotate_out, steps=steps, strict=strict, jobs=jobs)
+        report = api.annotate(path, annotate_out, steps=steps, strict=strict, jobs=jobs)
     else:
-        report = build_report(path, rank=rank, steps=steps, strict=strict, jobs=jobs, scheduler=scheduler,
-                              use_cache=not no_cache, config=_config(path, config_file, select, ignore, settings))
-    renderers = _renderers()
-    if fmt not in renderers:
-        raise UsageError(f"--format {fmt} is not available in this installation")
-    render, _ = renderers[fmt]
+        cfg = _config(path, config_file, select, ignore, settings)
+        bar = _Progress(f"reading {Path(path).name}", True)
+        try:
+            report = api.analyze(path, cfg, rank=rank, steps=steps, strict=strict, jobs=jobs, scheduler=scheduler,
+                                 cache=not no_cache, progress=bar)
+        finally:
+            bar.done()
     width = shutil.get_terminal_size((100, 24)).columns if not output else 100
-    if fmt == "md" and assets:
-        from .render.markdown import render_with_assets
-        text = render_with_assets(report, assets_dir=assets,
-                                  relative_to=output if output and output != "-" else None)
-    else:
-        text = render(report, width=width)
+    text = api.render(report, fmt, width=width, assets=assets if fmt == "md" else None,
+                      relative_to=output if output and output != "-" else None)
     _write(text, output)
     if tb_logdir:
         from .tensorboard import write_report
@@ -291,13 +213,6 @@ def _config(path, config_file, select, ignore, settings):
                            settings=settings)
 
 
-def _report_or_trace(path: str, steps: str | None):
-    """One side of `diff`: a saved JSON report as it is, anything else analysed as a trace."""
-    from .diff import load_saved_report
-    saved = load_saved_report(path)
-    return saved if saved is not None else build_report(path, steps=steps)
-
-
 @cli.command()
 @click.argument("before", type=click.Path())
 @click.argument("after", type=click.Path())
@@ -310,37 +225,21 @@ def _report_or_trace(path: str, steps: str | None):
                    "on each side, more than the step-to-step noise (2 standard errors).")
 def diff(before, after, fmt, output, steps, fail_pct):
     """Compare two runs: each a trace, or a report saved with 'analyze --format json -o x.json'."""
-    from .diff import diff as diff_reports
+    from . import api
+    from .config import Config
     from .render.diff import DIFF_RENDERERS
     if fail_pct is not None and not 0 <= fail_pct < float("inf"):
         raise UsageError("--fail-on-regression takes a percentage >= 0, e.g. 5 for 5%")
     fmt = _choose_format(fmt, output, DIFF_RENDERERS)
-    d = diff_reports(_report_or_trace(before, steps), _report_or_trace(after, steps))
-    render, _ = DIFF_RENDERERS[fmt]
+    # each side with the default settings and the cache, as before configuration existed
+    d = api.diff(before, after, steps=steps, config=Config(), cache=True)
     width = shutil.get_terminal_size((100, 24)).columns if not output else 100
-    _write(render(d, width=width), output)
+    _write(api.render(d, fmt, width=width), output)
     if fail_pct is not None:
         gate = d.regression(fail_pct)
         click.echo(gate.message, err=True)
         if gate.regressed:
             sys.exit(EXIT_FINDING)
-
-
-def _annotate(path: str, out: str, *, steps: str | None, strict: bool = False, jobs: int | None = None):
-    """Analyse one trace file and write it, findings drawn in, to out; returns the report."""
-    from .analyze import analyze as run
-    from .annotate import annotate_file
-    from .trace.model import load_trace
-    paths = _trace_paths(path)
-    if len(paths) != 1:
-        raise UsageError(f"{path}: annotate takes one trace file, not a directory of {len(paths)} traces")
-    if Path(out).resolve() == Path(paths[0]).resolve():
-        raise UsageError(f"{out}: the annotated trace must not overwrite its source; choose another -o")
-    trace = load_trace(paths[0], jobs=jobs)
-    trace.select_steps(steps)
-    report = run(trace, strict=strict)
-    annotate_file(paths[0], out, trace, report)
-    return report
 
 
 @cli.command()
@@ -351,7 +250,8 @@ def _annotate(path: str, out: str, *, steps: str | None, strict: bool = False, j
 def annotate(trace, output, steps):
     """Write TRACE with a "traceinspect" process added: one track per finding, slices over the time it
     claims, and a marker per step; open it in Perfetto or chrome://tracing."""
-    report = _annotate(trace, output, steps=steps)
+    from .api import annotate as run
+    report = run(trace, output, steps=steps)
     _say(f"wrote {output}: {len(report.findings)} finding track(s) and {report.steps.get('count', 0)} step marker(s)")
 
 
@@ -363,26 +263,9 @@ def annotate(trace, output, steps):
 @click.option("--steps", default=None, help="Steps to analyse, e.g. '1:'.")
 def whatif(path, fixes, fmt, steps):
     """Predict the step time after fixes by replaying a trace file (docs/whatif.md)."""
-    from .analyze import analyze as analyze_trace
+    from .api import whatif as predict
     from .render.text import render_whatif
-    from .trace.model import load_trace, parse_step_slice
-    from .whatif.engine import summary, transforms
-    names = tuple(n.strip() for n in fixes.split(",") if n.strip())
-    known = transforms()
-    bad = [n for n in names if n not in known]
-    if bad or not names:
-        raise UsageError(f"--fix {fixes!r}: no replay transformation for {', '.join(bad) or 'an empty list'}; "
-                         f"known: {', '.join(sorted(known))}")
-    if steps:
-        parse_step_slice(steps)
-    paths = _trace_paths(path)
-    if len(paths) != 1:
-        raise UsageError(f"{path}: whatif replays one trace file; pass one rank's file")
-    trace = load_trace(paths[0])
-    trace.select_steps(steps)
-    if not trace.has_gpu or not len(trace.steps):
-        raise UsageError(f"{paths[0]}: no GPU activity or no steps to replay; capture with ProfilerActivity.CUDA")
-    d = summary(trace, analyze_trace(trace).findings, names)
+    d = predict(path, fixes, steps=steps)
     _echo(json.dumps(d, sort_keys=True, indent=1) if fmt == "json" else render_whatif(d))
 
 

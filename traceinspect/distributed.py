@@ -15,13 +15,14 @@ def dask_mapper(address: str) -> Callable:
     try:
         from distributed import Client
     except ImportError:
-        raise UsageError("--scheduler needs the optional extra: pip install 'traceinspect[dask]'") from None
+        raise UsageError("needs the optional extra: pip install 'traceinspect[dask]'", param="scheduler",
+                         value=address) from None
 
     def mapper(fn: Callable, items: Iterable) -> list:
         try:
             client = Client(address, timeout="10s")
         except OSError as e:
-            raise UsageError(f"--scheduler {address}: cannot connect ({e})") from None
+            raise UsageError(f": cannot connect ({e})", param="scheduler", value=address) from None
         try:
             futures = client.map(fn, list(items), pure=False)
             return client.gather(futures)

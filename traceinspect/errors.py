@@ -24,7 +24,30 @@ class TraceinspectError(Exception):
 
 
 class UsageError(TraceinspectError):
+    """Bad arguments. When one parameter is at fault, `param` names it (as the library spells it:
+    "steps", "rank") and `value` holds what was given; the message then reads `steps='9:' selects no
+    step`, and the command line words it as its flag (`--steps '9:' selects no step`, see flag_message)."""
+
     exit_code = 2
+    param: str | None = None
+
+    def __init__(self, message: str, *, hint: str = "", param: str | None = None, value=None) -> None:
+        self.param, self.value, self.detail = param, value, text(message)
+        if param is not None:
+            message = f"{param}={value!r}{_sep(message)}{message}"
+        super().__init__(message, hint=hint)
+
+    def flag_message(self, flags: dict[str, str]) -> str:
+        """The message with the parameter worded as the command-line flag `flags` maps it to."""
+        if self.param is None:
+            return str(self)
+        flag = flags.get(self.param, "--" + self.param.replace("_", "-"))
+        value = self.value if isinstance(self.value, (int, float)) else repr(self.value)
+        return text(f"{flag} {value}{_sep(self.detail)}{self.detail}")
+
+
+def _sep(message: str) -> str:
+    return "" if message[:1] in (":", ",", ";") else " "
 
 
 class TraceError(TraceinspectError):

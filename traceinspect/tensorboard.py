@@ -13,7 +13,7 @@ from .inert import md_code, md_text, num
 from .inert import text as inert_text
 
 PREFIX = "traceinspect"
-INSTALL_HINT = "--tensorboard needs the optional extra: pip install 'traceinspect[tensorboard]'"
+INSTALL_HINT = "needs the optional extra: pip install 'traceinspect[tensorboard]'"
 
 
 def write_report(report, logdir) -> str:
@@ -32,11 +32,11 @@ def write_report(report, logdir) -> str:
         from tensorboard.plugins.text import metadata as text_meta
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
     except ImportError:
-        raise UsageError(INSTALL_HINT) from None
+        raise UsageError(INSTALL_HINT, param="logdir", value=str(logdir)) from None
     try:
         Path(logdir).mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise UsageError(f"--tensorboard {logdir}: cannot create the directory: {e.strerror or e}") from None
+        raise UsageError(f": cannot create the directory: {e.strerror or e}", param="logdir", value=str(logdir)) from None
 
     scalar_md = scalar_meta.create_summary_metadata(display_name="", description="")
 

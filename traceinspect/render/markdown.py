@@ -241,7 +241,7 @@ def render_with_assets(report, assets_dir, *, relative_to: str | None = None) ->
     from ..errors import UsageError
     from . import charts
     if not charts.available():
-        raise UsageError("--assets needs matplotlib to draw the charts",
+        raise UsageError("needs matplotlib to draw the charts", param="assets", value=str(assets_dir),
                          hint=f"install the optional extra: {charts.INSTALL_HINT}")
     files = chart_assets(report)
     out = Path(assets_dir)

@@ -164,7 +164,7 @@ class Trace:
         sl = parse_step_slice(spec)
         n = len(self.all_steps[0])
         if len(range(n)[sl]) == 0:
-            raise UsageError(f"--steps {spec!r} selects no step: the trace has {n} steps (0..{n - 1})")
+            raise UsageError(f"selects no step: the trace has {n} steps (0..{n - 1})", param="steps", value=spec)
         self._step_slice = sl
         self.__dict__.pop("steps", None)
         self.__dict__.pop("timeline", None)
@@ -198,7 +198,7 @@ def parse_step_slice(spec: str) -> slice:
     """--steps: 'N' (one step), 'A:B' or 'A:B:C', a Python slice over the steps in time order.
     Anything else (a zero or non-integer part, more than three parts) is a UsageError."""
     def usage() -> UsageError:
-        return UsageError(f"--steps {spec!r}: expected N, A:B or A:B:C with integers and a non-zero C",
+        return UsageError(": expected N, A:B or A:B:C with integers and a non-zero C", param="steps", value=spec,
                           hint="a Python slice over the steps in time order: '1:' skips the first step, "
                                "'2:5' takes the third to the fifth, '::2' every other one")
 
