@@ -12,6 +12,7 @@ from pathlib import Path
 from concurrent.futures import ProcessPoolExecutor
 from typing import Callable, Sequence
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -21,7 +22,7 @@ from .detectors.efficiency import section as efficiency_section
 from .detectors.memory_fit import memory_section
 from .errors import DetectorFailed, TraceError, UsageError
 from .findings import Failure, Finding, Skipped
-from .report import Report
+from .report import Part, RankSummary, Report, Steps, TopKernel, TraceInfo, typed
 from .timeline_sample import representative_step
 from .whatif import engine as whatif
 from .trace.model import Trace, load_trace
@@ -103,18 +104,19 @@ def analyze(trace: Trace, *, strict: bool = False, detectors: Sequence[type[Dete
             config=None) -> Report:
     findings, skipped, failures = (run_detectors(trace, detectors, strict=strict, config=config)
                                    if trace.has_gpu or trace.has_cpu else ([], [], []))
+    warnings = list(trace.warnings)   # the Trace is not changed: analyze() twice gives one report
     if trace.window_us < MIN_WINDOW_US and (trace.has_gpu or trace.has_cpu):
-        trace.warnings.append(f"the analysed window is only {trace.window_us:.1f} us (under 1 ms): no cause was judged; "
+        warnings.append(f"the analysed window is only {trace.window_us:.1f} us (under 1 ms): no cause was judged; "
                               "capture a few whole training steps")
     breakdown = _breakdown(trace)
     account = _account(trace, findings, skipped, breakdown)
     if account.get("overlap_us", 0.0) > 1.0:
-        trace.warnings.append(f"findings claim {account['overlap_us'] / 1e3:.1f} ms of GPU idle time twice "
+        warnings.append(f"findings claim {account['overlap_us'] / 1e3:.1f} ms of GPU idle time twice "
                               "(overlapping claims): the explained-time account counts it once")
-    return Report(trace=_trace_section(trace), steps=_steps_section(trace),
-                  breakdown=breakdown, findings=findings, skipped=skipped, failures=failures,
-                  warnings=list(trace.warnings), verdict=_verdict(trace, findings, account), account=account,
-                  top_kernels=_top_kernels(trace),
+    return Report(trace=typed(TraceInfo, _trace_section(trace)), steps=typed(Steps, _steps_section(trace)),
+                  breakdown=typed(dict[str, Part], breakdown), findings=findings, skipped=skipped, failures=failures,
+                  warnings=warnings, verdict=_verdict(trace, findings, account), account=account,
+                  top_kernels=typed(list[TopKernel], _top_kernels(trace)),
                   timeline_sample=representative_step(trace) if trace.has_gpu else {},
                   efficiency=efficiency_section(trace) if trace.has_gpu and trace.window_us >= MIN_WINDOW_US else {},
                   memory=memory_section(trace),
@@ -512,7 +514,7 @@ def reduce_ranks(results: list[dict]) -> Report:
     lead_i = next(i for i, r in enumerate(ok) if r["trace"]["rank"] == gate) if gate is not None else slow
     lead = Report.from_dict(ok[lead_i])
     per = {p["rank"]: p for p in cross.get("per_rank", [])}
-    lead.ranks = [{
+    ranks = [{
         "rank": r["trace"]["rank"], "file": r["trace"]["file"], "median_step_us": r["steps"]["median_us"],
         "mean_step_us": r["steps"]["mean_us"], "steps": r["steps"]["count"],
         "gpu_busy_frac": r["breakdown"].get("gpu_busy", {}).get("frac"),
@@ -524,10 +526,11 @@ def reduce_ranks(results: list[dict]) -> Report:
             "collective_transfer_us_per_step": per[r["trace"]["rank"]]["transfer_us_per_step"],
             "clock_offset_us": per[r["trace"]["rank"]]["clock_offset_us"]} if r["trace"]["rank"] in per else {}),
     } for i, r in enumerate(ok)]
+    lead = msgspec.structs.replace(lead, ranks=typed(list[RankSummary], ranks))
     warnings = []
     if cross:
         cross["gating_rank"] = gate
-        lead.cross_rank = cross
+        lead = msgspec.structs.replace(lead, cross_rank=cross)
         if cross["clock"] != "one clock":
             offs = ", ".join(f"rank {p['rank']} {p['clock_offset_us'] / 1e3:+.3f} ms" for p in cross["per_rank"])
             warnings.append(f"the ranks' clocks differ (different hosts, or clocks not synchronised): offsets "
@@ -535,7 +538,7 @@ def reduce_ranks(results: list[dict]) -> Report:
                             f"removed before comparing arrivals ({offs})")
         warnings += cross["notes"]
     if gate is not None:
-        lead.verdict = _straggler_verdict(lead, cross, ok[lead_i], med[lead_i])
+        lead = msgspec.structs.replace(lead, verdict=_straggler_verdict(lead, cross, ok[lead_i], med[lead_i]))
     elif len(ok) > 1:
         warnings.insert(0, (
             f"{len(ok)} ranks analysed; the findings below are rank {ok[slow]['trace']['rank']}'s, the slowest "
@@ -550,16 +553,16 @@ def reduce_ranks(results: list[dict]) -> Report:
         shown = ", ".join(map(str, missing[:16])) + (", ..." if len(missing) > 16 else "")
         warnings.insert(0, f"world size is {ws} but {len(present)} rank file(s) were analysed (missing rank(s): "
                            f"{shown}): the rank that gates the step may be one that is absent; add its trace")
-    lead.warnings = warnings + lead.warnings
+    warnings += lead.warnings
     for b in bad:
-        lead.warnings.append(f"rank file skipped, {b['error']}")
+        warnings.append(f"rank file skipped, {b['error']}")
     for r in ok:
         if r is ok[lead_i]:
             continue
         for w in r["warnings"]:
             if "no rank in distributedInfo" in w:
-                lead.warnings.append(w)
-    return lead
+                warnings.append(w)
+    return msgspec.structs.replace(lead, warnings=warnings)
 
 
 def _gating_rank(cross: dict, ok: list[dict]) -> int | None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from .errors import UsageError
 from .inert import md_code, md_text, num
 from .inert import text as inert_text
+from .report import Part, StepRow
 
 PREFIX = "traceinspect"
 INSTALL_HINT = "--tensorboard needs the optional extra: pip install 'traceinspect[tensorboard]'"
@@ -53,7 +54,7 @@ def write_report(report, logdir) -> str:
 
     # numbers from a saved or cached report may be anything: a value that is not a number is left out
     events: list[tuple[int, list]] = []
-    rows = [r for r in report.steps.get("per_step", []) if isinstance(r, dict) and num(r.get("step")) is not None]
+    rows = [r for r in report.steps.get("per_step", []) if isinstance(r, StepRow) and num(r.step) is not None]
     for r in rows:
         vals = [scalar("step_time_ms", num(r.get("dur_us")) / 1e3)] if num(r.get("dur_us")) is not None else []
         bd_us = r.get("breakdown_us") if isinstance(r.get("breakdown_us"), dict) else {}
@@ -113,7 +114,7 @@ def summary_markdown(report) -> str:
     if bd:
         o += ["| where each step goes | ms per step | share |", "|---|---:|---:|"]
         o += [f"| {md_text(b.get('label', p))} | {_ms(b.get('per_step_us'), 2)} | {_pct(b.get('frac'))} |"
-              for p, b in bd.items() if isinstance(b, dict) and b.get("us")]
+              for p, b in bd.items() if isinstance(b, Part) and b.us]
         o.append("")
     for i, f in enumerate(report.findings, 1):
         o.append(f"{md_text(i)}. {md_code(f.name)} ({md_text(f.code)}): {_ms(f.time_lost_per_step_us)} ms/step, "

@@ -10,7 +10,7 @@ import math
 
 from ..inert import md_code, md_text, num
 from ..inert import text as plain
-from ..report import severity
+from ..report import UNSET, Gpu, severity
 
 __all__ = ["BREAKDOWN_ORDER", "count", "efficiency_peaks", "efficiency_rows", "evidence_value", "gpu_line", "md_code",
            "md_text", "ms", "num", "pct", "plain", "run_config_items", "sev", "sig"]
@@ -50,15 +50,15 @@ def evidence_value(e) -> str:
     return f"{v} {e.unit}".strip()
 
 
-def gpu_line(trace: dict) -> str:
-    """GPU name and architecture, unescaped: the caller escapes."""
-    g = trace.get("gpu")
+def gpu_line(trace) -> str:
+    """GPU name and architecture (a report.TraceInfo), unescaped: the caller escapes."""
+    g = trace.gpu
     if not g:
         return "no GPU activity"
-    if not isinstance(g, dict):
+    if not isinstance(g, Gpu):
         return str(g)
-    cc = f", {g['arch']}" if g.get("arch") and g.get("arch") != "unknown" else ""
-    return f"{g.get('name', '?')}{cc}"
+    cc = f", {g.arch}" if g.arch and g.arch != "unknown" else ""
+    return f"{'?' if g.name is UNSET else g.name}{cc}"
 
 
 def sev(f) -> str:
