@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import html
-import dataclasses
 import json
 import os
 import re

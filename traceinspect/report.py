@@ -423,3 +423,27 @@ def _convert(value: Any, shape: type, where: str) -> None:
 def _version() -> str:
     from . import __version__
     return __version__
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of Report.to_dict(), generated from the model (docs/report.schema.json holds a copy,
+    checked by tests/test_report_schema.py). Three things are added to msgspec's schema of the Structs:
+    the `tool` key and each finding's derived `severity` (written by to_dict, not stored), and the keys
+    a report must have (those from_dict requires); Finding's transient claim_sets is not serialised."""
+    s = msgspec.json.decode(msgspec.json.encode(msgspec.json.schema(Report)))   # tuples as lists, as JSON has them
+    defs = s["$defs"]
+    rep = defs["Report"]
+    rep["properties"]["tool"] = {"type": "object", "properties": {"name": {"type": "string"},
+                                                                  "version": {"type": "string"}}}
+    rep["required"] = ["breakdown", "findings", "schema_version"]
+    fin = defs["Finding"]
+    fin["properties"].pop("claim_sets", None)
+    fin["properties"]["severity"] = {"enum": ["high", "medium", "low"]}
+    s["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    s["title"] = "traceinspect report"
+    return s
+
+
+if __name__ == "__main__":   # python -m traceinspect.report > docs/report.schema.json
+    import json
+    print(json.dumps(json_schema(), indent=2, sort_keys=True))
