@@ -153,6 +153,11 @@ class RankSummary(Section, frozen=True):
     clock_offset_us: Union[Num, None, _U] = UNSET
 
 
+def known(value: Any, default: Any = None) -> Any:
+    """A section field's value, or `default` where the key was absent (UNSET)."""
+    return default if value is UNSET else value
+
+
 def _np(o: Any) -> Any:
     if hasattr(o, "item"):   # numpy scalars: the same value as a Python number
         return o.item()
