@@ -10,7 +10,7 @@ import math
 
 from ..inert import md_code, md_text, num
 from ..inert import text as plain
-from ..report import UNSET, Gpu, severity
+from ..report import UNSET, Gpu, known, severity
 
 __all__ = ["BREAKDOWN_ORDER", "count", "efficiency_peaks", "efficiency_rows", "evidence_value", "gpu_line", "md_code",
            "md_text", "ms", "num", "pct", "plain", "run_config_items", "sev", "sig"]
@@ -76,7 +76,7 @@ BREAKDOWN_ORDER = ("compute", "comm", "memcpy", "idle_dataloader", "idle_sync", 
 
 def run_config_items(trace: dict) -> list[tuple[str, str]]:
     """The run's recorded settings (traceinspect.capture metadata), known values only."""
-    cfg = trace.get("run_config") or {}
+    cfg = known(trace.run_config) or {}
     if not isinstance(cfg, dict):
         return []
     return [(str(k), str(v)) for k, v in cfg.items() if v is not None]
