@@ -115,3 +115,18 @@ def test_format_methods_delegate_to_the_renderers(tmp_path):
     assert rep.to_markdown() == RENDERERS["md"][0](rep)
     assert rep.to_json() == RENDERERS["json"][0](rep)
     assert rep.to_html() == RENDERERS["html"][0](rep)
+
+
+def test_an_assumed_rank_is_reported_from_its_rank_source(tmp_path):
+    """Two files, one named for rank 1 and one that states no rank (assumed 0): the lead is the slower
+    one (rank 1, a dataloader stall), and the job report still says that the other's rank was assumed."""
+    from builders import build_dataloader_stall
+    from traceinspect.analyze import analyze_many
+    d = tmp_path / "run"
+    d.mkdir()
+    fast = build_healthy().write(d / "plain.pt.trace.json")
+    slow = build_dataloader_stall().write(d / "trace_rank1.pt.trace.json")
+    rep = analyze_many([str(fast), str(slow)], jobs=1)
+    assert rep.trace.rank == 1 and [r.rank for r in rep.ranks] == [0, 1]
+    assumed = [w for w in rep.warnings if w.startswith("plain.pt.trace.json: ") and "assumed rank 0" in w]
+    assert len(assumed) == 1
