@@ -14,7 +14,7 @@ from traceinspect.diff import MEDIAN_SE_FACTOR, diff, load_saved_report
 from traceinspect.errors import TraceError
 from traceinspect.findings import Finding, Skipped
 from traceinspect.render.diff import DIFF_RENDERERS
-from traceinspect.report import Report
+from traceinspect.report import Gpu, StepRow, Steps, TraceInfo, Report
 from traceinspect.trace.model import load_trace
 
 
@@ -30,9 +30,9 @@ def rep_of(builder, tmp_path, name):
 def synthetic(durs_ms, findings=(), gpu="NVIDIA H100 80GB HBM3", skipped=()) -> Report:
     """A Report with just the steps (and findings) diff reads."""
     d = np.array(durs_ms, dtype=float) * 1e3
-    return Report(trace={"file": "x", "gpu": {"name": gpu}, "rank": 0, "profiler": {}, "versions": {}},
-                  steps={"count": len(d), "source": "ProfilerStep", "median_us": float(np.median(d)),
-                         "per_step": [{"step": i, "dur_us": float(x)} for i, x in enumerate(d)]},
+    return Report(trace=TraceInfo(file="x", gpu=Gpu(name=gpu), rank=0, profiler={}, versions={}),
+                  steps=Steps(count=len(d), source="ProfilerStep", median_us=float(np.median(d)),
+                              per_step=[StepRow(step=i, dur_us=float(x)) for i, x in enumerate(d)]),
                   breakdown={}, findings=list(findings), skipped=list(skipped))
 
 

@@ -3,6 +3,7 @@ Also the timeline sample it draws and the Markdown --assets charts."""
 import json
 import re
 
+import msgspec
 import pytest
 from click.testing import CliRunner
 
@@ -26,8 +27,7 @@ def report_of(builder, tmp_path, name="t.pt.trace.json"):
     """What analyze() returns once the lead's hook fills timeline_sample (set here explicitly)."""
     trace = load_trace(builder.write(tmp_path / name))
     rep = analyze(trace)
-    rep.timeline_sample = representative_step(trace)
-    return rep
+    return msgspec.structs.replace(rep, timeline_sample=representative_step(trace))
 
 
 def crafted(steps=3) -> TraceBuilder:
@@ -250,11 +250,13 @@ def test_a_poisoned_saved_report_is_escaped_in_every_field(tmp_path):
     with pytest.raises(ValueError):                  # refused on read (a saved report: exit 3; cache: a miss)
         Report.from_dict(d)
     # the renderer stays safe whatever it is given: poison the object itself
-    rep.trace["rank"] = XSS_ANNOTATION
-    rep.steps["count"] = XSS_ANNOTATION
-    rep.top_kernels[0]["count"] = XSS_ANNOTATION
-    rep.breakdown["compute"]["frac"] = XSS_ANNOTATION
-    rep.findings[0] = dataclasses.replace(rep.findings[0], time_lost_frac=XSS_ANNOTATION, confidence=XSS_KERNEL)
+    rep = msgspec.structs.replace(   # msgspec does not validate on construction
+        rep, trace=msgspec.structs.replace(rep.trace, rank=XSS_ANNOTATION),
+        steps=msgspec.structs.replace(rep.steps, count=XSS_ANNOTATION),
+        top_kernels=[msgspec.structs.replace(rep.top_kernels[0], count=XSS_ANNOTATION)] + rep.top_kernels[1:],
+        breakdown={**rep.breakdown, "compute": msgspec.structs.replace(rep.breakdown["compute"], frac=XSS_ANNOTATION)},
+        findings=[dataclasses.replace(rep.findings[0], time_lost_frac=XSS_ANNOTATION, confidence=XSS_KERNEL)]
+        + rep.findings[1:])
     page = render(rep)
     assert "<img" not in page and page.count("<script") == 1
     assert "&lt;img src=x onerror=alert(2)&gt;&amp;amp;" in page          # shown, escaped once

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import html
-import dataclasses
 import json
 import os
 import re
@@ -18,6 +17,7 @@ import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
+import msgspec
 import pytest
 from click.testing import CliRunner
 
@@ -28,7 +28,7 @@ from traceinspect.diff import diff
 from traceinspect.inert import md_code, md_text, text
 from traceinspect.render import RENDERERS
 from traceinspect.render.diff import DIFF_RENDERERS
-from traceinspect.report import Report
+from traceinspect.report import Gpu, Report
 from traceinspect.trace.model import load_trace
 
 REPO = Path(__file__).resolve().parents[1]
@@ -104,6 +104,9 @@ def poison(obj, key: str = ""):
         return obj
     if isinstance(obj, (int, float)):
         return "<img src=https://evil.example/n.png>" + REPORT_PAYLOAD
+    if isinstance(obj, msgspec.Struct):   # a typed section: msgspec does not validate on construction
+        return msgspec.structs.replace(obj, **{f: poison(getattr(obj, f), f) for f in obj.__struct_fields__
+                                               if getattr(obj, f) is not msgspec.UNSET})
     if isinstance(obj, list):
         return [poison(v, key) for v in obj]
     if isinstance(obj, dict):
@@ -123,7 +126,7 @@ def poisoned(rep: Report, numbers: bool = True) -> Report:
     # free-form dict sections are poisoned on the object itself.
     with pytest.raises(ValueError):
         Report.from_dict({k: v if k in ("schema_version", "steps") else poison(v, k) for k, v in d.items()})
-    return dataclasses.replace(rep, **{k: poison(d[k], k) for k in ("trace", "breakdown", "verdict", "account",
+    return msgspec.structs.replace(rep, **{k: poison(getattr(rep, k), k) for k in ("trace", "breakdown", "verdict", "account",
                                                                     "efficiency", "top_kernels", "ranks")
                                        if k in d})
 
@@ -358,8 +361,8 @@ def test_poisoned_cache_entry_through_the_cli(hostile_report, tmp_path, monkeypa
 def hostile_diff(hostile_report):
     before = poisoned(hostile_report, numbers=False)
     after = Report.from_dict(hostile_report.to_dict())
-    after.findings = after.findings[1:]          # one resolved finding, one new environment difference
-    after.trace = dict(after.trace, gpu={"name": "B" + REPORT_PAYLOAD})
+    after = msgspec.structs.replace(              # one resolved finding, one new environment difference
+        after, findings=after.findings[1:], trace=msgspec.structs.replace(after.trace, gpu=Gpu(name="B" + REPORT_PAYLOAD)))
     d = diff(before, after)
     assert d.resolved_findings and d.kernels and d.environment, "the diff must show names"
     return d

@@ -200,7 +200,8 @@ def test_diff_shows_predicted_against_measured(tmp_path):
 def test_diff_prediction_ignores_a_poisoned_saved_report(tmp_path):
     from traceinspect.diff import _prediction
     rep = analyze(_load(build_stall_and_host_bound(), tmp_path))
-    rep.verdict = {**rep.verdict, "whatif": {"saved_alone_per_step_us": {"dataloader-stall": "lots"}}, "path": "x"}
+    import msgspec
+    rep = msgspec.structs.replace(rep, verdict={**rep.verdict, "whatif": {"saved_alone_per_step_us": {"dataloader-stall": "lots"}}, "path": "x"})
     assert _prediction(rep, ["dataloader-stall"], 1000.0) == {}
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from concurrent.futures import ProcessPoolExecutor
 from typing import Callable, Sequence
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -22,10 +23,10 @@ from .facts.efficiency import section as efficiency_section
 from .facts.memory_fit import memory_section
 from .errors import DetectorFailed, TraceError, UsageError
 from .findings import Failure, Finding, Skipped
-from .report import Report
+from .report import Part, RankSummary, Report, Steps, TopKernel, TraceInfo, known, typed
 from .timeline_sample import representative_step
 from .whatif import engine as whatif
-from .trace.model import Trace, load_trace
+from .trace.model import Trace, default_rank_warning, load_trace
 from .trace import intervals as iv
 from .trace.rundir import RankFile, check_one_run
 from .trace.ranks import align, rank_collectives
@@ -105,18 +106,19 @@ def analyze(trace: Trace, *, strict: bool = False, detectors: Sequence[type[Dete
             config=None) -> Report:
     findings, skipped, failures = (run_detectors(trace, detectors, strict=strict, config=config)
                                    if trace.has_gpu or trace.has_cpu else ([], [], []))
+    warnings = list(trace.warnings)   # the Trace is not changed: analyze() twice gives one report
     if trace.window_us < MIN_WINDOW_US and (trace.has_gpu or trace.has_cpu):
-        trace.warnings.append(f"the analysed window is only {trace.window_us:.1f} us (under 1 ms): no cause was judged; "
+        warnings.append(f"the analysed window is only {trace.window_us:.1f} us (under 1 ms): no cause was judged; "
                               "capture a few whole training steps")
     breakdown = _breakdown(trace)
     account = _account(trace, findings, skipped, breakdown)
     if account.get("overlap_us", 0.0) > 1.0:
-        trace.warnings.append(f"findings claim {account['overlap_us'] / 1e3:.1f} ms of GPU idle time twice "
+        warnings.append(f"findings claim {account['overlap_us'] / 1e3:.1f} ms of GPU idle time twice "
                               "(overlapping claims): the explained-time account counts it once")
-    return Report(trace=_trace_section(trace), steps=_steps_section(trace),
-                  breakdown=breakdown, findings=findings, skipped=skipped, failures=failures,
-                  warnings=list(trace.warnings), verdict=_verdict(trace, findings, account), account=account,
-                  top_kernels=_top_kernels(trace),
+    return Report(trace=typed(TraceInfo, _trace_section(trace)), steps=typed(Steps, _steps_section(trace)),
+                  breakdown=typed(dict[str, Part], breakdown), findings=findings, skipped=skipped, failures=failures,
+                  warnings=warnings, verdict=_verdict(trace, findings, account), account=account,
+                  top_kernels=typed(list[TopKernel], _top_kernels(trace)),
                   timeline_sample=representative_step(trace) if trace.has_gpu else {},
                   efficiency=efficiency_section(trace) if trace.has_gpu and trace.window_us >= MIN_WINDOW_US else {},
                   memory=memory_section(trace),
@@ -491,45 +493,49 @@ def analyze_many(paths: Sequence[str], *, steps: str | None = None, strict: bool
 def reduce_ranks(results: list[dict]) -> Report:
     """One report for the job: led by the rank that gates the step (the one most often last to arrive at
     the collectives, weighted by the wait it causes the others) when the collectives can be aligned,
-    else by the rank with the slowest median step."""
+    else by the rank with the slowest median step. The ranks are reduced from their typed reports."""
     ok = [r for r in results if "error" not in r]
     bad = [r for r in results if "error" in r]
     if not ok:
         first = bad[0]
         raise TraceError(first["path"], first["error"].split(": ", 1)[-1], hint=first.get("hint", ""))
-    # the rank each file claims is known for sure only now (the sniff before the parse reads the
-    # head and tail only): two files with the same rank are not one run
-    check_one_run([RankFile(path=Path(r["trace"]["file"]), rank=r["trace"]["rank"],
-                            rank_source=r["trace"]["rank_source"], world_size=r["trace"]["world_size"],
-                            worker=None) for r in ok], "the rank files")
-    ok.sort(key=lambda r: r["trace"]["rank"])
-    colls = {r["trace"]["rank"]: r.pop(COLLECTIVES_KEY, None) or [] for r in ok}
     for r in bad:
         r.pop(COLLECTIVES_KEY, None)
-    med = [r["steps"]["median_us"] for r in ok]
+    colls = [r.pop(COLLECTIVES_KEY, None) or [] for r in ok]
+    reps = [Report.from_dict(r) for r in ok]
+    # the rank each file claims is known for sure only now (the sniff before the parse reads the
+    # head and tail only): two files with the same rank are not one run
+    check_one_run([RankFile(path=Path(r.trace.file), rank=r.trace.rank, rank_source=known(r.trace.rank_source),
+                            world_size=known(r.trace.world_size), worker=None) for r in reps], "the rank files")
+    order = sorted(range(len(reps)), key=lambda i: reps[i].trace.rank)
+    reps = [reps[i] for i in order]
+    colls = {reps[k].trace.rank: colls[i] for k, i in enumerate(order)}
+    med = [r.steps.median_us for r in reps]
     slow = int(np.argmax(med))
     fastest = float(np.min(med))
-    cross = align(colls, n_steps=min(int(r["steps"]["count"] or 1) for r in ok)) if len(ok) > 1 else {}
-    gate = _gating_rank(cross, ok)
-    lead_i = next(i for i, r in enumerate(ok) if r["trace"]["rank"] == gate) if gate is not None else slow
-    lead = Report.from_dict(ok[lead_i])
+    cross = align(colls, n_steps=min(int(r.steps.count or 1) for r in reps)) if len(reps) > 1 else {}
+    gate = _gating_rank(cross, reps)
+    lead_i = next(i for i, r in enumerate(reps) if r.trace.rank == gate) if gate is not None else slow
+    lead = reps[lead_i]
     per = {p["rank"]: p for p in cross.get("per_rank", [])}
-    lead.ranks = [{
-        "rank": r["trace"]["rank"], "file": r["trace"]["file"], "median_step_us": r["steps"]["median_us"],
-        "mean_step_us": r["steps"]["mean_us"], "steps": r["steps"]["count"],
-        "gpu_busy_frac": r["breakdown"].get("gpu_busy", {}).get("frac"),
-        "top_finding": r["findings"][0]["name"] if r["findings"] else None,
-        "slowest": i == slow,
-        **({"gating": r["trace"]["rank"] == gate,
-            "last_arrivals": per[r["trace"]["rank"]]["last_arrivals"],
-            "collective_wait_us_per_step": per[r["trace"]["rank"]]["wait_us_per_step"],
-            "collective_transfer_us_per_step": per[r["trace"]["rank"]]["transfer_us_per_step"],
-            "clock_offset_us": per[r["trace"]["rank"]]["clock_offset_us"]} if r["trace"]["rank"] in per else {}),
-    } for i, r in enumerate(ok)]
+
+    def summary(i: int, r: Report) -> RankSummary:
+        busy = r.breakdown.get("gpu_busy")
+        c = per.get(r.trace.rank)
+        return RankSummary(
+            rank=r.trace.rank, file=r.trace.file, median_step_us=r.steps.median_us, mean_step_us=r.steps.mean_us,
+            steps=r.steps.count, gpu_busy_frac=known(busy.frac) if busy else None,
+            top_finding=r.findings[0].name if r.findings else None, slowest=i == slow,
+            **({} if c is None else {
+                "gating": r.trace.rank == gate, "last_arrivals": c["last_arrivals"],
+                "collective_wait_us_per_step": c["wait_us_per_step"],
+                "collective_transfer_us_per_step": c["transfer_us_per_step"],
+                "clock_offset_us": c["clock_offset_us"]}))
+    lead = msgspec.structs.replace(lead, ranks=typed(list[RankSummary], [summary(i, r) for i, r in enumerate(reps)]))
     warnings = []
     if cross:
         cross["gating_rank"] = gate
-        lead.cross_rank = cross
+        lead = msgspec.structs.replace(lead, cross_rank=cross)
         if cross["clock"] != "one clock":
             offs = ", ".join(f"rank {p['rank']} {p['clock_offset_us'] / 1e3:+.3f} ms" for p in cross["per_rank"])
             warnings.append(f"the ranks' clocks differ (different hosts, or clocks not synchronised): offsets "
@@ -537,50 +543,48 @@ def reduce_ranks(results: list[dict]) -> Report:
                             f"removed before comparing arrivals ({offs})")
         warnings += cross["notes"]
     if gate is not None:
-        lead.verdict = _straggler_verdict(lead, cross, ok[lead_i], med[lead_i])
-    elif len(ok) > 1:
+        lead = msgspec.structs.replace(lead, verdict=_straggler_verdict(lead, cross, reps[lead_i], med[lead_i]))
+    elif len(reps) > 1:
         warnings.insert(0, (
-            f"{len(ok)} ranks analysed; the findings below are rank {ok[slow]['trace']['rank']}'s, the slowest "
+            f"{len(reps)} ranks analysed; the findings below are rank {reps[slow].trace.rank}'s, the slowest "
             f"(median step {med[slow] / 1e3:.1f} ms vs fastest {fastest / 1e3:.1f} ms, "
             f"{(med[slow] / fastest - 1) * 100 if fastest else 0:.0f}% slower)"
             + ("; no rank gates the collectives (" + (f"arrivals within {fmt_us(cross['max_arrival_skew_us'])})"
-               if cross else "no collectives to align across ranks)") if len(ok) > 1 else "")))
-    ws = max((r["trace"]["world_size"] or 0) for r in ok)
-    present = {r["trace"]["rank"] for r in ok}
+               if cross else "no collectives to align across ranks)") if len(reps) > 1 else "")))
+    ws = max((known(r.trace.world_size) or 0) for r in reps)
+    present = {r.trace.rank for r in reps}
     missing = sorted(set(range(ws)) - present) if ws else []
     if missing:
         shown = ", ".join(map(str, missing[:16])) + (", ..." if len(missing) > 16 else "")
         warnings.insert(0, f"world size is {ws} but {len(present)} rank file(s) were analysed (missing rank(s): "
                            f"{shown}): the rank that gates the step may be one that is absent; add its trace")
-    lead.warnings = warnings + lead.warnings
+    warnings += lead.warnings
     for b in bad:
-        lead.warnings.append(f"rank file skipped, {b['error']}")
-    for r in ok:
-        if r is ok[lead_i]:
-            continue
-        for w in r["warnings"]:
-            if "no rank in distributedInfo" in w:
-                lead.warnings.append(w)
-    return lead
+        warnings.append(f"rank file skipped, {b['error']}")
+    for i, r in enumerate(reps):   # a rank that was assumed: its rank_source says so, not its warning text
+        if i != lead_i and r.trace.rank_source == "default":
+            warnings.append(default_rank_warning(r.trace.file))
+    return msgspec.structs.replace(lead, warnings=warnings)
 
 
-def _gating_rank(cross: dict, ok: list[dict]) -> int | None:
+def _gating_rank(cross: dict, reps: list[Report]) -> int | None:
     """The straggler when it costs the job at least STRAGGLER_MIN_FRAC of the median step."""
     s = cross.get("straggler") if cross else None
     if s is None:
         return None
     p = next(p for p in cross["per_rank"] if p["rank"] == s)
-    median = float(np.median([r["steps"]["median_us"] for r in ok]))
+    median = float(np.median([r.steps.median_us for r in reps]))
     return s if median and p["job_cost_us_per_step"] >= STRAGGLER_MIN_FRAC * median else None
 
 
-def _straggler_verdict(lead: Report, cross: dict, rep: dict, median_us: float) -> dict:
+def _straggler_verdict(lead: Report, cross: dict, rep: Report, median_us: float) -> dict:
     """The job's headline: the gating rank, the wait it costs, and its own top cause as the reason."""
     s = cross["straggler"]
     p = next(p for p in cross["per_rank"] if p["rank"] == s)
     others = [q for q in cross["per_rank"] if q["rank"] != s]
     mean_wait = float(np.mean([q["wait_us_per_step"] for q in others])) if others else 0.0
-    busy = rep["breakdown"].get("gpu_busy", {}).get("frac")
+    part = rep.breakdown.get("gpu_busy")
+    busy = known(part.frac) if part else None
     top = lead.verdict.get("top") if lead.verdict else None
     busy_s = f"{100 * busy:.0f}% GPU busy" if busy is not None else "GPU busy unknown"
     cause = (f"The cause is rank {s}'s own: {top}, {busy_s} ({lead.verdict.get('top_title', '').rstrip('.')})"

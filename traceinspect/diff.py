@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .errors import TraceError
-from .report import Report
+from .report import UNSET, Gpu, Part, Report, known
 from .trace.load import GZIP_MAGIC
 from .trace.timeline import PARTS
 
@@ -39,14 +39,14 @@ class StepStats:
 
     @staticmethod
     def of(report: Report) -> "StepStats":
-        st = report.steps or {}
-        d = np.array([float(r["dur_us"]) for r in st.get("per_step", []) if "dur_us" in r])
+        st = report.steps
+        d = np.array([float(r.dur_us) for r in known(st.per_step, []) if r.dur_us is not UNSET])
         if d.size == 0:
-            med = float(st.get("median_us", 0.0))
-            n = int(st.get("count", 0))
-            std = float(st.get("std_us", 0.0))
-            return StepStats(n=n, median_us=med, mean_us=float(st.get("mean_us", med)), std_us=std,
-                             min_us=float(st.get("min_us", med)), max_us=float(st.get("max_us", med)),
+            med = float(known(st.median_us, 0.0))
+            n = int(known(st.count, 0))
+            std = float(known(st.std_us, 0.0))
+            return StepStats(n=n, median_us=med, mean_us=float(known(st.mean_us, med)), std_us=std,
+                             min_us=float(known(st.min_us, med)), max_us=float(known(st.max_us, med)),
                              se_median_us=MEDIAN_SE_FACTOR * std / math.sqrt(n) if n > 1 else None)
         std = float(d.std(ddof=1)) if d.size > 1 else 0.0
         return StepStats(n=int(d.size), median_us=float(np.median(d)), mean_us=float(d.mean()), std_us=std,
@@ -191,9 +191,10 @@ def _prediction(before: Report, resolved: list[str], after_us: float) -> dict:
 
 
 def _side(r: Report, s: StepStats) -> dict:
-    return {"file": r.trace.get("file", "?"), "window": r.trace.get("window", ""),
-            "step_source": r.steps.get("source"), "steps": asdict(s),
-            "gpu_busy_frac": (r.breakdown.get("gpu_busy") or {}).get("frac"),
+    busy = r.breakdown.get("gpu_busy")
+    return {"file": known(r.trace.file, "?"), "window": known(r.trace.window, ""),
+            "step_source": known(r.steps.source), "steps": asdict(s),
+            "gpu_busy_frac": known(busy.frac) if busy else None,
             "top_finding": r.findings[0].name if r.findings else None}
 
 
@@ -224,27 +225,27 @@ def _breakdown(before: Report, after: Report) -> list[dict]:
         x, y = before.breakdown.get(p), after.breakdown.get(p)
         if not x and not y:
             continue
-        x, y = x or {}, y or {}
-        bu, au = float(x.get("per_step_us", 0.0)), float(y.get("per_step_us", 0.0))
-        rows.append({"part": p, "label": x.get("label") or y.get("label") or p,
+        x, y = x or Part(), y or Part()
+        bu, au = float(known(x.per_step_us, 0.0)), float(known(y.per_step_us, 0.0))
+        rows.append({"part": p, "label": x.label or y.label or p,   # UNSET is falsy
                      "before_us": bu, "after_us": au, "delta_us": au - bu,
-                     "before_frac": float(x.get("frac", 0.0)), "after_frac": float(y.get("frac", 0.0))})
+                     "before_frac": float(known(x.frac, 0.0)), "after_frac": float(known(y.frac, 0.0))})
     return rows
 
 
 def _kernels(before: Report, after: Report, nb: int, na: int) -> list[dict]:
     """Per-step kernel time of the kernels in either top list; a kernel outside one list is None there
     (it may still have run, below the cut), so its delta is None rather than a made-up number."""
-    kb = {k["name"]: k for k in before.top_kernels}
-    ka = {k["name"]: k for k in after.top_kernels}
+    kb = {k.name: k for k in before.top_kernels}
+    ka = {k.name: k for k in after.top_kernels}
     rows = []
     for name in dict.fromkeys(list(kb) + list(ka)):
         x, y = kb.get(name), ka.get(name)
-        bu = x["total_us"] / nb if x and nb else None
-        au = y["total_us"] / na if y and na else None
+        bu = x.total_us / nb if x and nb else None
+        au = y.total_us / na if y and na else None
         rows.append({"name": name, "before_us_per_step": bu, "after_us_per_step": au,
                      "delta_us_per_step": (au - bu) if bu is not None and au is not None else None,
-                     "calls_before": x["count"] if x else None, "calls_after": y["count"] if y else None})
+                     "calls_before": x.count if x else None, "calls_after": y.count if y else None})
     rows.sort(key=lambda r: (-abs(r["delta_us_per_step"] if r["delta_us_per_step"] is not None
                                   else (r["before_us_per_step"] or r["after_us_per_step"] or 0.0)), r["name"]))
     return rows[:TOP_MOVES]
@@ -252,26 +253,26 @@ def _kernels(before: Report, after: Report, nb: int, na: int) -> list[dict]:
 
 def _environment(before: Report, after: Report) -> list[dict]:
     tb, ta = before.trace, after.trace
-    gb, ga = tb.get("gpu") or {}, ta.get("gpu") or {}
+    gb, ga = tb.gpu or Gpu(), ta.gpu or Gpu()
     checks = [
-        ("GPU", gb.get("name"), ga.get("name"), "different hardware: step times are not comparable"),
-        ("GPU architecture", gb.get("arch"), ga.get("arch"), "different hardware"),
-        ("GPUs in trace", tb.get("gpu_count_in_trace"), ta.get("gpu_count_in_trace"), "a different device setup"),
-        ("rank", tb.get("rank"), ta.get("rank"), "different ranks can do different work"),
-        ("world size", tb.get("world_size"), ta.get("world_size"), "a different parallel setup"),
-        ("step source", before.steps.get("source"), after.steps.get("source"),
+        ("GPU", known(gb.name), known(ga.name), "different hardware: step times are not comparable"),
+        ("GPU architecture", known(gb.arch), known(ga.arch), "different hardware"),
+        ("GPUs in trace", known(tb.gpu_count_in_trace), known(ta.gpu_count_in_trace), "a different device setup"),
+        ("rank", known(tb.rank), known(ta.rank), "different ranks can do different work"),
+        ("world size", known(tb.world_size), known(ta.world_size), "a different parallel setup"),
+        ("step source", known(before.steps.source), known(after.steps.source),
          "steps were found differently, so a 'step' may not cover the same work"),
-        ("framework", tb.get("framework"), ta.get("framework"), "a different training loop"),
+        ("framework", known(tb.framework), known(ta.framework), "a different training loop"),
         ("ranks analysed", len(before.ranks) or 1, len(after.ranks) or 1,
          "one side is a multi-rank reduction (its slowest rank) and the other a single rank"),
         ("report schema", before.schema_version, after.schema_version, "reports from different traceinspect versions"),
     ]
-    for key in sorted(set(tb.get("versions") or {}) | set(ta.get("versions") or {})):
-        checks.append((f"version: {key}", (tb.get("versions") or {}).get(key), (ta.get("versions") or {}).get(key),
-                       "a different software stack"))
-    for key in sorted(set(tb.get("profiler") or {}) | set(ta.get("profiler") or {})):
-        checks.append((f"profiler option: {key}", (tb.get("profiler") or {}).get(key),
-                       (ta.get("profiler") or {}).get(key),
+    vb, va = known(tb.versions) or {}, known(ta.versions) or {}   # free-form maps: the trace's own keys
+    for key in sorted(set(vb) | set(va)):
+        checks.append((f"version: {key}", vb.get(key), va.get(key), "a different software stack"))
+    pb, pa = known(tb.profiler) or {}, known(ta.profiler) or {}
+    for key in sorted(set(pb) | set(pa)):
+        checks.append((f"profiler option: {key}", pb.get(key), pa.get(key),
                        "profiler options change its overhead (record_shapes, with_stack and profile_memory slow steps)"))
     # None is "the trace does not say": unknown -> known (or back) is not a change
     return [{"field": f, "before": x, "after": y, "why": why} for f, x, y, why in checks

@@ -5,7 +5,6 @@ Owns to_dict()/from_dict() and the schema version. Must not read trace tables (a
 from __future__ import annotations
 
 import numbers
-from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 import msgspec
@@ -26,40 +25,185 @@ def severity(frac: float) -> str:
     return "low"
 
 
-@dataclass
-class Report:
-    trace: dict                                   # files, gpu, rank, profiler options, environment
-    steps: dict                                   # count, source, mean/median/min/max/std, per_step rows
-    breakdown: dict                               # part -> {"us", "frac", "per_step_us"}
-    findings: list[Finding] = field(default_factory=list)
-    skipped: list[Skipped] = field(default_factory=list)
-    failures: list[Failure] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    verdict: dict = field(default_factory=dict)
-    top_kernels: list[dict] = field(default_factory=list)
-    ranks: list[dict] = field(default_factory=list)   # per-rank summaries when several ranks were analysed
-    timeline_sample: dict = field(default_factory=dict)  # one representative step's intervals (optional, additive)
-    efficiency: dict = field(default_factory=dict)  # per-shape table against the roofline (optional, additive)
-    account: dict = field(default_factory=dict)   # GPU idle time: what each finding claims + unexplained
-    memory: dict = field(default_factory=dict)    # device memory per step, headroom, batch fit (optional, additive)
-    cross_rank: dict = field(default_factory=dict)  # collectives aligned across ranks, the gating rank (optional)
-    settings: dict = field(default_factory=dict)  # the non-default configuration used (optional, additive)
+Num = Union[int, float]   # JSON has one number type: an int stays an int, a float a float (byte-identical output)
+_U = msgspec.UnsetType
+UNSET = msgspec.UNSET
+
+
+class Section(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=False):
+    """A typed report section. A field is UNSET where the key is absent from the JSON (a report saved by
+    an older version, or a key written only sometimes), so to_dict() writes exactly the keys it read."""
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """Mapping-style read, for code not yet moved to attributes: UNSET reads as `default`."""
+        v = getattr(self, key, UNSET) if key in self.__struct_fields__ else UNSET
+        return default if v is UNSET else v
+
+    def __getitem__(self, key: str) -> Any:
+        v = self.get(key, UNSET)
+        if v is UNSET:
+            raise KeyError(key)
+        return v
+
+    def __contains__(self, key: str) -> bool:
+        return self.get(key, UNSET) is not UNSET
+
+    def to_dict(self) -> dict[str, Any]:
+        return msgspec.to_builtins(self)
+
+
+class Peaks(Section, frozen=True):
+    name: Union[str, _U] = UNSET
+    fp32_tflops: Union[Num, None, _U] = UNSET
+    tf32_tflops: Union[Num, None, _U] = UNSET
+    half_tflops: Union[Num, None, _U] = UNSET
+    approximate: Union[bool, _U] = UNSET
+
+
+class Gpu(Section, frozen=True):
+    name: Union[str, _U] = UNSET
+    id: Union[int, None, _U] = UNSET
+    arch: Union[str, None, _U] = UNSET
+    compute_capability: Union[str, None, _U] = UNSET
+    num_sms: Union[int, None, _U] = UNSET
+    memory_bytes: Union[int, None, _U] = UNSET
+    rocm: Union[bool, _U] = UNSET
+    peaks: Union[Peaks, None, _U] = UNSET
+
+
+class TraceInfo(Section, frozen=True):
+    """Files, GPU, rank, profiler options, environment."""
+    file: Union[str, _U] = UNSET
+    file_bytes: Union[int, None, _U] = UNSET
+    json_bytes: Union[int, None, _U] = UNSET
+    events: Union[int, None, _U] = UNSET
+    lost_bytes: Union[int, None, _U] = UNSET
+    dropped_events: Union[int, None, _U] = UNSET
+    truncated: Union[bool, None, _U] = UNSET
+    steps_dropped: Union[list[Any], None, _U] = UNSET
+    rank: Union[int, _U] = UNSET
+    rank_source: Union[str, None, _U] = UNSET
+    world_size: Union[int, None, _U] = UNSET
+    gpu: Union[Gpu, None, _U] = UNSET
+    gpu_count_in_trace: Union[int, None, _U] = UNSET
+    window: Union[str, _U] = UNSET
+    profiler: Union[dict[str, Any], None, _U] = UNSET
+    profiler_source: Union[dict[str, Any], None, _U] = UNSET
+    versions: Union[dict[str, Any], None, _U] = UNSET
+    framework: Union[str, None, _U] = UNSET
+    run_config: Union[dict[str, Any], None, _U] = UNSET
+    run_framework: Union[dict[str, Any], None, _U] = UNSET
+    origin_us: Union[Num, None, _U] = UNSET
+    base_time_ns: Union[int, None, _U] = UNSET
+    has_gpu: Union[bool, _U] = UNSET
+    has_cpu: Union[bool, _U] = UNSET
+
+
+class StepRow(Section, frozen=True):
+    step: Union[int, _U] = UNSET
+    start_us: Union[Num, _U] = UNSET
+    dur_us: Union[Num, _U] = UNSET
+    breakdown_us: Union[dict[str, Num], _U] = UNSET
+
+
+class Steps(Section, frozen=True):
+    """Count, source, mean/median/min/max/std of the step time, and one row per step. Empty (every
+    field UNSET) for a report saved without steps."""
+    count: Union[int, _U] = UNSET
+    source: Union[str, None, _U] = UNSET
+    mean_us: Union[Num, _U] = UNSET
+    median_us: Union[Num, _U] = UNSET
+    min_us: Union[Num, _U] = UNSET
+    max_us: Union[Num, _U] = UNSET
+    std_us: Union[Num, _U] = UNSET
+    window_us: Union[Num, _U] = UNSET
+    per_step: Union[list[StepRow], _U] = UNSET
+
+
+class Part(Section, frozen=True):
+    """One part of the timeline breakdown: total over the window, share of it, mean per step."""
+    us: Union[Num, _U] = UNSET
+    label: Union[str, _U] = UNSET
+    frac: Union[Num, _U] = UNSET
+    per_step_us: Union[Num, _U] = UNSET
+
+
+class TopKernel(Section, frozen=True):
+    name: Union[str, _U] = UNSET
+    count: Union[int, _U] = UNSET
+    total_us: Union[Num, _U] = UNSET
+    median_us: Union[Num, _U] = UNSET
+    frac_of_kernel_time: Union[Num, _U] = UNSET
+
+
+class RankSummary(Section, frozen=True):
+    """One rank of a multi-rank reduction; the collective fields only where collectives were aligned."""
+    rank: Union[int, _U] = UNSET
+    file: Union[str, _U] = UNSET
+    median_step_us: Union[Num, _U] = UNSET
+    mean_step_us: Union[Num, _U] = UNSET
+    steps: Union[int, _U] = UNSET
+    slowest: Union[bool, _U] = UNSET
+    gpu_busy_frac: Union[Num, None, _U] = UNSET
+    top_finding: Union[str, None, _U] = UNSET
+    gating: Union[bool, _U] = UNSET
+    last_arrivals: Union[int, _U] = UNSET
+    collective_wait_us_per_step: Union[Num, _U] = UNSET
+    collective_transfer_us_per_step: Union[Num, _U] = UNSET
+    clock_offset_us: Union[Num, None, _U] = UNSET
+
+
+def known(value: Any, default: Any = None) -> Any:
+    """A section field's value, or `default` where the key was absent (UNSET)."""
+    return default if value is UNSET else value
+
+
+def _np(o: Any) -> Any:
+    if hasattr(o, "item"):   # numpy scalars: the same value as a Python number
+        return o.item()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def typed(cls: type, value: Any) -> Any:
+    """A section (or list/dict of sections) from its JSON-shaped form; numpy scalars become Python numbers."""
+    return msgspec.convert(msgspec.to_builtins(value, enc_hook=_np), cls)
+
+
+class Report(msgspec.Struct, frozen=True, kw_only=True):
+    """The result of one analysis, immutable: change it with msgspec.structs.replace."""
+
+    trace: TraceInfo = msgspec.field(default_factory=TraceInfo)
+    steps: Steps = msgspec.field(default_factory=Steps)
+    breakdown: dict[str, Part] = {}               # part -> Part
+    findings: list[Finding] = []
+    skipped: list[Skipped] = []
+    failures: list[Failure] = []
+    warnings: list[str] = []
+    verdict: dict[str, Any] = {}
+    top_kernels: list[TopKernel] = []
+    ranks: list[RankSummary] = []                 # per-rank summaries when several ranks were analysed
+    timeline_sample: dict[str, Any] = {}          # one representative step's intervals (optional, additive)
+    efficiency: dict[str, Any] = {}               # per-shape table against the roofline (optional, additive)
+    account: dict[str, Any] = {}                  # GPU idle time: what each finding claims + unexplained
+    memory: dict[str, Any] = {}                   # device memory per step, headroom, batch fit (optional)
+    cross_rank: dict[str, Any] = {}               # collectives aligned across ranks, the gating rank (optional)
+    settings: dict[str, Any] = {}                 # the non-default configuration used (optional, additive)
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
         d = {
             "schema_version": self.schema_version,
             "tool": {"name": "traceinspect", "version": _version()},
-            "trace": self.trace,
-            "steps": self.steps,
-            "breakdown": self.breakdown,
+            "trace": self.trace.to_dict(),
+            "steps": self.steps.to_dict(),
+            "breakdown": {k: p.to_dict() for k, p in self.breakdown.items()},
             "verdict": self.verdict,
             "findings": [dict(f.to_dict(), severity=severity(f.time_lost_frac)) for f in self.findings],
             "skipped": [s.to_dict() for s in self.skipped],
             "failures": [f.to_dict() for f in self.failures],
             "warnings": list(self.warnings),
-            "top_kernels": self.top_kernels,
-            "ranks": self.ranks,
+            "top_kernels": [k.to_dict() for k in self.top_kernels],
+            "ranks": [r.to_dict() for r in self.ranks],
         }
         if self.account:  # absent for CPU-only traces and for reports saved before schema 2
             d["account"] = self.account
@@ -80,21 +224,43 @@ class Report:
         """A Report from its JSON form (a saved report, a cache entry): untrusted input. Every key the
         renderers, `diff` and the CLI read is checked for its type first; anything else is a
         ValueError that says where (`$.trace.rank`), never an exception from deep inside a renderer.
-        Keys this version does not know are kept as they are."""
+        Keys of the typed sections this version does not know are dropped."""
         _check_shape(d)
-        return cls(
-            trace=d.get("trace") or {}, steps=d.get("steps") or {}, breakdown=d["breakdown"],
-            findings=msgspec.convert(d["findings"], list[Finding]),
-            skipped=msgspec.convert(d.get("skipped", []), list[Skipped]),
-            failures=msgspec.convert(d.get("failures", []), list[Failure]),
-            warnings=list(d.get("warnings", [])), verdict=d.get("verdict") or {},
-            top_kernels=d.get("top_kernels", []), ranks=d.get("ranks", []),
-            timeline_sample=d.get("timeline_sample") or {}, account=d.get("account") or {},
-            efficiency=d.get("efficiency") if isinstance(d.get("efficiency"), dict) else {},
-            memory=d["memory"] if isinstance(d.get("memory"), dict) else {},
-            cross_rank=d["cross_rank"] if isinstance(d.get("cross_rank"), dict) else {},
-            settings=d.get("settings") or {},
-            schema_version=d["schema_version"])
+        try:
+            return cls(
+                trace=typed(TraceInfo, d.get("trace") or {}), steps=typed(Steps, d.get("steps") or {}),
+                breakdown=typed(dict[str, Part], d["breakdown"]),
+                findings=msgspec.convert(d["findings"], list[Finding]),
+                skipped=msgspec.convert(d.get("skipped", []), list[Skipped]),
+                failures=msgspec.convert(d.get("failures", []), list[Failure]),
+                warnings=list(d.get("warnings", [])), verdict=d.get("verdict") or {},
+                top_kernels=typed(list[TopKernel], d.get("top_kernels", [])),
+                ranks=typed(list[RankSummary], d.get("ranks", [])),
+                timeline_sample=d.get("timeline_sample") or {}, account=d.get("account") or {},
+                efficiency=d.get("efficiency") if isinstance(d.get("efficiency"), dict) else {},
+                memory=d["memory"] if isinstance(d.get("memory"), dict) else {},
+                cross_rank=d["cross_rank"] if isinstance(d.get("cross_rank"), dict) else {},
+                settings=d.get("settings") or {},
+                schema_version=d["schema_version"])
+        except (msgspec.ValidationError, TypeError) as e:   # a key the shape check lets through but the model does not
+            raise ValueError(f"a report key has the wrong type: {e}") from None
+
+    # --- renderers (traceinspect.render): one method per format -----------------------------------
+    def to_text(self, *, width: int = 100, color: bool = False) -> str:
+        from .render import text
+        return text.render(self, width=width, color=color)
+
+    def to_markdown(self, *, width: int = 100) -> str:
+        from .render import markdown
+        return markdown.render(self, width=width)
+
+    def to_html(self, *, width: int = 100) -> str:
+        from .render import html
+        return html.render(self, width=width)
+
+    def to_json(self) -> str:
+        from .render import json
+        return json.render(self)
 
 
 # --- the shape of a report's JSON form, checked on every read (one declaration, used by from_dict) -----
@@ -262,3 +428,27 @@ def _convert(value: Any, shape: type, where: str) -> None:
 def _version() -> str:
     from . import __version__
     return __version__
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of Report.to_dict(), generated from the model (docs/report.schema.json holds a copy,
+    checked by tests/test_report_schema.py). Three things are added to msgspec's schema of the Structs:
+    the `tool` key and each finding's derived `severity` (written by to_dict, not stored), and the keys
+    a report must have (those from_dict requires); Finding's transient claim_sets is not serialised."""
+    s = msgspec.json.decode(msgspec.json.encode(msgspec.json.schema(Report)))   # tuples as lists, as JSON has them
+    defs = s["$defs"]
+    rep = defs["Report"]
+    rep["properties"]["tool"] = {"type": "object", "properties": {"name": {"type": "string"},
+                                                                  "version": {"type": "string"}}}
+    rep["required"] = ["breakdown", "findings", "schema_version"]
+    fin = defs["Finding"]
+    fin["properties"].pop("claim_sets", None)
+    fin["properties"]["severity"] = {"enum": ["high", "medium", "low"]}
+    s["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    s["title"] = "traceinspect report"
+    return s
+
+
+if __name__ == "__main__":   # python -m traceinspect.report > docs/report.schema.json
+    import json
+    print(json.dumps(json_schema(), indent=2, sort_keys=True))

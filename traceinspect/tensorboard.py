@@ -11,6 +11,7 @@ from pathlib import Path
 from .errors import UsageError
 from .inert import md_code, md_text, num
 from .inert import text as inert_text
+from .report import Gpu, Part, StepRow, known
 
 PREFIX = "traceinspect"
 INSTALL_HINT = "needs the optional extra: pip install 'traceinspect[tensorboard]'"
@@ -53,18 +54,18 @@ def write_report(report, logdir) -> str:
 
     # numbers from a saved or cached report may be anything: a value that is not a number is left out
     events: list[tuple[int, list]] = []
-    rows = [r for r in report.steps.get("per_step", []) if isinstance(r, dict) and num(r.get("step")) is not None]
+    rows = [r for r in known(report.steps.per_step, []) if isinstance(r, StepRow) and num(r.step) is not None]
     for r in rows:
-        vals = [scalar("step_time_ms", num(r.get("dur_us")) / 1e3)] if num(r.get("dur_us")) is not None else []
-        bd_us = r.get("breakdown_us") if isinstance(r.get("breakdown_us"), dict) else {}
+        vals = [scalar("step_time_ms", num(r.dur_us) / 1e3)] if num(known(r.dur_us)) is not None else []
+        bd_us = r.breakdown_us if isinstance(r.breakdown_us, dict) else {}
         vals += [scalar(f"breakdown_ms/{inert_text(p)}", num(us) / 1e3) for p, us in sorted(bd_us.items())
                  if num(us) is not None]
         events.append((int(num(r["step"])), vals))
     last = events[-1][0] if events else 0
     summary = []
-    if report.steps.get("count") and num(report.steps.get("median_us")) is not None:
-        summary.append(scalar("median_step_time_ms", num(report.steps["median_us"]) / 1e3))
-    busy = num((report.breakdown.get("gpu_busy") or {}).get("frac"))
+    if report.steps.count and num(known(report.steps.median_us)) is not None:
+        summary.append(scalar("median_step_time_ms", num(report.steps.median_us) / 1e3))
+    busy = num(known((report.breakdown.get("gpu_busy") or Part()).frac))
     if busy is not None:
         summary.append(scalar("gpu_busy_pct", 100.0 * busy))
     if num(report.verdict.get("expected_step_us")) is not None:
@@ -99,11 +100,12 @@ def summary_markdown(report) -> str:
     whose sanitiser keeps <img> and <a>) and numbers through _ms().
     """
     t, st, v, bd = report.trace, report.steps, report.verdict, report.breakdown
-    gpu = (t.get("gpu") or {}).get("name") if isinstance(t.get("gpu"), dict) else t.get("gpu")
-    line = f"{md_text(gpu or 'no GPU activity')}, rank {md_text(t.get('rank', 0))}; {md_text(t.get('window', ''))}"
-    if st.get("count"):
-        line += f"; median step **{_ms(st.get('median_us'))} ms** over {md_text(st['count'])} steps"
-    o = [f"## traceinspect: {md_text(t.get('file', '?'))}", "", line, ""]
+    g = known(t.gpu)
+    gpu = known(g.name) if isinstance(g, Gpu) else g
+    line = f"{md_text(gpu or 'no GPU activity')}, rank {md_text(known(t.rank, 0))}; {md_text(known(t.window, ''))}"
+    if st.count:
+        line += f"; median step **{_ms(known(st.median_us))} ms** over {md_text(st.count)} steps"
+    o = [f"## traceinspect: {md_text(known(t.file, '?'))}", "", line, ""]
     if v.get("top"):
         o += [f"**Verdict:** {md_text(v.get('top_title', ''))}", "",
               f"Expected step if fixed: about {_ms(v.get('expected_step_us'))} ms "
@@ -112,8 +114,8 @@ def summary_markdown(report) -> str:
         o += [f"**Verdict:** {md_text(v.get('headline', ''))}", ""]
     if bd:
         o += ["| where each step goes | ms per step | share |", "|---|---:|---:|"]
-        o += [f"| {md_text(b.get('label', p))} | {_ms(b.get('per_step_us'), 2)} | {_pct(b.get('frac'))} |"
-              for p, b in bd.items() if isinstance(b, dict) and b.get("us")]
+        o += [f"| {md_text(known(b.label, p))} | {_ms(known(b.per_step_us), 2)} | {_pct(known(b.frac))} |"
+              for p, b in bd.items() if isinstance(b, Part) and b.us]
         o.append("")
     for i, f in enumerate(report.findings, 1):
         o.append(f"{md_text(i)}. {md_code(f.name)} ({md_text(f.code)}): {_ms(f.time_lost_per_step_us)} ms/step, "

@@ -10,6 +10,7 @@ import io
 import re
 
 from .common import BREAKDOWN_ORDER, plain
+from ..report import known
 
 INSTALL_HINT = "pip install 'traceinspect[html]'"
 
@@ -40,12 +41,12 @@ def available() -> bool:
 
 def step_breakdown(report) -> str | None:
     """Stacked bars: each analysed step's time split into the breakdown parts (ms)."""
-    rows = [r for r in report.steps.get("per_step", []) if r.get("breakdown_us")]
+    rows = [r for r in known(report.steps.per_step, []) if known(r.breakdown_us)]
     if not rows or not available():
         return None
     fig, ax = _figure(8.6, 3.4)
     x = list(range(len(rows)))
-    series = [(p, [float(r["breakdown_us"].get(p, 0.0)) / 1e3 for r in rows]) for p in BREAKDOWN_ORDER]
+    series = [(p, [float(known(r.breakdown_us).get(p, 0.0)) / 1e3 for r in rows]) for p in BREAKDOWN_ORDER]
     series = [(p, vals) for p, vals in series if any(vals)]
     if len(rows) > MAX_BARS:
         # one polygon per part instead of one rectangle per step and part keeps the SVG small

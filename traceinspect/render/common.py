@@ -10,7 +10,7 @@ import math
 
 from ..inert import md_code, md_text, num
 from ..inert import text as plain
-from ..report import severity
+from ..report import UNSET, Gpu, known, severity
 
 __all__ = ["BREAKDOWN_ORDER", "count", "efficiency_peaks", "efficiency_rows", "evidence_value", "gpu_line", "md_code",
            "md_text", "ms", "num", "pct", "plain", "run_config_items", "sev", "sig"]
@@ -50,15 +50,15 @@ def evidence_value(e) -> str:
     return f"{v} {e.unit}".strip()
 
 
-def gpu_line(trace: dict) -> str:
-    """GPU name and architecture, unescaped: the caller escapes."""
-    g = trace.get("gpu")
+def gpu_line(trace) -> str:
+    """GPU name and architecture (a report.TraceInfo), unescaped: the caller escapes."""
+    g = trace.gpu
     if not g:
         return "no GPU activity"
-    if not isinstance(g, dict):
+    if not isinstance(g, Gpu):
         return str(g)
-    cc = f", {g['arch']}" if g.get("arch") and g.get("arch") != "unknown" else ""
-    return f"{g.get('name', '?')}{cc}"
+    cc = f", {g.arch}" if g.arch and g.arch != "unknown" else ""
+    return f"{'?' if g.name is UNSET else g.name}{cc}"
 
 
 def sev(f) -> str:
@@ -76,7 +76,7 @@ BREAKDOWN_ORDER = ("compute", "comm", "memcpy", "idle_dataloader", "idle_sync", 
 
 def run_config_items(trace: dict) -> list[tuple[str, str]]:
     """The run's recorded settings (traceinspect.capture metadata), known values only."""
-    cfg = trace.get("run_config") or {}
+    cfg = known(trace.run_config) or {}
     if not isinstance(cfg, dict):
         return []
     return [(str(k), str(v)) for k, v in cfg.items() if v is not None]

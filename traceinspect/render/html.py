@@ -11,6 +11,7 @@ import html
 import json
 
 from ..inert import valid_unicode
+from ..report import Gpu, Part, known
 from . import charts
 from .common import (BREAKDOWN_ORDER, count, efficiency_peaks, efficiency_rows, evidence_value, gpu_line, memory_rows,
                      ms, num, pct, plain, sev)
@@ -63,9 +64,9 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
     t, st = report.trace, report.steps
     body: list[str] = [
         "<header>",
-        f"<h1>traceinspect: {esc(t.get('file', '?'))}</h1>",
-        f"<p class=\"sub\">{esc(gpu_line(t))} · rank {esc(t.get('rank', 0))}"
-        + (f" · {esc(t.get('window', ''))} · steps from {esc(st.get('source'))}" if st.get("count") else "")
+        f"<h1>traceinspect: {esc(known(t.file, '?'))}</h1>",
+        f"<p class=\"sub\">{esc(gpu_line(t))} · rank {esc(known(t.rank, 0))}"
+        + (f" · {esc(known(t.window, ''))} · steps from {esc(known(st.source))}" if known(st.count) else "")
         + "</p>",
         "</header>",
         _verdict(report),
@@ -84,7 +85,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
     body += _ranks(report)
     body += _problems(report)
     body += _environment(report)
-    title = f"traceinspect: {t.get('file', '?')}"
+    title = f"traceinspect: {known(t.file, '?')}"
     return _page(title, body, report.to_dict(), f"schema {report.schema_version}")
 
 
@@ -186,7 +187,7 @@ def _verdict(report) -> str:
             "</section>"])
     if v:
         return (f"<section class=\"verdict ok\" id=\"verdict\"><p class=\"big\">{esc(v.get('headline', ''))}</p>"
-                f"<p class=\"note\">median step {esc(ms(v.get('median_step_us')))} over {count(st.get('count', 0))} steps</p>"
+                f"<p class=\"note\">median step {esc(ms(v.get('median_step_us')))} over {count(known(st.count, 0))} steps</p>"
                 "</section>")
     return "<section class=\"verdict ok\" id=\"verdict\"><p class=\"big\">No steps to analyse.</p></section>"
 
@@ -202,12 +203,12 @@ def _breakdown(report) -> list[str]:
     o.append("<table><tr><th>part</th><th class=n>per step (mean)</th><th class=n>share</th><th></th></tr>")
     for p in BREAKDOWN_ORDER:
         b = bd.get(p)
-        if b and ((num(b.get("us")) or 0) > 0 or p == "compute"):
-            o.append(f"<tr><td>{_swatch(p)}{esc(b.get('label', p))}</td><td class=n>{ms(b['per_step_us'])}</td>"
-                     f"<td class=n>{pct(b['frac'])}</td><td>{_bar(b['frac'], charts.COLORS.get(p))}</td></tr>")
-    busy = bd.get("gpu_busy", {})
-    o.append(f"<tr><th>GPU busy</th><th class=n>{ms(busy.get('per_step_us'))}</th>"
-             f"<th class=n>{pct(busy.get('frac'))}</th><th></th></tr></table></section>")
+        if b and ((num(known(b.us)) or 0) > 0 or p == "compute"):
+            o.append(f"<tr><td>{_swatch(p)}{esc(known(b.label, p))}</td><td class=n>{ms(known(b.per_step_us))}</td>"
+                     f"<td class=n>{pct(known(b.frac))}</td><td>{_bar(known(b.frac), charts.COLORS.get(p))}</td></tr>")
+    busy = bd.get("gpu_busy") or Part()
+    o.append(f"<tr><th>GPU busy</th><th class=n>{ms(known(busy.per_step_us))}</th>"
+             f"<th class=n>{pct(known(busy.frac))}</th><th></th></tr></table></section>")
     return o
 
 
@@ -306,7 +307,7 @@ def _next_bottlenecks(report) -> list[str]:
     latent = [f for f in report.findings if f.masked_by]
     if not latent:
         return []
-    c = num(report.steps.get("count"))
+    c = num(known(report.steps.count))
     n = int(c) if c is not None and 1 <= c < 1e12 else 1
     o = ["<section id=\"next-bottlenecks\"><h2>Next bottlenecks (present, masked now)</h2>",
          "<table><tr><th>finding</th><th class=n>lost per step now</th><th class=n>once fixed</th><th>masked by</th>"
@@ -369,10 +370,10 @@ def _ranks(report) -> list[str]:
     o = ["<section id=\"ranks\"><h2>Ranks</h2><table><tr><th class=n>rank</th><th>file</th><th class=n>median step</th>"
          "<th class=n>GPU busy</th><th>top finding</th></tr>"]
     for r in report.ranks:
-        mark = (" <b>(gates the step)</b>" if r.get("gating") else "") + (" <b>(slowest)</b>" if r.get("slowest") else "")
-        o.append(f"<tr><td class=n>{esc(r['rank'])}{mark}</td><td>{esc(r.get('file'))}</td>"
-                 f"<td class=n>{ms(r['median_step_us'])}</td><td class=n>{pct(r.get('gpu_busy_frac'))}</td>"
-                 f"<td>{esc(r.get('top_finding') or '-')}</td></tr>")
+        mark = (" <b>(gates the step)</b>" if known(r.gating) else "") + (" <b>(slowest)</b>" if known(r.slowest) else "")
+        o.append(f"<tr><td class=n>{esc(known(r.rank))}{mark}</td><td>{esc(known(r.file))}</td>"
+                 f"<td class=n>{ms(known(r.median_step_us))}</td><td class=n>{pct(known(r.gpu_busy_frac))}</td>"
+                 f"<td>{esc(known(r.top_finding) or '-')}</td></tr>")
     o.append("</table></section>")
     return o
 
@@ -420,29 +421,29 @@ def _problems(report) -> list[str]:
 
 def _environment(report) -> list[str]:
     t, st = report.trace, report.steps
-    g = t.get("gpu") or {}
+    g = known(t.gpu) or Gpu()
     rows = [
-        ("file", t.get("file")), ("file size", _bytes(t.get("file_bytes"))), ("events", t.get("events")),
-        ("GPU", g.get("name")), ("architecture", g.get("arch")), ("compute capability", g.get("compute_capability")),
-        ("SMs", g.get("num_sms")), ("GPU memory", _bytes(g.get("memory_bytes"))),
-        ("GPUs in trace", t.get("gpu_count_in_trace")),
-        ("rank", f"{t.get('rank')} (from {t.get('rank_source')})"), ("world size", t.get("world_size")),
-        ("steps", f"{st.get('count', 0)} from {st.get('source')}"), ("framework", t.get("framework")),
+        ("file", known(t.file)), ("file size", _bytes(known(t.file_bytes))), ("events", known(t.events)),
+        ("GPU", known(g.name)), ("architecture", known(g.arch)), ("compute capability", known(g.compute_capability)),
+        ("SMs", known(g.num_sms)), ("GPU memory", _bytes(known(g.memory_bytes))),
+        ("GPUs in trace", known(t.gpu_count_in_trace)),
+        ("rank", f"{known(t.rank)} (from {known(t.rank_source)})"), ("world size", known(t.world_size)),
+        ("steps", f"{known(st.count, 0)} from {known(st.source)}"), ("framework", known(t.framework)),
     ]
-    rows += [(f"version: {k}", val) for k, val in sorted((t.get("versions") or {}).items())]
-    src = t.get("profiler_source") or {}
+    rows += [(f"version: {k}", val) for k, val in sorted((known(t.versions) or {}).items())]
+    src = known(t.profiler_source) or {}
     rows += [(f"profiler: {k}", "unknown" if val is None else
               f"{val} ({src[k]})" if str(src.get(k, "metadata")) != "metadata" else val)
-             for k, val in sorted((t.get("profiler") or {}).items())]
+             for k, val in sorted((known(t.profiler) or {}).items())]
     rows += [(f"setting: {k}", val) for k, val in (report.settings or {}).items()]   # non-default only
-    if t.get("lost_bytes") or t.get("dropped_events"):
-        rows.append(("truncated file", f"{_bytes(t.get('lost_bytes'))} lost, {t.get('dropped_events')} events dropped"))
+    if known(t.lost_bytes) or known(t.dropped_events):
+        rows.append(("truncated file", f"{_bytes(known(t.lost_bytes))} lost, {known(t.dropped_events)} events dropped"))
     o = ["<section id=\"environment\"><h2>Environment</h2><dl class=\"env\">"]
     o += [f"<dt>{esc(k)}</dt><dd>{esc(val)}</dd>" for k, val in rows if val is not None]
     o.append("</dl>")
     for key, title in (("run_config", "Run configuration"), ("run_framework", "Framework versions")):
-        if t.get(key):
-            o.append(f"<h3>{title}</h3><pre>{esc(json.dumps(t[key], indent=2, sort_keys=True, default=str))}</pre>")
+        if known(getattr(t, key)):
+            o.append(f"<h3>{title}</h3><pre>{esc(json.dumps(getattr(t, key), indent=2, sort_keys=True, default=str))}</pre>")
     o.append("</section>")
     return o
 

@@ -1,6 +1,7 @@
 """Markdown for tickets and CI step summaries: names in code spans, every value escaped, bounded size."""
 from __future__ import annotations
 
+from ..report import Part, known
 from .common import (BREAKDOWN_ORDER, count, efficiency_peaks, efficiency_rows, evidence_value, gpu_line, md_code,
                      md_text, memory_rows, ms, num, pct, run_config_items, sev)
 
@@ -14,12 +15,12 @@ MAX_BYTES = 1 << 20  # GitHub step summaries reject more than 1 MiB
 def render(report, *, width: int = 100, color: bool = False) -> str:
     t, st, bd, v = report.trace, report.steps, report.breakdown, report.verdict
     o: list[str] = []
-    o.append(f"## traceinspect: {md_text(t.get('file', '?'))}")
+    o.append(f"## traceinspect: {md_text(known(t.file, '?'))}")
     o.append("")
-    o.append(f"- GPU: {md_text(gpu_line(t))}; rank {md_text(t.get('rank', 0))}")
-    if st.get("count"):
-        o.append(f"- Window: {md_text(t.get('window', ''))}; step time median **{ms(st.get('median_us'))}** "
-                 f"(mean {ms(st.get('mean_us'))}, min {ms(st.get('min_us'))}, max {ms(st.get('max_us'))})")
+    o.append(f"- GPU: {md_text(gpu_line(t))}; rank {md_text(known(t.rank, 0))}")
+    if known(st.count):
+        o.append(f"- Window: {md_text(known(t.window, ''))}; step time median **{ms(known(st.median_us))}** "
+                 f"(mean {ms(known(st.mean_us))}, min {ms(known(st.min_us))}, max {ms(known(st.max_us))})")
     o.append("")
     if v.get("top"):
         o.append(f"**Verdict:** {md_text(v.get('headline') or v.get('top_title', ''))}")
@@ -47,10 +48,10 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         o.append("|---|---:|---:|")
         for p in BREAKDOWN_ORDER:
             b = bd.get(p)
-            if b and ((num(b.get("us")) or 0) > 0 or p == "compute"):
-                o.append(f"| {md_text(b.get('label', p))} | {ms(b.get('per_step_us'))} | {pct(b.get('frac'))} |")
-        b = bd.get("gpu_busy", {})
-        o.append(f"| **GPU busy** | {ms(b.get('per_step_us'))} | {pct(b.get('frac'))} |")
+            if b and ((num(known(b.us)) or 0) > 0 or p == "compute"):
+                o.append(f"| {md_text(known(b.label, p))} | {ms(known(b.per_step_us))} | {pct(known(b.frac))} |")
+        b = bd.get("gpu_busy") or Part()
+        o.append(f"| **GPU busy** | {ms(known(b.per_step_us))} | {pct(known(b.frac))} |")
         o.append("")
     o += account_md(report)
     active = [f for f in report.findings if not f.masked_by]
@@ -108,10 +109,10 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         o.append("| rank | median step | GPU busy | top finding |")
         o.append("|---:|---:|---:|---|")
         for r in report.ranks:
-            o.append(f"| {md_text(r.get('rank'))}{' **(gates the step)**' if r.get('gating') else ''}"
-                     f"{' **(slowest)**' if r.get('slowest') else ''} | "
-                     f"{ms(r.get('median_step_us'))} | {pct(r.get('gpu_busy_frac'))} | "
-                     f"{md_text(r.get('top_finding') or '-')} |")
+            o.append(f"| {md_text(known(r.rank))}{' **(gates the step)**' if known(r.gating) else ''}"
+                     f"{' **(slowest)**' if known(r.slowest) else ''} | "
+                     f"{ms(known(r.median_step_us))} | {pct(known(r.gpu_busy_frac))} | "
+                     f"{md_text(known(r.top_finding) or '-')} |")
         o.append("")
     if report.failures:
         o.append("### Detectors that failed")
@@ -202,7 +203,7 @@ def next_bottlenecks_md(report) -> list[str]:
     latent = [f for f in report.findings if f.masked_by]
     if not latent:
         return []
-    c = num(report.steps.get("count"))
+    c = num(known(report.steps.count))
     n = int(c) if c is not None and 1 <= c < 1e12 else 1
     o = ["### Next bottlenecks (present, masked now)", "",
          "| finding | lost per step now | once fixed | masked by | severity | confidence |",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import textwrap
 
 from ..inert import document
+from ..report import Part, known
 from .common import (BREAKDOWN_ORDER, efficiency_peaks, efficiency_rows, evidence_value, gpu_line, labels,
                      memory_rows, ms, num, pct, plain, run_config_items, count)
 
@@ -18,12 +19,12 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
     w = max(60, min(width, 120))
     out: list[str] = []
     wrap = lambda s, ind="": textwrap.fill(s, w, initial_indent=ind, subsequent_indent=ind + "  ")  # noqa: E731
-    out.append(f"traceinspect report: {plain(t.get('file', '?'))}  (rank {plain(t.get('rank', 0))}, "
+    out.append(f"traceinspect report: {plain(known(t.file, '?'))}  (rank {plain(known(t.rank, 0))}, "
                f"{plain(gpu_line(t))})")
-    if st.get("count"):
-        out.append(wrap(f"Window: {plain(t.get('window', ''))}; step time median {ms(st.get('median_us'))} "
-                        f"(mean {ms(st.get('mean_us'))}, min {ms(st.get('min_us'))}, max {ms(st.get('max_us'))}), "
-                        f"steps from {plain(st.get('source'))}"))
+    if known(st.count):
+        out.append(wrap(f"Window: {plain(known(t.window, ''))}; step time median {ms(known(st.median_us))} "
+                        f"(mean {ms(known(st.mean_us))}, min {ms(known(st.min_us))}, max {ms(known(st.max_us))}), "
+                        f"steps from {plain(known(st.source))}"))
     out.append("")
     if v.get("top"):
         out.append(wrap(f"VERDICT: {plain(v.get('headline') or v.get('top_title', ''))}"))
@@ -46,14 +47,14 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
     out += cross_rank_lines(report, wrap)
     if bd:
         out.append("Where each step goes (mean per step)")
-        busy = bd.get("gpu_busy", {})
+        busy = bd.get("gpu_busy") or Part()
         for p in BREAKDOWN_ORDER:
             b = bd.get(p)
-            if not b or (not num(b.get("us")) and p not in ("compute",)):
+            if not b or (not num(known(b.us)) and p not in ("compute",)):
                 continue
-            bar = "#" * int(round(30 * min(max(num(b.get("frac")) or 0.0, 0.0), 1.0)))
-            out.append(f"  {plain(b.get('label', p)):<38} {ms(b.get('per_step_us')):>10} {pct(b.get('frac')):>7}  {bar}")
-        out.append(f"  {'GPU busy':<38} {ms(busy.get('per_step_us')):>10} {pct(busy.get('frac')):>7}")
+            bar = "#" * int(round(30 * min(max(num(known(b.frac)) or 0.0, 0.0), 1.0)))
+            out.append(f"  {plain(known(b.label, p)):<38} {ms(known(b.per_step_us)):>10} {pct(known(b.frac)):>7}  {bar}")
+        out.append(f"  {'GPU busy':<38} {ms(known(busy.per_step_us)):>10} {pct(known(busy.frac)):>7}")
         out.append("")
     out += account_lines(report, wrap)
     active = [f for f in report.findings if not f.masked_by]
@@ -86,9 +87,9 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
     if report.ranks and len(report.ranks) > 1:
         out.append("Ranks")
         for r in report.ranks:
-            mark = ("  <- gates the step" if r.get("gating") else "") + ("  <- slowest" if r.get("slowest") else "")
-            out.append(f"  rank {plain(r.get('rank')):>3}  median step {ms(r.get('median_step_us')):>10}  "
-                       f"busy {pct(r.get('gpu_busy_frac')):>7}  top: {plain(r.get('top_finding') or '-')}{mark}")
+            mark = ("  <- gates the step" if known(r.gating) else "") + ("  <- slowest" if known(r.slowest) else "")
+            out.append(f"  rank {plain(known(r.rank)):>3}  median step {ms(known(r.median_step_us)):>10}  "
+                       f"busy {pct(known(r.gpu_busy_frac)):>7}  top: {plain(known(r.top_finding) or '-')}{mark}")
         out.append("")
     if report.failures:
         out.append("Detectors that failed (their causes were not checked)")
@@ -177,7 +178,7 @@ def next_bottleneck_lines(report, wrap) -> list[str]:
     latent = [f for f in report.findings if f.masked_by]
     if not latent:
         return []
-    c = num(report.steps.get("count"))
+    c = num(known(report.steps.count))
     n = int(c) if c is not None and 1 <= c < 1e12 else 1
     out = ["Next bottlenecks (present, masked now by the causes above)"]
     for i, f in enumerate(latent, 1):

@@ -110,7 +110,8 @@ class TraceinspectPlugin(base_plugin.TBPlugin):
                 job["phase"], job["progress"] = "analysing", 1.0
                 cached = analyze(trace).to_dict()
                 cache.store(key, cached)
-            job["report"] = cached
+            from ..report import Report
+            job["report"] = Report.from_dict(cached)   # the cache checked its shape: a bad entry is a miss
             job["state"] = "done"
         except MemoryError:
             job["error"] = f"{entry['rel']}: out of memory while reading the trace"
@@ -129,9 +130,10 @@ class TraceinspectPlugin(base_plugin.TBPlugin):
              "progress": round(job["progress"], 3), "error": inert_text(job["error"]) if job["error"] else ""}
         rep = job["report"]
         if rep is not None:
-            st, v = rep.get("steps") or {}, rep.get("verdict") or {}
-            s["median_step_us"] = st.get("median_us")
-            s["steps"] = st.get("count")
+            from ..report import known
+            st, v = rep.steps, rep.verdict or {}
+            s["median_step_us"] = known(st.median_us)
+            s["steps"] = known(st.count)
             s["top"] = v.get("top") or ""
             s["headline"] = inert_text(v.get("top_title") or v.get("headline") or "")
         return s
@@ -164,20 +166,18 @@ class TraceinspectPlugin(base_plugin.TBPlugin):
     @wrappers.Request.application
     def _serve_report(self, request):
         from ..render.html import render
-        from ..report import Report
         entry = self._entry(request)
         if entry is None:
             return _unknown(request)
         job = self._job(entry, start=True)
         if job["state"] != "done":
             return http_util.Respond(request, self._status(entry, job), "application/json", code=409)
-        return http_util.Respond(request, render(Report.from_dict(job["report"])), "text/html")
+        return http_util.Respond(request, render(job["report"]), "text/html")
 
     @wrappers.Request.application
     def _serve_diff(self, request):
         from ..diff import diff
         from ..render.html import render_diff
-        from ..report import Report
         a, b = self._entry(request, "a"), self._entry(request, "b")
         if a is None or b is None:
             return _unknown(request)
@@ -185,7 +185,7 @@ class TraceinspectPlugin(base_plugin.TBPlugin):
         if ja["state"] != "done" or jb["state"] != "done":
             return http_util.Respond(request, {"a": self._status(a, ja), "b": self._status(b, jb)},
                                      "application/json", code=409)
-        d = diff(Report.from_dict(ja["report"]), Report.from_dict(jb["report"]))
+        d = diff(ja["report"], jb["report"])
         return http_util.Respond(request, render_diff(d), "text/html")
 
 

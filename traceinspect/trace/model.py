@@ -344,8 +344,14 @@ def _rank(doc, path: str, warnings: list[str], warn_default: bool) -> tuple[int,
     if m:
         return int(m.group(1)), "file name", None
     if warn_default:
-        warnings.append(f"{os.path.basename(path)}: no rank in distributedInfo or in the file name; assumed rank 0")
+        warnings.append(default_rank_warning(os.path.basename(path)))
     return 0, "default", None
+
+
+def default_rank_warning(name: str) -> str:
+    """The warning for a file whose rank was assumed (rank_source "default"); reduce_ranks repeats it
+    for every such rank from its typed summary."""
+    return f"{name}: no rank in distributedInfo or in the file name; assumed rank 0"
 
 
 # One name (kernel, op, thread, ...) is kept up to this many characters: every pattern match and every

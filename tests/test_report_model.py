@@ -1,0 +1,132 @@
+"""The typed, immutable report model: to_dict/from_dict round-trip on every builder and every shared
+trace, refusal of junk with a ValueError (never a traceback), immutability, analyze() idempotence, and
+the format methods delegating to render/."""
+from __future__ import annotations
+
+import importlib
+import inspect
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from builders import TraceBuilder, build_healthy
+from traceinspect.analyze import analyze
+from traceinspect.render import RENDERERS
+from traceinspect.report import Gpu, Report, Steps, TraceInfo
+from traceinspect.trace.model import load_trace
+
+TESTS = Path(__file__).parent
+
+
+def _builders():
+    """Every build_* function of tests/builders*.py that takes no required argument."""
+    out = []
+    for mod_path in sorted(TESTS.glob("builders*.py")):
+        mod = importlib.import_module(mod_path.stem)
+        for name, make in sorted(vars(mod).items()):
+            if (name.startswith("build_") and inspect.isfunction(make) and make.__module__ == mod.__name__
+                    and all(p.default is not inspect.Parameter.empty
+                            for p in inspect.signature(make).parameters.values())):
+                out.append(pytest.param(make, id=f"{mod_path.stem}.{name}"))
+    return out
+
+
+def _round_trip(rep: Report) -> None:
+    d = rep.to_dict()
+    back = Report.from_dict(d)
+    assert back.to_dict() == d
+    assert isinstance(back.trace, TraceInfo) and isinstance(back.steps, Steps)
+
+
+@pytest.mark.parametrize("make", _builders())
+def test_round_trip_every_builder(make, tmp_path):
+    built = make()
+    if not isinstance(built, TraceBuilder):
+        pytest.skip("not a plain trace builder")
+    rep = analyze(load_trace(str(built.write(tmp_path / "t.pt.trace.json"))))
+    _round_trip(rep)
+
+
+def test_round_trip_every_shared_trace(shared_dir):
+    from traceinspect.errors import TraceinspectError
+    n = 0
+    for p in sorted(shared_dir.rglob("*")):
+        if not (p.is_file() and p.name.endswith((".json", ".json.gz")) and p.name != "EXPECTED.json"):
+            continue
+        try:
+            trace = load_trace(str(p))
+        except TraceinspectError:
+            continue   # a trace the CLI refuses has no report
+        _round_trip(analyze(trace))
+        n += 1
+    assert n > 0
+
+
+def test_absent_keys_stay_absent(tmp_path):
+    """A report saved by an older version, without most trace keys, writes back exactly what it read."""
+    d = analyze(load_trace(str(build_healthy().write(tmp_path / "t.pt.trace.json")))).to_dict()
+    d["trace"] = {"file": "old.json", "rank": 3, "gpu": {"name": "A100"}}
+    d["steps"] = {}
+    back = Report.from_dict(d)
+    assert back.to_dict()["trace"] == {"file": "old.json", "rank": 3, "gpu": {"name": "A100"}}
+    assert back.to_dict()["steps"] == {}
+    assert back.trace.gpu == Gpu(name="A100") and back.trace.world_size is msgspec.UNSET
+
+
+@pytest.mark.parametrize("junk", [
+    [], "report", {"schema_version": 2}, {"schema_version": 2, "findings": [], "breakdown": {}, "trace": {"rank": "0"}},
+    {"schema_version": 2, "findings": [], "breakdown": {}, "trace": {"gpu": "H100"}},
+    {"schema_version": 2, "findings": [], "breakdown": {}, "ranks": [{"rank": 1.5}]},
+    {"schema_version": 2, "findings": [], "breakdown": {"compute": {"us": "1"}}},
+    {"schema_version": 9, "findings": [], "breakdown": {}},
+])
+def test_junk_is_a_value_error(junk):
+    with pytest.raises(ValueError):
+        Report.from_dict(junk)
+
+
+def test_report_is_immutable(tmp_path):
+    rep = analyze(load_trace(str(build_healthy().write(tmp_path / "t.pt.trace.json"))))
+    with pytest.raises(AttributeError):
+        rep.warnings = []
+    with pytest.raises(AttributeError):
+        rep.trace.rank = 1
+    rep2 = msgspec.structs.replace(rep, warnings=["x"])
+    assert rep2.warnings == ["x"] and rep.warnings != ["x"]
+
+
+def test_analyze_is_idempotent(tmp_path):
+    """A window under 1 ms adds a warning; analyze() used to append it to the Trace, so a second run
+    on the same Trace reported it twice."""
+    t = TraceBuilder()
+    with t.step():
+        t.op("aten::mm", kernels=[("ampere_sgemm_128x64_nn", 50.0)])
+        t.item()
+    trace = load_trace(str(t.write(tmp_path / "short.pt.trace.json")))
+    first = analyze(trace).to_dict()
+    assert sum("under 1 ms" in w for w in first["warnings"]) == 1
+    assert analyze(trace).to_dict() == first
+
+
+def test_format_methods_delegate_to_the_renderers(tmp_path):
+    rep = analyze(load_trace(str(build_healthy().write(tmp_path / "t.pt.trace.json"))))
+    assert rep.to_text(width=100) == RENDERERS["text"][0](rep, width=100)
+    assert rep.to_markdown() == RENDERERS["md"][0](rep)
+    assert rep.to_json() == RENDERERS["json"][0](rep)
+    assert rep.to_html() == RENDERERS["html"][0](rep)
+
+
+def test_an_assumed_rank_is_reported_from_its_rank_source(tmp_path):
+    """Two files, one named for rank 1 and one that states no rank (assumed 0): the lead is the slower
+    one (rank 1, a dataloader stall), and the job report still says that the other's rank was assumed."""
+    from builders import build_dataloader_stall
+    from traceinspect.analyze import analyze_many
+    d = tmp_path / "run"
+    d.mkdir()
+    fast = build_healthy().write(d / "plain.pt.trace.json")
+    slow = build_dataloader_stall().write(d / "trace_rank1.pt.trace.json")
+    rep = analyze_many([str(fast), str(slow)], jobs=1)
+    assert rep.trace.rank == 1 and [r.rank for r in rep.ranks] == [0, 1]
+    assumed = [w for w in rep.warnings if w.startswith("plain.pt.trace.json: ") and "assumed rank 0" in w]
+    assert len(assumed) == 1
