@@ -161,3 +161,23 @@ def build_churn(churn: bool = True, steps: int = 4):
                     t.blocking_free(400.0)
                     t.malloc(200.0)
     return t
+
+
+GEMM_M, GEMM_N, GEMM_K = 8192, 2048, 2048     # one bf16 aten::mm per layer
+GEMM_FLOPS = 2 * GEMM_M * GEMM_N * GEMM_K
+
+
+def build_gemm_flops(flops_factor: float = 1.0, layers: int = 8, steps: int = STEPS,
+                     with_flops: bool = True) -> TraceBuilder:
+    """Per step `layers` bf16 aten::mm ops of [8192, 2048] x [2048, 2048] (record_shapes), each carrying the
+    profiler's `flops` arg (with_flops=True) of flops_factor x 2*M*N*K, the GEMM's true FLOPs."""
+    t = TraceBuilder()
+    if with_flops:
+        t.meta["with_flops"] = 1
+    for _ in range(steps):
+        with t.step(wait_gpu=True):
+            for _ in range(layers):
+                t.op("aten::mm", kernels=[(GEMM_BF16, 800.0)], cpu_us=15,
+                     input_dims=[[GEMM_M, GEMM_K], [GEMM_K, GEMM_N]], input_type=["c10::BFloat16"] * 2,
+                     args={"flops": int(flops_factor * GEMM_FLOPS)} if with_flops else None)
+    return t

@@ -97,3 +97,63 @@ def test_no_finding_changes_nothing(tmp_path):
     for fix in ("cpu-offload", "pageable-memcpy", "exposed-communication", "allocator-churn"):
         p = E.predict(tr, [], (fix,))
         np.testing.assert_allclose(p.step_us, tr.steps["dur_us"].to_numpy(), rtol=1e-6)
+
+
+# --- speed of light: the shape model's FLOPs against the profiler's own --------------------------------
+
+@pytest.mark.parametrize("factor", [1.0, 0.5])
+def test_speed_of_light_cross_checks_recorded_flops(factor, tmp_path):
+    from builders_whatif import GEMM_FLOPS, build_gemm_flops
+    tr = _load(build_gemm_flops(flops_factor=factor), tmp_path, "x")
+    sol = E.speed_of_light(tr)
+    # 8 GEMMs per step, each 2*M*N*K by the shape model; the args say factor x that
+    assert sol["matrix_flops_per_step"] == pytest.approx(8 * GEMM_FLOPS)
+    assert sol["recorded_flops_per_step"] == pytest.approx(8 * int(factor * GEMM_FLOPS))
+    assert sol["recorded_vs_model"] == pytest.approx(factor)
+
+
+def test_no_with_flops_no_cross_check(tmp_path):
+    from builders_whatif import build_gemm_flops
+    sol = E.speed_of_light(_load(build_gemm_flops(with_flops=False), tmp_path, "x"))
+    assert sol["sol_us"] and "recorded_flops_per_step" not in sol and "recorded_vs_model" not in sol
+
+
+def test_shape_model_flops_match_a_real_profiler_capture(tmp_path):
+    """A tiny CPU torch.profiler capture (record_shapes, with_flops): per op family, the FLOPs the shape
+    model derives from the recorded shapes equal those the profiler computes for the same ops."""
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+    from traceinspect.trace import roofline as rl
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 32))
+    conv = torch.nn.Conv2d(3, 8, 3)
+    x, im = torch.randn(16, 64), torch.randn(2, 3, 16, 16, requires_grad=True)
+    a, b = torch.randn(4, 8, 16), torch.randn(4, 16, 32)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_flops=True) as prof:
+        for i in range(2):
+            with torch.profiler.record_function(f"ProfilerStep#{i}"):
+                mlp(x).sum().backward()
+                conv(im).sum().backward()
+                torch.bmm(a, b)
+    path = tmp_path / "capture.pt.trace.json"
+    prof.export_chrome_trace(str(path))
+    family = {"aten::addmm": rl.GEMM, "aten::mm": rl.GEMM, "aten::bmm": rl.BMM, "aten::conv2d": rl.CONV}
+    theirs: dict = {}
+    for e in prof.events():
+        if e.name in family and e.flops:
+            theirs[family[e.name]] = theirs.get(family[e.name], 0) + e.flops
+    assert set(theirs) == {rl.GEMM, rl.BMM, rl.CONV}, theirs
+    tr = load_trace(str(path))
+    ops = tr.cpu_ops
+    names = ops["name"].astype(str).tolist()
+    dims = [tr.shapes(d) if d is not None else None for d in ops["input_dims_raw"]]
+    types = [tr.shapes(t) if t is not None else None for t in ops["input_type_raw"]]
+    conv_out = rl.conv_outputs(names, dims)
+    ours: dict = {}
+    for n, d, t in zip(names, dims, types):
+        if n in family:
+            w = rl.op_work(n, d, t, conv_out)
+            assert w is not None and w.family == family[n], (n, d, t)
+            ours[w.family] = ours.get(w.family, 0) + w.flops
+    for fam, f in theirs.items():
+        assert ours[fam] == pytest.approx(f, rel=1e-9), fam
