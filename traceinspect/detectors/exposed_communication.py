@@ -188,6 +188,8 @@ class ExposedCommunication(Detector):
                 last = ops[np.argmax(graph.g_ts[ops])]
                 if graph.g_ts[last] >= graph.g_end[last_comm]:
                     graph.g_xprev[last] = last_comm
+                    # the slack was measured from a ready time without this wait: never start later than measured
+                    graph.g_slack[last] = min(graph.g_slack[last], graph.g_ts[last] - graph.g_end[last_comm])
                     kept += 1
         return (f"{int(relax.sum())} compute op(s) stop waiting for collectives and overlap them; "
                 f"{kept} final wait(s) at the steps' ends kept")
