@@ -157,3 +157,28 @@ def test_shape_model_flops_match_a_real_profiler_capture(tmp_path):
             ours[w.family] = ours.get(w.family, 0) + w.flops
     for fam, f in theirs.items():
         assert ours[fam] == pytest.approx(f, rel=1e-9), fam
+
+
+def test_cpu_offload_hardware_limit_says_what_the_fit_would_give(tmp_path):
+    t = build_offload_loop()
+    n = 20_000_000_000      # 20 B parameters: 320 GB of state at 16 B each, more than the H100's 85 GB
+    t.meta["traceinspect"] = {"schema_version": 1, "source": "hf_trainer", "framework": {},
+                              "config": {"num_parameters": n, "offload_optimizer": "cpu"}, "steps": []}
+    tr = _load(t, tmp_path, "x")
+    p = _predict(tr, "cpu-offload")
+    m = p.models["cpu-offload"]
+    assert "does not fit" in m and "a GPU that holds it" in m
+    # the GPU step reads and writes 2 x 16 B per parameter at 3350 GB/s
+    assert f"{2 * n * 16 / 3350e3 / 1e3:.2f} ms" in m
+
+
+def test_offload_builders_replay_sanely(tmp_path):
+    """FSDP parameter offload (pinned, on a copy stream, CPU AdamW) and offloaded inference weights
+    (parameter streaming, no optimizer): the fix never lengthens a step and removes every offload copy."""
+    from builders_transfer import build_fsdp_param_offload, build_weight_offload_inference
+    for make in (build_fsdp_param_offload, build_weight_offload_inference):
+        tr = _load(make(), tmp_path, make.__name__)
+        p = _predict(tr, "cpu-offload")
+        base = E.predict(tr, [], ())
+        assert (p.step_us <= base.step_us + 1e-6).all(), make.__name__
+        assert "offload cop" in p.models["cpu-offload"]
