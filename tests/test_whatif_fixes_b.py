@@ -157,6 +157,16 @@ def test_shape_model_flops_match_a_real_profiler_capture(tmp_path):
             ours[w.family] = ours.get(w.family, 0) + w.flops
     for fam, f in theirs.items():
         assert ours[fam] == pytest.approx(f, rel=1e-9), fam
+    # the engine's reader of the `flops` args: the capture says with_flops; where this torch's exporter
+    # writes the args (torch 2.13 does not for CPU ops), they must be the profiler's own numbers
+    rec = E.recorded_flops(tr)
+    assert rec is not None
+    if rec:
+        by_family: dict = {}
+        for (name, _), f in rec.items():
+            if name in family:
+                by_family[family[name]] = by_family.get(family[name], 0) + f
+        assert by_family == pytest.approx(theirs)
 
 
 def test_cpu_offload_hardware_limit_says_what_the_fit_would_give(tmp_path):
