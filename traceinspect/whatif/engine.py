@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import detectors as registry
 from ..detectors.efficiency import coverage, shape_table
+from ..errors import TraceError
 from ..findings import Finding
 from ..trace.load import read_bytes
 from ..trace.model import Trace
@@ -170,7 +171,7 @@ def recorded_flops(trace: Trace) -> dict | None:
         return out
     try:
         return trace.memo("recorded flops", read)
-    except (OSError, ValueError, msgspec.MsgspecError):
+    except (OSError, ValueError, msgspec.MsgspecError, TraceError):   # moved, changed or unreadable since loaded
         return None
 
 
