@@ -192,3 +192,12 @@ def test_offload_builders_replay_sanely(tmp_path):
         base = E.predict(tr, [], ())
         assert (p.step_us <= base.step_us + 1e-6).all(), make.__name__
         assert "offload cop" in p.models["cpu-offload"]
+
+
+def test_flops_cross_check_when_the_file_is_gone(tmp_path):
+    from builders_whatif import build_gemm_flops
+    path = build_gemm_flops().write(tmp_path / "x.pt.trace.json")
+    tr = load_trace(str(path))
+    path.unlink()                    # moved away after loading: no cross-check, no error
+    sol = E.speed_of_light(tr)
+    assert sol["sol_us"] and "recorded_flops_per_step" not in sol
