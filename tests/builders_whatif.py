@@ -2,7 +2,7 @@
 should give is known by construction (the after trace is built, not guessed)."""
 from __future__ import annotations
 
-from builders import GEMM_BF16, GEMM_FP32_SIMT, TraceBuilder
+from builders import ELEMENTWISE, GEMM_BF16, GEMM_FP32_SIMT, TraceBuilder
 
 STEPS = 4
 
@@ -58,4 +58,126 @@ def build_item_syncs(item: bool = True, steps: int = STEPS) -> TraceBuilder:
                 if item:
                     t.item()
                 t.cpu(200)
+    return t
+
+
+# --- the cpu-offload, pageable-memcpy, exposed-communication and allocator-churn fixes ------------------
+# Each comes with its fixed form: the same loop built with the fix, so the replay of the fix on the first
+# has a known answer.
+
+def build_offload_loop(offload: bool = True, steps: int = 3):
+    """ZeRO-Offload on an H100 (builders_transfer.build_cpu_offload's loop): 12 + 12 bf16 GEMMs of 2 ms,
+    16 x 64 MiB gradient chunks device-to-host, DeepSpeedCPUAdam 100 ms on the host, 16 x 64 MiB parameter
+    chunks back. offload=False: the state on the GPU, one fused Adam kernel after backward that reads and
+    writes the mixed-precision Adam state once, 2 x 16 B per parameter at the H100's 3350 GB/s, the
+    parameters being the gradient bytes at 2 B each (OFFLOAD_OPT_US)."""
+    from builders_transfer import (CPU_ADAM_US, FUSED_ADAM, OFFLOAD_CHUNK, OFFLOAD_CHUNKS, OFFLOAD_COPY_US,
+                                   TransferBuilder, _gemm)
+    t = TransferBuilder()
+    for _ in range(steps):
+        with t.step(wait_gpu=True):
+            t.dataloader(50, workers=True)
+            with t.span("aten::to"):
+                t.memcpy("HtoD", "Pinned", "Device", nbytes=1 << 20, dur_us=40)   # the input batch
+            for _ in range(12):
+                _gemm(t, "aten::linear", 2000)
+            for _ in range(12):
+                _gemm(t, "autograd::engine::evaluate_function: MmBackward0", 2000)
+            if not offload:
+                t.op("aten::_fused_adam_", kernels=[(FUSED_ADAM, OFFLOAD_OPT_US)])
+                continue
+            for _ in range(OFFLOAD_CHUNKS):
+                with t.span("aten::copy_"):
+                    t.memcpy("DtoH", "Device", "Pageable", nbytes=OFFLOAD_CHUNK, dur_us=OFFLOAD_COPY_US)
+            with t.span("Optimizer.step#DeepSpeedCPUAdam.step", cat="user_annotation"):
+                t.cpu(CPU_ADAM_US)
+            for _ in range(OFFLOAD_CHUNKS):
+                with t.span("aten::copy_"):
+                    t.memcpy("HtoD", "Pageable", "Device", nbytes=OFFLOAD_CHUNK, dur_us=OFFLOAD_COPY_US)
+    return t
+
+
+# 16 x 64 MiB of bf16 gradients = 536.9 M parameters; x 2 x 16 B / 3350 GB/s (H100 SXM HBM3)
+OFFLOAD_OPT_US = 16 * (64 << 20) / 2 * 2 * 16 / (3350 * 1e3)
+
+PAGEABLE_BYTES = 20_000_000       # the input batch: 20 MB
+PAGEABLE_US = 2000.0              # at 10 GB/s pageable
+PINNED_US = PAGEABLE_US * 10 / 50  # at the H100's 50 GB/s practical pinned PCIe (hardware.py)
+
+
+def build_pageable_input(pinned: bool = False, steps: int = 4) -> TraceBuilder:
+    """A training step whose input batch (20 MB) is copied from pageable memory: the host blocks 2 ms in
+    the copy, then launches 12 layers. pinned=True: the same copy from pinned memory with
+    non_blocking=True at 50 GB/s (400 us): the host goes on launching while it runs."""
+    from builders import _healthy_layer
+    t = TraceBuilder()
+    for _ in range(steps):
+        with t.step(wait_gpu=True):
+            t.dataloader(50, workers=True)
+            with t.span("aten::to"):
+                if pinned:
+                    t.memcpy("HtoD", "Pinned", "Device", nbytes=PAGEABLE_BYTES, dur_us=PINNED_US, blocking=False)
+                else:
+                    t.memcpy("HtoD", "Pageable", "Device", nbytes=PAGEABLE_BYTES, dur_us=PAGEABLE_US)
+            for _ in range(12):
+                _healthy_layer(t)
+    return t
+
+
+def build_comm_then_compute(overlap: bool = False, steps: int = 3, comm_us: float = 3000.0):
+    """A DDP-like rank: 6 GEMMs of 1 ms, an all-reduce of comm_us on the NCCL stream that waits for them,
+    then 5 more GEMMs of 1 ms that wait for the all-reduce (exposed), then a final 50 us op that needs it.
+    overlap=True: the 5 GEMMs run under the all-reduce; only the final op waits for it."""
+    from builders_transfer import TransferBuilder, _gemm
+    t = TransferBuilder(rank=0, world_size=8)
+    for _ in range(steps):
+        with t.step(wait_gpu=True):
+            t.dataloader(50, workers=True)
+            for _ in range(6):
+                _gemm(t, "aten::linear", 1000)
+            t.wait_stream(20, 7)
+            t.collective("allreduce", comm_us)
+            if not overlap:
+                t.wait_stream(7, 20)
+            for _ in range(5):
+                _gemm(t, "autograd::engine::evaluate_function: MmBackward0", 1000)
+            t.wait_stream(7, 20)
+            t.op("aten::add", kernels=[(ELEMENTWISE, 50.0)])
+    return t
+
+
+def build_churn(churn: bool = True, steps: int = 4):
+    """builders_host.build_allocator_churn's loop (6 layers, each followed by a cudaFree that drains the
+    device then takes 400 us, and a 200 us cudaMalloc); churn=False: the calls only in the first step
+    (the caching allocator warm after it)."""
+    from builders import _healthy_layer
+    from builders_host import HostTraceBuilder
+    t = HostTraceBuilder()
+    for i in range(steps):
+        with t.step(wait_gpu=True):      # the step ends when its GPU work does, so both runs measure it
+            for _ in range(6):
+                _healthy_layer(t)
+                if churn or i == 0:
+                    t.blocking_free(400.0)
+                    t.malloc(200.0)
+    return t
+
+
+GEMM_M, GEMM_N, GEMM_K = 8192, 2048, 2048     # one bf16 aten::mm per layer
+GEMM_FLOPS = 2 * GEMM_M * GEMM_N * GEMM_K
+
+
+def build_gemm_flops(flops_factor: float = 1.0, layers: int = 8, steps: int = STEPS,
+                     with_flops: bool = True) -> TraceBuilder:
+    """Per step `layers` bf16 aten::mm ops of [8192, 2048] x [2048, 2048] (record_shapes), each carrying the
+    profiler's `flops` arg (with_flops=True) of flops_factor x 2*M*N*K, the GEMM's true FLOPs."""
+    t = TraceBuilder()
+    if with_flops:
+        t.meta["with_flops"] = 1
+    for _ in range(steps):
+        with t.step(wait_gpu=True):
+            for _ in range(layers):
+                t.op("aten::mm", kernels=[(GEMM_BF16, 800.0)], cpu_us=15,
+                     input_dims=[[GEMM_M, GEMM_K], [GEMM_K, GEMM_N]], input_type=["c10::BFloat16"] * 2,
+                     args={"flops": int(flops_factor * GEMM_FLOPS)} if with_flops else None)
     return t

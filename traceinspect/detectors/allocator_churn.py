@@ -117,6 +117,18 @@ class AllocatorChurn(Detector):
     def reserved(self, trace) -> iv.Set:
         return steady_alloc_set(trace)
 
+    def whatif(self, graph, finding) -> str:
+        """Replay model: with a warm cache (static shapes, no empty_cache()) the steady-state allocation
+        calls (every analysed step after the first) disappear: their host cost goes and a cudaFree /
+        cudaMalloc no longer waits for the device to drain. The host work around them stays. Source:
+        PyTorch's caching allocator serves repeated shapes from memory it holds (CUDA semantics notes)."""
+        calls = steady_alloc_calls(graph.trace)
+        if finding is None or not len(calls):
+            return "no steady-state allocation calls: nothing to change"
+        m = graph.host_call_mask(calls.index.to_numpy())
+        graph.drop_host_calls(m)
+        return f"{int(m.sum())} steady-state cudaMalloc/cudaFree call(s) disappear (no host cost, no device wait)"
+
     def detect(self, trace, ctx):
         if not trace.has_gpu:
             yield self.skip("no GPU activity in the trace")

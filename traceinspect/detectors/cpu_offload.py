@@ -284,6 +284,65 @@ class CpuOffload(Detector):
             mask[hc.index.to_numpy()[sel]] = True
         return OffloadTraffic(mask, input_mask, rule, htod, dtoh, inb, big_htod, cpu_opt)
 
+    # --- replay model -------------------------------------------------------------------------------
+    def whatif(self, graph, finding) -> str:
+        """Replay model: the training state lives on the GPU. The offload copies (the finding's
+        host<->device chunks) go: no copy on the bus, no host call, no host wait. A CPU-side optimizer
+        step becomes a GPU optimizer step at device memory bandwidth: its host time leaves the thread,
+        and a fused optimizer on the GPU reads and writes the whole mixed-precision Adam state once,
+        2 x 16 B per parameter (memory_fit.MIXED_ADAM_BYTES) over the GPU's memory bandwidth
+        (trace/hardware.py mem_gbps); it runs where the last gradient copy before the CPU step ran (same
+        stream, same launch). Parameters: the run configuration's num_parameters, else the
+        device-to-host copies at 2 B per parameter (bf16 gradients), as the detector counts them. When
+        the state does not fit the GPU (the finding's hardware limit), this is what a GPU that holds it
+        (or the sharding that makes it fit) would give, and the model says so."""
+        trace = graph.trace
+        if finding is None or not trace.has_gpu:
+            return "no offload found: nothing to change"
+        tr = trace.memo(("offload traffic", self), lambda: self.traffic(trace))
+        if not tr.is_offload:
+            return "no offload traffic: nothing to change"
+        copies = graph.op_mask("memcpy", np.flatnonzero(tr.mask))
+        n_copies = int(copies.sum())
+        opt = tr.cpu_opt if tr.rule != "parameter streaming" else tr.cpu_opt.iloc[0:0]
+        peaks = trace.device.peaks if trace.device is not None else None
+        nparams = num_parameters(trace) or int(tr.dtoh_bytes / 2)
+        opt_us = 2 * nparams * TRAIN_BYTES_PER_PARAM / (peaks.mem_gbps * 1e3) if peaks is not None and nparams else None
+        proxy = np.zeros(len(graph.g_ts), bool)
+        removed_host = 0.0
+        if len(opt) and opt_us is not None:
+            removed_host = graph.remove_host_time(opt["ts_us"].to_numpy(), opt["end_us"].to_numpy())
+            launched = graph.g_launch >= 0
+            at = np.where(launched, graph.h_ts[np.maximum(graph.g_launch, 0)], graph.g_ts)
+            for t0 in opt["ts_us"].to_numpy():
+                for cand in (copies & launched, launched):
+                    c = np.flatnonzero(cand & (at <= t0))
+                    if len(c):
+                        proxy[c[np.argmax(at[c])]] = True
+                        break
+        gone = copies & ~proxy
+        graph.remove_gpu(gone)
+        hosts = np.zeros(len(graph.h_ts), bool)
+        hosts[graph.g_launch[(copies | proxy) & (graph.g_launch >= 0)]] = True
+        graph.drop_host_calls(hosts)
+        if proxy.any():
+            graph.g_dur = np.where(proxy, opt_us, graph.g_dur)
+            graph.g_slack = np.where(proxy, 0.0, graph.g_slack)
+        text = f"{n_copies} offload cop{'y' if n_copies == 1 else 'ies'} go (state on the GPU)"
+        if len(opt):
+            if opt_us is None:
+                text += "; the CPU optimizer step stays (the GPU's memory bandwidth is unknown)"
+            else:
+                text += (f"; the CPU optimizer step ({removed_host / max(len(opt), 1) / 1e3:.1f} ms of host work) "
+                         f"becomes a GPU step of {opt_us / 1e3:.2f} ms ({nparams / 1e6:.0f} M parameters x "
+                         f"2 x {TRAIN_BYTES_PER_PARAM:g} B at {peaks.mem_gbps:g} GB/s, {peaks.name})")
+        mem = trace.device.total_mem_bytes if trace.device is not None else None
+        options = state_options(nparams, mem) if nparams and mem else []
+        if options and not options[0].fits:
+            text += (f"; the state ({options[0].footprint_bytes / GB:.1f} GB) does not fit in {mem / GB:.0f} GB: "
+                     "this is the step a GPU that holds it (or sharding that makes it fit) would give")
+        return text
+
     # --- detector -----------------------------------------------------------------------------------
     def reserved(self, trace) -> iv.Set:
         tr = trace.memo(("offload traffic", self), lambda: self.traffic(trace))   # claims.provided's key

@@ -155,6 +155,47 @@ class ExposedCommunication(Detector):
     min_wait_kernel_us: float = option(1000.0, "only collective kernels at least this long are used for the "
                                                "bandwidth")
 
+    def whatif(self, graph, finding) -> str:
+        """Replay model: overlap. Inside the analysed steps, a compute op (any GPU op that is not a
+        collective) no longer waits for a collective on another stream: the inferred cross-stream edges
+        from communication to compute are relaxed, so the collectives overlap the compute that follows
+        them (prefetched all-gathers, bucketed all-reduces that run under the rest of the step). The step
+        still cannot end before its communication: the last compute op of each step on each stream that
+        waited for a collective keeps (or gets) a wait for the step's last collective. Communication
+        itself keeps its duration and what it waits for. An upper bound on overlap: data dependencies
+        the trace does not show (the optimizer needs the reduced gradients) are only kept by that final
+        wait."""
+        trace = graph.trace
+        if finding is None or not len(graph.g_ts):
+            return "no exposed communication: nothing to change"
+        is_comm = np.asarray(is_comm_kernel(graph.g_name), dtype=bool) & (graph.g_kind == "kernel")
+        if not is_comm.any():
+            return "no collective kernels: nothing to change"
+        inside = graph.gpu_in_steps()
+        x = graph.g_xprev
+        relax = inside & ~is_comm & (x >= 0) & is_comm[np.maximum(x, 0)]
+        if not relax.any():
+            return "no compute op waits for a collective inside the steps: nothing to relax"
+        graph.g_xprev = np.where(relax, -1, x)
+        # the final wait: per step and stream, the last compute op keeps a wait for the step's last collective
+        st = trace.steps
+        step = np.searchsorted(st["start_us"].to_numpy(), graph.g_ts, side="right") - 1
+        kept = 0
+        for i in np.unique(step[relax]):
+            in_step = inside & (step == i)
+            comm = np.flatnonzero(in_step & is_comm)
+            last_comm = comm[np.argmax(graph.g_end[comm])]
+            for s_ in np.unique(graph.g_stream[relax & (step == i)]):
+                ops = np.flatnonzero(in_step & ~is_comm & (graph.g_stream == s_))
+                last = ops[np.argmax(graph.g_ts[ops])]
+                if graph.g_ts[last] >= graph.g_end[last_comm]:
+                    graph.g_xprev[last] = last_comm
+                    # the slack was measured from a ready time without this wait: never start later than measured
+                    graph.g_slack[last] = min(graph.g_slack[last], graph.g_ts[last] - graph.g_end[last_comm])
+                    kept += 1
+        return (f"{int(relax.sum())} compute op(s) stop waiting for collectives and overlap them; "
+                f"{kept} final wait(s) at the steps' ends kept")
+
     def detect(self, trace, ctx):
         if not trace.has_gpu:
             yield self.skip("no GPU activity in the trace")

@@ -107,15 +107,11 @@ class PageableMemcpy(Detector):
             return
         host = (~mc["is_memset"].to_numpy()) & mc["kind"].isin(["HtoD", "DtoH"]).to_numpy()
         src, dst = mc["src_kind"].astype(str).to_numpy(), mc["dst_kind"].astype(str).to_numpy()
-        pageable = host & ((src == "Pageable") | (dst == "Pageable"))
-        if not pageable.any():
+        if not (host & ((src == "Pageable") | (dst == "Pageable"))).any():
             if host.any() and np.any(((src == "Host") | (dst == "Host")) & host):
                 yield self.skip("host memory is named 'Host' without the pageable/pinned distinction (ROCm)")
             return
-        pageable &= primary_memcpy_mask(trace)
-        pageable &= ~claims.provided(trace, "offload traffic").mask
-        pg = in_steps(mc[pageable], trace)
-        big = pg[pg["size_bytes"] >= self.min_copy_bytes]
+        pg, big = self._copies(trace)
         if not len(big):
             return
         tl = trace.timeline
@@ -167,6 +163,55 @@ class PageableMemcpy(Detector):
                  f"the host: {fmt_us(lost / n)} per step ({pct(frac)}) recoverable with pinned memory")
         yield self.finding(ctx, title=title, time_lost_us=lost, confidence="medium", evidence=ev,
                            fix=_fix(ctx.framework, kinds), events=events_from(big, trace, "memcpy", 3))
+
+    def _copies(self, trace):
+        """The pageable host copies of the analysed steps on the primary device that are not offload
+        traffic, and those of at least min_copy_bytes (the ones estimated)."""
+        mc = trace.memcpy
+        host = (~mc["is_memset"].to_numpy()) & mc["kind"].isin(["HtoD", "DtoH"]).to_numpy()
+        src, dst = mc["src_kind"].astype(str).to_numpy(), mc["dst_kind"].astype(str).to_numpy()
+        pageable = host & ((src == "Pageable") | (dst == "Pageable"))
+        pageable &= primary_memcpy_mask(trace)
+        pageable &= ~claims.provided(trace, "offload traffic").mask
+        pg = in_steps(mc[pageable], trace)
+        return pg, pg[pg["size_bytes"] >= self.min_copy_bytes]
+
+    def whatif(self, graph, finding) -> str:
+        """Replay model: the pageable copies this detector estimates (>= min_copy_bytes, not offload
+        traffic) become pinned copies with non_blocking=True: the host call no longer waits for the copy
+        (it returns after its own launch cost), and the copy itself runs at the pinned bandwidth: its
+        duration scales by (pageable bandwidth achieved / pinned bandwidth), per direction, the pinned
+        figure being what pinned copies of that direction reach in this trace, else the GPU's practical
+        pinned PCIe figure (trace/hardware.py), else 12 GB/s (PCIe Gen3 x16). The copy keeps its place in
+        its stream, so the kernels queued behind it still wait for it. Source: CUDA Runtime API,
+        "API synchronization behavior" (pageable copies are staged and synchronous)."""
+        trace = graph.trace
+        if finding is None or not trace.has_gpu or not len(trace.memcpy):
+            return "no pageable copies estimated: nothing to change"
+        mc = trace.memcpy
+        _, big = self._copies(trace)
+        if not len(big):
+            return "no pageable copies estimated: nothing to change"
+        host = (~mc["is_memset"].to_numpy()) & mc["kind"].isin(["HtoD", "DtoH"]).to_numpy()
+        src, dst = mc["src_kind"].astype(str).to_numpy(), mc["dst_kind"].astype(str).to_numpy()
+        peaks = trace.device.peaks if trace.device is not None else None
+        parts, n = [], 0
+        for kind, label in _DIRS:
+            d = big[(big["kind"] == kind).to_numpy()]
+            if not len(d) or d["dur_us"].sum() <= 0:
+                continue
+            bw = float(d["size_bytes"].sum()) / float(d["dur_us"].sum()) / 1e3
+            ref, ref_src = self._pinned_ref(trace, host, src, dst, kind, peaks)
+            ref = max(ref, bw)
+            sel = graph.op_mask("memcpy", d.index.to_numpy())
+            graph.g_dur = np.where(sel, graph.g_dur * (bw / ref), graph.g_dur)
+            launches = graph.g_launch[sel & (graph.g_launch >= 0)]
+            waits = np.zeros(len(graph.h_ts), bool)
+            waits[launches] = True
+            graph.stop_waiting(waits)
+            n += int(sel.sum())
+            parts.append(f"{label} at {ref:.1f} GB/s ({ref_src}) instead of {bw:.1f}")
+        return f"{n} pageable cop{'y' if n == 1 else 'ies'} become pinned and non-blocking: " + "; ".join(parts)
 
     def _pinned_ref(self, trace, host, src, dst, kind, peaks) -> tuple[float, str]:
         mc = trace.memcpy

@@ -7,12 +7,17 @@ their transformations (`Detector.whatif(graph, finding) -> str`); this module on
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Union
 
+import msgspec
 import numpy as np
 
 from .. import detectors as registry
 from ..detectors.efficiency import coverage, shape_table
+from ..errors import TraceError
 from ..findings import Finding
+from ..trace.load import read_bytes
 from ..trace.model import Trace
 from ..trace.roofline import MATRIX_FAMILIES
 from .graph import Graph, build
@@ -136,7 +141,73 @@ def speed_of_light(trace: Trace) -> dict:
                 "why": f"only {100 * cov:.0f}% of the kernel time has recorded shapes the model knows; "
                        "capture with record_shapes=True (and with_flops=True)"}
     return {"sol_us": sol, "matrix_flops_per_step": flops, "achieved_tflops": flops / median / 1e6,
-            "mfu": sol / median if median else None, "modelled_kernel_frac": cov, "why": ""}
+            "mfu": sol / median if median else None, "modelled_kernel_frac": cov, "why": "",
+            **_flops_cross_check(trace, flops)}
+
+
+# ops on which torch.profiler(with_flops=True) records a `flops` arg for matrix math (GEMM, batched GEMM,
+# convolution: torch/autograd/profiler_util.py and torch/csrc/profiler/util.cpp computeFlops)
+RECORDED_MATRIX_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::conv1d",
+                                 "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution"})
+
+
+class _FlopsArgs(msgspec.Struct, gc=False):
+    flops: Any = None
+    ext: Any = msgspec.field(default=None, name="External id")
+
+
+class _FlopsEvent(msgspec.Struct, gc=False):
+    name: Any = None
+    args: Union[_FlopsArgs, None] = None
+
+
+class _FlopsDoc(msgspec.Struct, gc=False):
+    traceEvents: list[_FlopsEvent] = []
+
+
+def recorded_flops(trace: Trace) -> dict | None:
+    """(op name, External id) -> the `flops` arg torch.profiler(with_flops=True) recorded on that CPU op,
+    for the matrix ops; None when the trace does not say it was captured with_flops. The tables do not
+    keep this arg, so the file is read once more, only for such traces."""
+    if trace.meta.profiler.get("with_flops") is not True:
+        return None
+
+    def read() -> dict:
+        data, _ = read_bytes(Path(trace.meta.path), [])
+        doc = msgspec.json.decode(bytes(data), type=_FlopsDoc)
+        out: dict = {}
+        for e in doc.traceEvents:
+            a = e.args
+            if a is None or e.name not in RECORDED_MATRIX_OPS or not isinstance(a.flops, (int, float)) \
+                    or isinstance(a.flops, bool) or not isinstance(a.ext, int):
+                continue
+            out[(e.name, a.ext)] = out.get((e.name, a.ext), 0.0) + float(a.flops)
+        return out
+    try:
+        return trace.memo("recorded flops", read)
+    except (OSError, ValueError, msgspec.MsgspecError, TraceError):   # moved, changed or unreadable since loaded
+        return None
+
+
+def _flops_cross_check(trace: Trace, model_flops: float) -> dict:
+    """The profiler's own FLOPs per step (the `flops` args of the matrix ops in the analysed steps) and
+    their ratio to the shape model's, where the trace records them."""
+    rec = recorded_flops(trace)
+    if not rec:
+        return {}
+    ops = trace.cpu_ops
+    st = trace.steps
+    ts = ops["ts_us"].to_numpy()
+    i = np.searchsorted(st["start_us"].to_numpy(), ts, side="right") - 1
+    inside = (i >= 0) & (ts < st["end_us"].to_numpy()[np.maximum(i, 0)])
+    names, ext = ops["name"].astype(str).to_numpy(), ops["external_id"].to_numpy()
+    total = sum(rec.get((names[j], int(ext[j])), 0.0) for j in np.flatnonzero(inside)
+                if names[j] in RECORDED_MATRIX_OPS)
+    per_step = total / max(len(st), 1)
+    if per_step <= 0:
+        return {}
+    return {"recorded_flops_per_step": per_step,
+            "recorded_vs_model": per_step / model_flops if model_flops > 0 else None}
 
 
 def path(trace: Trace, findings: list[Finding], order: list[str]) -> list[dict]:

@@ -130,6 +130,29 @@ class Graph:
         self.h_gap[h] = np.minimum(self.h_gap[h], 0.0)
         self.h_xgap[h] = 0.0
 
+    # --- helpers of the cpu-offload, pageable-memcpy, exposed-communication, allocator-churn fixes ------
+    def op_mask(self, kind: str, rows) -> np.ndarray:
+        """GPU nodes that are the given rows of trace.kernels (kind "kernel") or trace.memcpy ("memcpy")."""
+        table = self.trace.kernels if kind == "kernel" else self.trace.memcpy
+        m = np.zeros(len(table) + 1, dtype=bool)
+        m[np.asarray(rows, dtype=np.int64)] = True
+        return (self.g_kind == kind) & m[np.where(self.g_kind == kind, self.g_row, len(table))]
+
+    def host_call_mask(self, rt_rows) -> np.ndarray:
+        """Host nodes that are the given rows of trace.runtime (outermost calls only)."""
+        m = np.zeros(len(self.trace.runtime) + 1, dtype=bool)
+        m[np.asarray(rt_rows, dtype=np.int64)] = True
+        return m[np.where(self.h_rt >= 0, self.h_rt, len(self.trace.runtime))]
+
+    def stop_waiting(self, host_mask: np.ndarray) -> None:
+        """These host calls no longer block on the GPU (their own cost, the time after the op, stays)."""
+        self.h_wait = np.where(host_mask, -1, self.h_wait)
+
+    def drop_host_calls(self, host_mask: np.ndarray) -> None:
+        """These host calls no longer run: no cost, no wait (the host work before them stays in the gap)."""
+        self.h_own = np.where(host_mask, 0.0, self.h_own)
+        self.h_wait = np.where(host_mask, -1, self.h_wait)
+
 
 def _covered(s: np.ndarray, e: np.ndarray, x: np.ndarray) -> np.ndarray:
     """Length of the (disjoint, sorted) interval set inside (-inf, x], for each x."""
