@@ -358,7 +358,8 @@ def annotate(trace, output, steps):
 @cli.command()
 @click.argument("path", type=click.Path())
 @click.option("--fix", "fixes", required=True, metavar="NAME[,NAME...]",
-              help="Detector fixes to apply, in order (names from 'traceinspect detectors').")
+              help="Detector fixes to apply, in order (names from 'traceinspect detectors'; NAME:VARIANT picks "
+                   "a variant: launch-bound:cuda-graphs (the default) or launch-bound:batch).")
 @click.option("-f", "--format", "fmt", type=click.Choice(["text", "json"]), default="text", help="Output format.")
 @click.option("--steps", default=None, help="Steps to analyse, e.g. '1:'.")
 def whatif(path, fixes, fmt, steps):
@@ -366,10 +367,10 @@ def whatif(path, fixes, fmt, steps):
     from .analyze import analyze as analyze_trace
     from .render.text import render_whatif
     from .trace.model import load_trace, parse_step_slice
-    from .whatif.engine import summary, transforms
+    from .whatif.engine import summary, transforms, valid_fix
     names = tuple(n.strip() for n in fixes.split(",") if n.strip())
     known = transforms()
-    bad = [n for n in names if n not in known]
+    bad = [n for n in names if not valid_fix(n)]
     if bad or not names:
         raise UsageError(f"--fix {fixes!r}: no replay transformation for {', '.join(bad) or 'an empty list'}; "
                          f"known: {', '.join(sorted(known))}")
