@@ -99,7 +99,11 @@ class EagerAttention(Detector):
         forward and backward) becomes one fused kernel, in place of the block's first kernel, of duration
         `fused_gemm_fraction` x the block's bmm kernel time (the model of "How time lost is estimated");
         the block's other kernels no longer run and their launches leave the host (each launch call and
-        the host gap before it: the op's dispatch)."""
+        the host gap before it: the op's dispatch). Source of the fused time: FlashAttention (Dao et
+        al., 2022) does the eager block's matmul FLOPs on tensor cores without writing or re-reading
+        the L x L scores, so it costs about the bmm time at the matmul rate the trace achieves, less the
+        score traffic those bmms spend (the 0.5 and its derivation: "How time lost is estimated"). Where
+        blocks overlap on a thread they merge and get one fused kernel."""
         blk = eager_blocks(graph.trace) if finding is not None else None
         if blk is None:
             return "no eager attention block: nothing to change"

@@ -183,7 +183,12 @@ class LaunchBound(Detector):
         costs, wait residuals) and every launch latency divided by k and each kernel lasting
         `kernel_fixed_us` / k + the rest (the replay is max-plus, so dividing every duration of the
         k-batch step by k divides its step time by k). Copies and communication kernels are kept whole
-        (their bytes grow with the batch, or they wait on other ranks)."""
+        (their bytes grow with the batch, or they wait on other ranks), as are optimizer kernels' time
+        above the fixed part (once per step, so this errs slow). The fixed part, 2 us, is an assumption
+        from how a kernel runs: the block scheduler dispatching the grid, one wave's memory latency and
+        the completion signal take 1-3 us even for a kernel with almost no work (the shortest kernels of
+        CUPTI/roctracer traces). The host work between launches is taken as per launch (dispatch), so
+        per-sample host work (data loading, collation) is wrongly divided by k too."""
         if variant == "batch":
             return self._whatif_batch(graph, finding)
         us = graph.remove_claimed_host_time(finding, "idle_launch")

@@ -207,7 +207,12 @@ class UnfusedOptimizer(Detector):
         per tensor-list chunk: a handful per step) that keep the memory-bound work, the sum of the
         measured durations less `kernel_fixed_us` per kernel, plus that fixed cost once per fused
         kernel, split evenly over the first `fused_kernels` of them; the other kernels no longer run and
-        their launches leave the host (each launch call and the per-parameter Python before it)."""
+        their launches leave the host (each launch call and the per-parameter Python before it).
+        Sources: PyTorch's multi_tensor_apply (foreach and fused optimizers) packs up to a few dozen
+        tensors and a bounded number of blocks into each launch, so a model in one dtype takes a handful
+        of launches (large models take tens: the kept time is the same, only that many launches' host
+        time is not counted); the per-kernel fixed cost is launch-bound's `kernel_fixed_us` (2 us: grid
+        dispatch, one wave's latency and completion)."""
         if finding is None:
             return "unfused-optimizer did not fire: nothing to change"
         opt = optimizer_steps(graph.trace)
