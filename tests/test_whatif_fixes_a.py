@@ -95,3 +95,20 @@ def test_whatif_cli_variants(tmp_path):
         assert model in r.output
     r = CliRunner().invoke(cli, ["whatif", str(p), "--fix", "launch-bound:bigger"])
     assert r.exit_code == 2 and "launch-bound:bigger" in r.output and "Traceback" not in r.output
+
+
+def test_padding_with_varlen_attention_leaves_attention_alone(tmp_path):
+    # HF's unpad path: the varlen attention kernels already skip the pads, only the others scale
+    from builders import FLASH_FWD, GEMM_BF16
+    from builders_compute import PAD_B, PAD_L, VARLEN_Q, build_padded_varlen
+    from traceinspect.detectors.padding_waste import PaddingWaste
+    tr = _load(build_padded_varlen(), tmp_path, "varlen")
+    f = next(x for x in analyze(tr).findings if x.name == "padding-waste")
+    g = build(tr)
+    g2 = g.copy()
+    PaddingWaste().whatif(g2, f)
+    name = g.g_name.astype(str).to_numpy()
+    attn, linear = name == FLASH_FWD, name == GEMM_BF16
+    assert attn.any() and linear.any()
+    np.testing.assert_allclose(g2.g_dur[attn], g.g_dur[attn])
+    np.testing.assert_allclose(g2.g_dur[linear], g.g_dur[linear] * VARLEN_Q / (PAD_B * PAD_L), rtol=1e-3)
