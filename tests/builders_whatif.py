@@ -180,4 +180,91 @@ def build_gemm_flops(flops_factor: float = 1.0, layers: int = 8, steps: int = ST
                 t.op("aten::mm", kernels=[(GEMM_BF16, 800.0)], cpu_us=15,
                      input_dims=[[GEMM_M, GEMM_K], [GEMM_K, GEMM_N]], input_type=["c10::BFloat16"] * 2,
                      args={"flops": int(flops_factor * GEMM_FLOPS)} if with_flops else None)
+
+
+# --- eager-attention, padding-waste, launch-bound (larger batch), unfused-optimizer -----------------------
+
+def build_attention_host_work(eager: bool = True, cpu_us: float = 1000.0, steps: int = STEPS) -> TraceBuilder:
+    """Each layer: cpu_us of host work, then attention between two 300 us projections. eager=True: the
+    builders_compute eager chain (bmm 200, scale 50, softmax 400, dropout 100, bmm 200 us, five launches);
+    eager=False, the fixed run: one fused kernel of 0.5 x the 400 us of bmm time (the detector's model),
+    one launch behind one op's host time. Eager, the GPU sets the pace (1550 us of GPU per layer against
+    about 1105 us of host); fused, the host does (800 us of GPU against about 1045 us)."""
+    from builders import FLASH_FWD
+    from builders_compute import ATT_B, ATT_H, ATT_L, ATT_D, ATT_LAYERS, BMM_US, QKV_US, _eager_layer
+    t = TraceBuilder("H100")
+    for _ in range(steps):
+        with t.step(wait_gpu=True):
+            for _ in range(ATT_LAYERS):
+                t.cpu(cpu_us)
+                if eager:
+                    _eager_layer(t)
+                    continue
+                t.op("aten::linear", kernels=[(GEMM_BF16, QKV_US)])
+                with t.span("aten::scaled_dot_product_attention",
+                            args={"Input Dims": [[ATT_B, ATT_H, ATT_L, ATT_D]] * 3 + [[], [], []]}):
+                    t.op("aten::_flash_attention_forward", kernels=[(FLASH_FWD, 0.5 * 2 * BMM_US)])
+                t.op("aten::linear", kernels=[(GEMM_BF16, QKV_US)])
+    return t
+
+
+def build_padded_host_work(ratio: float = 1.0, real_frac: float = 0.375, cpu_us: float = 400.0,
+                           steps: int = STEPS) -> TraceBuilder:
+    """Eight layers of a 600 us linear and a 300 us attention kernel (token-proportional) behind cpu_us
+    of host work each, then an optimizer step of one 800 us kernel (not token-proportional). The capture
+    metadata says real_frac of the tokens are real. ratio scales the token-proportional kernels: the fixed
+    (packed) run is ratio=real_frac with real_frac=1. Padded, the GPU sets the pace (900 us per layer
+    against about 430 us of host); packed, the host does (337.5 us against 430 us)."""
+    from builders import FLASH_FWD
+    from builders_compute import _run_config
+    t = TraceBuilder("H100")
+    meta = []
+    for _ in range(steps):
+        meta.append({"step": t.step_no, "batch_size": 8, "seq_len": 512, "real_tokens": int(4096 * real_frac),
+                     "padded_tokens": 4096})
+        with t.step(wait_gpu=True):
+            for _ in range(8):
+                t.cpu(cpu_us)
+                t.op("aten::linear", kernels=[(GEMM_BF16, 600.0 * ratio)])
+                t.op("aten::_flash_attention_forward", kernels=[(FLASH_FWD, 300.0 * ratio)])
+            with t.span("Optimizer.step#AdamW.step", cat="user_annotation"):
+                t.op("aten::_fused_adamw_", kernels=[(GEMM_BF16, 800.0)])
+    t.meta["traceinspect"] = _run_config(meta)
+    return t
+
+
+def build_small_batch(batch: int = 1, kernels: int = 400, fixed_us: float = 2.0, per_sample_us: float = 6.0,
+                      steps: int = 3) -> TraceBuilder:
+    """A launch-bound loop: `kernels` launches per step, each behind 20 us of host dispatch (+5 us launch),
+    each kernel fixed_us + batch x per_sample_us long. batch=1: 8 us kernels every 25 us, the GPU busy
+    about a third of the time (the detector recommends 2x). The fixed run is batch=2: the same host work
+    per step, 14 us kernels, so per original batch half the step."""
+    t = TraceBuilder()
+    for _ in range(steps):
+        with t.step():
+            for _ in range(kernels):
+                t.op("aten::add", kernels=[(ELEMENTWISE, fixed_us + batch * per_sample_us)], cpu_us=20)
+    return t
+
+
+def build_optimizer(fused: bool = False, params: int = 200, steps: int = STEPS) -> TraceBuilder:
+    """Forward/backward (GPU-bound), then the optimizer step. fused=False: builders_host's for-loop AdamW,
+    three 2.5 us kernels per parameter, each behind 15 us of host time. fused=True, the fixed run: one
+    aten::_fused_adamw_ launching 4 kernels that keep the work above 2 us per kernel:
+    (3 x params x 0.5 + 4 x 2) / 4 us each."""
+    from builders_host import (ADD_KERNEL, ADDCDIV_KERNEL, FUSED_ADAMW_KERNEL, MUL_KERNEL, OPT_CPU_US,
+                               OPT_KERNEL_US, _optimizer_prologue)
+    t = TraceBuilder()
+    for _ in range(steps):
+        with t.step(wait_gpu=True):
+            _optimizer_prologue(t, 6)
+            with t.span("Optimizer.step#AdamW.step", cat="user_annotation"):
+                if fused:
+                    each = (3 * params * (OPT_KERNEL_US - 2.0) + 4 * 2.0) / 4
+                    t.op("aten::_fused_adamw_", kernels=[(FUSED_ADAMW_KERNEL, each)] * 4, cpu_us=OPT_CPU_US)
+                    continue
+                for _ in range(params):
+                    t.op("aten::mul_", kernels=[(MUL_KERNEL, OPT_KERNEL_US)], cpu_us=OPT_CPU_US)
+                    t.op("aten::add_", kernels=[(ADD_KERNEL, OPT_KERNEL_US)], cpu_us=OPT_CPU_US)
+                    t.op("aten::addcdiv_", kernels=[(ADDCDIV_KERNEL, OPT_KERNEL_US)], cpu_us=OPT_CPU_US)
     return t

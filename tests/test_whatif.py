@@ -132,9 +132,26 @@ def test_identity_on_every_gpu_trace(shared_dir):
 
 def _gpu_work_kept(tr, fixes) -> float:
     """Independently of the replay: the median over steps of the busiest stream's kernel + copy time,
-    leaving out the kernels a fix in `fixes` may shorten (fp32 GEMMs/convolutions for fp32-gemm)."""
+    leaving out the kernels a fix in `fixes` may shorten or remove: fp32 GEMMs/convolutions (fp32-gemm),
+    the eager attention blocks (eager-attention: replaced by a fused kernel), the token-proportional
+    kernels (padding-waste: scaled by a share only the finding knows), the kernels launched inside
+    optimizer steps (unfused-optimizer: merged into a few); launch-bound's larger batch may take up to
+    its fixed part (kernel_fixed_us) off each kernel, so each kernel counts only what is above it."""
     from traceinspect.detectors import kernels as K
     from traceinspect.detectors.base import in_steps
+    from traceinspect.detectors.eager_attention import eager_blocks
+    from traceinspect.detectors.launch_bound import LaunchBound
+    from traceinspect.detectors.padding_waste import _token_time
+    from traceinspect.detectors.unfused_optimizer import optimizer_steps
+    from traceinspect.trace import intervals as iv
+    drop = set()
+    if "eager-attention" in fixes and (blk := eager_blocks(tr)) is not None:
+        drop |= set(blk[0].index[blk[3]])
+    if "padding-waste" in fixes:
+        drop |= set(_token_time(tr)[2].index)
+    if "unfused-optimizer" in fixes and len(o := optimizer_steps(tr)) and len(tr.kernels):
+        spans = iv.union(o["ts_us"], o["end_us"])
+        drop |= set(np.flatnonzero(iv.contains(spans, np.nan_to_num(tr.kernels["launch_ts_us"].to_numpy(), nan=-1.0))))
     parts = []
     for is_kernel, t in ((True, tr.kernels), (False, tr.memcpy)):
         if len(t):
@@ -142,6 +159,10 @@ def _gpu_work_kept(tr, fixes) -> float:
             if is_kernel and "fp32-gemm" in fixes and len(t):
                 c = K.classify(t["name"])
                 t = t[~(((c["kind"] == K.GEMM) | (c["kind"] == K.CONV)) & (c["precision"] == K.FP32)).to_numpy()]
+            if is_kernel and len(t):
+                t = t[~t.index.isin(list(drop))]
+                if "launch-bound" in fixes:
+                    t = t.assign(dur_us=np.maximum(t["dur_us"] - LaunchBound.kernel_fixed_us, 0.0))
             parts.append(t[["ts_us", "dur_us", "stream"]])
     if not parts:
         return 0.0

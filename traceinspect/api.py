@@ -255,10 +255,10 @@ def whatif(path: str | Path, fixes: str | tuple[str, ...] | list[str], *, steps:
     """Predict the step time after `fixes` (detector names, applied in order) by replaying one trace
     file (docs/whatif.md) -> the prediction as a dict."""
     from .analyze import analyze as run
-    from .whatif.engine import summary, transforms
+    from .whatif.engine import summary, transforms, valid_fix
     names = tuple(n.strip() for n in (fixes.split(",") if isinstance(fixes, str) else fixes) if n.strip())
     known = transforms()
-    bad = [n for n in names if n not in known]
+    bad = [n for n in names if not valid_fix(n)]
     if bad or not names:
         raise UsageError(f": no replay transformation for {', '.join(bad) or 'an empty list'}; "
                          f"known: {', '.join(sorted(known))}", param="fixes", value=fixes)

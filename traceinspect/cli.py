@@ -258,7 +258,8 @@ def annotate(trace, output, steps):
 @cli.command()
 @click.argument("path", type=click.Path())
 @click.option("--fix", "fixes", required=True, metavar="NAME[,NAME...]",
-              help="Detector fixes to apply, in order (names from 'traceinspect detectors').")
+              help="Detector fixes to apply, in order (names from 'traceinspect detectors'; NAME:VARIANT picks "
+                   "a variant: launch-bound:cuda-graphs (the default) or launch-bound:batch).")
 @click.option("-f", "--format", "fmt", type=click.Choice(["text", "json"]), default="text", help="Output format.")
 @click.option("--steps", default=None, help="Steps to analyse, e.g. '1:'.")
 def whatif(path, fixes, fmt, steps):

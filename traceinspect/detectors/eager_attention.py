@@ -96,6 +96,40 @@ class EagerAttention(Detector):
     min_calls: int = option(2, "minimum eager attention softmax calls (forward + backward) in the window")
     fused_gemm_fraction: float = option(0.5, "fused-attention time as a fraction of the eager bmm time it replaces")
 
+    def whatif(self, graph, finding) -> str:
+        """Replay model: each eager attention block (the kernels launched from its Q.K^T bmm to its P.V bmm,
+        forward and backward) becomes one fused kernel, in place of the block's first kernel, of duration
+        `fused_gemm_fraction` x the block's bmm kernel time (the model of "How time lost is estimated");
+        the block's other kernels no longer run and their launches leave the host (each launch call and
+        the host gap before it: the op's dispatch). Source of the fused time: FlashAttention (Dao et
+        al., 2022) does the eager block's matmul FLOPs on tensor cores without writing or re-reading
+        the L x L scores, so it costs about the bmm time at the matmul rate the trace achieves, less the
+        score traffic those bmms spend (the 0.5 and its derivation: "How time lost is estimated"). Where
+        blocks overlap on a thread they merge and get one fused kernel."""
+        blk = eager_blocks(graph.trace) if finding is not None else None
+        if blk is None:
+            return "no eager attention block: nothing to change"
+        k, _, _, in_block, is_gemm, block_id = blk
+        node = graph.kernel_nodes(k.index.to_numpy())
+        ok = in_block & (node >= 0)
+        dur, bid, node, gemm = k["dur_us"].to_numpy()[ok], block_id[ok], node[ok], is_gemm[ok]
+        if not len(node):
+            return "no eager attention block in the replayed device: nothing to change"
+        order = np.argsort(graph.g_ts[node], kind="stable")
+        dur, bid, node, gemm = dur[order], bid[order], node[order], gemm[order]
+        ids, first = np.unique(bid, return_index=True)
+        fused = self.fused_gemm_fraction * np.bincount(np.searchsorted(ids, bid), weights=np.where(gemm, dur, 0.0),
+                                                       minlength=len(ids))
+        keep = node[first]
+        drop = np.zeros(len(graph.g_ts), dtype=bool)
+        drop[node] = True
+        drop[keep] = False
+        graph.drop_ops(drop, keep_launches=graph.g_launch[keep][graph.g_launch[keep] >= 0])
+        graph.g_dur[keep] = fused
+        return (f"{len(ids)} eager attention block(s) become one fused kernel each "
+                f"({self.fused_gemm_fraction:g} x their bmm time, {fused.sum() / 1e3:.1f} ms in all); "
+                f"{int(drop.sum())} kernel launches go")
+
     def detect(self, trace, ctx):
         if not trace.has_gpu or not len(trace.kernels):
             yield self.skip("no GPU kernels in the trace")
@@ -104,49 +138,12 @@ class EagerAttention(Detector):
         if not len(ops):
             yield self.skip("no CPU ops: attention softmax cannot be told from other softmax")
             return
-        k = in_steps(primary_kernels(trace), trace)
-        if not len(k):
+        blk = eager_blocks(trace)
+        if blk is None:
             return
-        cls = K.classify(k["name"])
-        kind = cls["kind"].to_numpy()
-        op_idx = k["op_idx"].to_numpy()
-        soft_rows = np.unique(op_idx[(kind == K.SOFTMAX) & (op_idx >= 0)])
-        if not soft_rows.size:
-            return
+        k, kind, attn, in_block, is_gemm, _ = blk
         names = ops["name"].to_numpy()
-        op_names = names[soft_rows].astype(str)
-        keep = np.array([("log_softmax" not in n) and (n in K.SOFTMAX_OPS) for n in op_names], dtype=bool)
-        soft_rows = soft_rows[keep]
-        if not soft_rows.size:
-            return
-        # innermost GEMM-launching ops (rows some kernel points at), per thread, in time order
-        g_rows = np.unique(op_idx[op_idx >= 0])
-        g_rows = g_rows[name_flags(ops["name"], lambda x: x in _GEMMISH)[g_rows]]
-        attn = _attention_softmax(trace, ops, soft_rows, g_rows)
-        if not attn:
-            return
-        # blocks: from the bmm before to the bmm after each attention softmax, per thread
-        ts = ops["ts_us"].to_numpy()
-        tid = ops["tid"].to_numpy()
-        in_block = np.zeros(len(k), dtype=bool)
-        has_op = op_idx >= 0
-        k_tid = np.where(has_op, tid[np.maximum(op_idx, 0)], -1)
-        k_opts = np.where(has_op, ts[np.maximum(op_idx, 0)], np.nan)
-        by_tid: dict = {}
-        for s, (pre, post) in attn.items():
-            # kernels of the ops that start from the first bmm up to the second bmm, both included
-            by_tid.setdefault(int(tid[s]), []).append((ts[pre], ts[post]))
-        for t, spans in by_tid.items():
-            lo, hi = zip(*spans)
-            blocks = iv.union(np.array(lo), np.array(hi) + 1e-3)
-            sel = has_op & (k_tid == t)
-            in_block[sel] = iv.contains(blocks, k_opts[sel])
-        if not in_block.any():
-            return
         dur = k["dur_us"].to_numpy()
-        is_bmm_op = name_flags(ops["name"], lambda x: x in K.BATCHED_MATMUL_OPS)
-        bmm_names = is_bmm_op[np.maximum(op_idx, 0)] & has_op
-        is_gemm = in_block & ((kind == K.GEMM) | bmm_names)
         block_us = float(dur[in_block].sum())
         gemm_us = float(dur[is_gemm].sum())
         soft_us = float(dur[in_block & (kind == K.SOFTMAX)].sum())
@@ -222,6 +219,64 @@ class EagerAttention(Detector):
         yield self.finding(ctx, title=title, time_lost_us=lost_now, confidence=conf, evidence=ev,
                            projected_lost_us=gpu_saving if masked else None,
                            fix=_fix(ctx.framework, math_sdpa > 0).rstrip(".") + current(trace, "attn_implementation") + ".", events=events_from(k[in_block & (kind == K.SOFTMAX)], trace, "kernel"))
+
+
+def eager_blocks(trace):
+    """The eager attention blocks of the analysed steps, or None: (kernels of the steps, their kind, the
+    attention softmax op row -> (bmm row before, bmm row after), in_block and is_gemm masks over those
+    kernels, block id per kernel (-1 outside; one id per merged span from a first bmm to its second bmm))."""
+    ops = trace.cpu_ops
+    if not trace.has_gpu or not len(trace.kernels) or not len(ops):
+        return None
+    k = in_steps(primary_kernels(trace), trace)
+    if not len(k):
+        return None
+    cls = K.classify(k["name"])
+    kind = cls["kind"].to_numpy()
+    op_idx = k["op_idx"].to_numpy()
+    soft_rows = np.unique(op_idx[(kind == K.SOFTMAX) & (op_idx >= 0)])
+    if not soft_rows.size:
+        return None
+    names = ops["name"].to_numpy()
+    op_names = names[soft_rows].astype(str)
+    keep = np.array([("log_softmax" not in n) and (n in K.SOFTMAX_OPS) for n in op_names], dtype=bool)
+    soft_rows = soft_rows[keep]
+    if not soft_rows.size:
+        return None
+    # innermost GEMM-launching ops (rows some kernel points at), per thread, in time order
+    g_rows = np.unique(op_idx[op_idx >= 0])
+    g_rows = g_rows[name_flags(ops["name"], lambda x: x in _GEMMISH)[g_rows]]
+    attn = _attention_softmax(trace, ops, soft_rows, g_rows)
+    if not attn:
+        return None
+    # blocks: from the bmm before to the bmm after each attention softmax, per thread
+    ts = ops["ts_us"].to_numpy()
+    tid = ops["tid"].to_numpy()
+    in_block = np.zeros(len(k), dtype=bool)
+    block_id = np.full(len(k), -1, dtype=np.int64)
+    has_op = op_idx >= 0
+    k_tid = np.where(has_op, tid[np.maximum(op_idx, 0)], -1)
+    k_opts = np.where(has_op, ts[np.maximum(op_idx, 0)], np.nan)
+    by_tid: dict = {}
+    for s, (pre, post) in attn.items():
+        # kernels of the ops that start from the first bmm up to the second bmm, both included
+        by_tid.setdefault(int(tid[s]), []).append((ts[pre], ts[post]))
+    base = 0
+    for t, spans in by_tid.items():
+        lo, hi = zip(*spans)
+        blocks = iv.union(np.array(lo), np.array(hi) + 1e-3)
+        sel = has_op & (k_tid == t)
+        inside = iv.contains(blocks, k_opts[sel])
+        in_block[sel] = inside
+        b = np.searchsorted(blocks[0], k_opts[sel], side="right") - 1 + base
+        block_id[sel] = np.where(inside, b, -1)
+        base += len(blocks[0])
+    if not in_block.any():
+        return None
+    is_bmm_op = K.flags_by_category(ops["name"], lambda x: x in K.BATCHED_MATMUL_OPS)
+    bmm_names = is_bmm_op[np.maximum(op_idx, 0)] & has_op
+    is_gemm = in_block & ((kind == K.GEMM) | bmm_names)
+    return k, kind, attn, in_block, is_gemm, block_id
 
 
 def _launch_spacing(k: pd.DataFrame) -> float:

@@ -140,15 +140,71 @@ class LaunchBound(Detector):
     max_busy_frac: float = option(0.85, "GPU busy share above which the GPU is not launch-bound")
 
     graph_kernel_us: float = option(1.0, "what-if: host cost per kernel when a CUDA graph replays the launches")
+    kernel_fixed_us: float = option(2.0, "what-if (larger batch): the part of a kernel's duration that does not grow "
+                                          "with the batch (launch, one wave, completion)")
 
-    def whatif(self, graph, finding) -> str:
-        """Replay model (CUDA graphs): the launch gaps this finding claims go, and each kernel launch in the
-        steps costs `graph_kernel_us` of host time (a graph replays its kernels from one launch)."""
+    variants = ("cuda-graphs", "batch")
+
+    @staticmethod
+    def batch_factor(trace, busy: float):
+        """The batch growth the fix recommends: 8x, 4x or 2x by how idle the GPU is, capped by the memory
+        model (memory_fit.batch_fit_for) when the trace has memory figures; and that BatchFit (or None)."""
+        factor = 8 if busy <= 0.125 else 4 if busy <= 0.25 else 2
+        fit = batch_fit_for(trace, factor)      # the same sizing the report's memory section and a what-if use
+        return (fit.factor if fit is not None else factor), fit
+
+    @staticmethod
+    def recommended_variant(finding) -> str:
+        """The what-if variant the finding's own fix text leads with: a larger batch, unless the memory
+        model says the batch cannot grow (then CUDA graphs alone)."""
+        if finding is None or str(finding.fix).startswith("The batch cannot grow"):
+            return "cuda-graphs"
+        return "batch"
+
+    def whatif(self, graph, finding, variant: str = "cuda-graphs") -> str:
+        """Replay model, two variants (`--fix launch-bound:cuda-graphs` / `launch-bound:batch`; a plain
+        `launch-bound` is CUDA graphs in `whatif`, the variant the fix text leads with in the verdict).
+
+        CUDA graphs: the launch gaps this finding claims go, and each kernel launch in the steps costs
+        `graph_kernel_us` of host time (a graph replays its kernels from one launch).
+
+        Larger batch, per equivalent original batch: with the batch k times larger (k the factor the fix
+        recommends, capped by the memory model), a step launches the same kernels, each lasting
+        `kernel_fixed_us` + k x the rest of its measured duration, behind the same host work. Per
+        original batch that is the measured step graph with every host time in the steps (gaps, call
+        costs, wait residuals) and every launch latency divided by k and each kernel lasting
+        `kernel_fixed_us` / k + the rest (the replay is max-plus, so dividing every duration of the
+        k-batch step by k divides its step time by k). Copies and communication kernels are kept whole
+        (their bytes grow with the batch, or they wait on other ranks), as are optimizer kernels' time
+        above the fixed part (once per step, so this errs slow). The fixed part, 2 us, is an assumption
+        from how a kernel runs: the block scheduler dispatching the grid, one wave's memory latency and
+        the completion signal take 1-3 us even for a kernel with almost no work (the shortest kernels of
+        CUPTI/roctracer traces). The host work between launches is taken as per launch (dispatch), so
+        per-sample host work (data loading, collation) is wrongly divided by k too."""
+        if variant == "batch":
+            return self._whatif_batch(graph, finding)
         us = graph.remove_claimed_host_time(finding, "idle_launch")
         lh = np.unique(graph.g_launch[(graph.g_launch >= 0) & graph.gpu_in_steps()])
         graph.h_own[lh] = np.minimum(graph.h_own[lh], self.graph_kernel_us)
         return (f"CUDA graphs: {us / 1e3:.1f} ms of launch gaps go, {len(lh)} launches cost "
                 f"{self.graph_kernel_us:g} us each")
+
+    def _whatif_batch(self, graph, finding) -> str:
+        if finding is None:
+            return "larger batch: launch-bound did not fire, nothing to change"
+        tr = graph.trace
+        _, _, busy, _ = self.claim(tr)
+        k, _ = self.batch_factor(tr, busy)
+        if k < 2:
+            return "larger batch: the memory model leaves no room to grow the batch, nothing to change"
+        gs = graph.gpu_in_steps()
+        ker = gs & (graph.g_kind == "kernel") & ~np.asarray(is_comm_kernel(graph.g_name.astype(str)), dtype=bool)
+        fixed = np.minimum(graph.g_dur, self.kernel_fixed_us)
+        graph.g_dur = np.where(ker, fixed / k + (graph.g_dur - fixed), graph.g_dur)
+        graph.g_slack = np.where(gs, graph.g_slack / k, graph.g_slack)
+        graph.scale_host(graph.host_in_steps(), 1.0 / k)
+        return (f"larger batch ({k}x, per original batch): {int(ker.sum())} kernels keep their time less "
+                f"{self.kernel_fixed_us:g} us x (1 - 1/{k}); host time and launch latency in the steps / {k}")
 
     def detect(self, trace, ctx):
         if not trace.has_gpu:
@@ -202,13 +258,11 @@ class LaunchBound(Detector):
             ev.append(Evidence(label="CUDA graph launches", value=round(graphs / n, 1), unit="per step", window=w))
         title = (f"Launch-bound: the GPU idles {fmt_us(lost / n)} per step ({pct(frac)}) between "
                  f"{len(k) / n:.0f} short kernels per step (median {med:.1f} us)")
-        factor = 8 if busy <= 0.125 else 4 if busy <= 0.25 else 2
-        fit = batch_fit_for(trace, factor)      # the same sizing the report's memory section and a what-if use
+        factor, fit = self.batch_factor(trace, busy)
         if fit is not None:
             ev.append(Evidence(label="batch growth that fits under "
                                      f"{fit.margin_frac:.0%} of {gb(fit.capacity_bytes)} (memory model)",
                                value=round(fit.max_factor, 1), unit="x"))
-            factor = fit.factor
         ops = trace.cpu_ops
         training = (ctx.framework in ("hf_trainer", "trl", "lightning")
                     or (bool(len(ops)) and bool(name_flags(ops["name"], _TRAINING.search).any())))

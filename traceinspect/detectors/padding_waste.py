@@ -102,6 +102,33 @@ class PaddingWaste(Detector):
     min_share: float = option(0.10, "minimum share of padded tokens")
     min_saving_frac: float = option(0.01, "minimum GPU time spent on pad tokens, as a share of the analysed window")
 
+    def whatif(self, graph, finding) -> str:
+        """Replay model: the token-proportional kernels of the steps (non-communication kernels not
+        launched by the optimizer, less the attention kernels when varlen attention already skips the
+        pads) run `1 - p` of their time, p the padding share the finding measured (or assumed, for an
+        upper-bound finding). Communication, optimizer and the host's launches stay as they are: packing
+        changes how many tokens each kernel sees, not how many kernels run."""
+        share = None
+        varlen = False
+        for e in (finding.evidence if finding is not None else ()):
+            if e.label == "padding share":
+                share = float(e.value) / 100.0
+            elif e.label == "assumed padding share (range)" and share is None:
+                share = float(str(e.value).split("..")[-1]) / 100.0
+            elif e.label.startswith("tokens in FlashAttention varlen"):
+                varlen = True
+        if share is None or not 0.0 < share < 1.0:
+            return "no padding share measured: nothing to change"
+        _, _, kin = _token_time(graph.trace)
+        if varlen and len(kin):
+            kin = kin[K.classify(kin["name"])["kind"].to_numpy() != K.ATTENTION]
+        node = graph.kernel_nodes(kin.index.to_numpy())
+        sel = np.zeros(len(graph.g_ts), dtype=bool)
+        sel[node[node >= 0]] = True
+        graph.scale_gpu(sel, 1.0 - share)
+        return (f"{int(sel.sum())} token-proportional kernel(s) run {1.0 - share:.3f} of their time "
+                f"(real / padded tokens)")
+
     def detect(self, trace, ctx):
         if not trace.has_gpu or not len(trace.kernels):
             yield self.skip("no GPU kernels in the trace")

@@ -104,6 +104,51 @@ class UnfusedOptimizer(Detector):
     reserves = ("idle_launch",)                # the GPU idle inside an unfused optimizer step
     min_kernels: int = option(DEFAULT_MIN_KERNELS, "minimum kernels launched by one optimizer step")
     min_frac: float = option(0.02, "minimum share of the analysed steps the optimizer step wastes")
+    fused_kernels: int = option(4, "what-if: kernels of one fused/foreach optimizer step (multi-tensor launches)")
+    kernel_fixed_us: float = option(2.0, "what-if: fixed GPU cost of one kernel (launch, one wave, completion)")
+
+    def whatif(self, graph, finding) -> str:
+        """Replay model: in each unfused optimizer step the finding counts, the kernels launched from its
+        thread become `fused_kernels` kernels (torch's fused/foreach AdamW issues one multi-tensor kernel
+        per tensor-list chunk: a handful per step) that keep the memory-bound work, the sum of the
+        measured durations less `kernel_fixed_us` per kernel, plus that fixed cost once per fused
+        kernel, split evenly over the first `fused_kernels` of them; the other kernels no longer run and
+        their launches leave the host (each launch call and the per-parameter Python before it).
+        Sources: PyTorch's multi_tensor_apply (foreach and fused optimizers) packs up to a few dozen
+        tensors and a bounded number of blocks into each launch, so a model in one dtype takes a handful
+        of launches (large models take tens: the kept time is the same, only that many launches' host
+        time is not counted); the per-kernel fixed cost is launch-bound's `kernel_fixed_us` (2 us: grid
+        dispatch, one wave's latency and completion)."""
+        if finding is None:
+            return "unfused-optimizer did not fire: nothing to change"
+        opt = optimizer_steps(graph.trace)
+        bad = opt[opt["impl"].isin(["foreach", "for-loop"]) & (opt["n_kernels"] >= self.min_kernels)]
+        lh = np.maximum(graph.g_launch, 0)
+        launched = (graph.g_launch >= 0) & (graph.g_kind == "kernel")
+        l_ts, l_tid = graph.h_ts[lh], graph.h_tid[lh]
+        drop = np.zeros(len(graph.g_ts), dtype=bool)
+        keep_all, n_before, n_after = [], 0, 0
+        for r in bad.itertuples(index=False):
+            nodes = np.flatnonzero(launched & (l_ts >= r.ts_us) & (l_ts <= r.end_us) & (l_tid == r.tid))
+            if not len(nodes):
+                continue
+            nodes = nodes[np.argsort(graph.g_ts[nodes], kind="stable")]
+            m = min(self.fused_kernels, len(nodes))
+            fixed = np.minimum(graph.g_dur[nodes], self.kernel_fixed_us)
+            work = float((graph.g_dur[nodes] - fixed).sum()) + m * self.kernel_fixed_us
+            keep, gone = nodes[:m], nodes[m:]
+            graph.g_dur[keep] = work / m
+            drop[gone] = True
+            keep_all.append(keep)
+            n_before += len(nodes)
+            n_after += m
+        if not n_before:
+            return "no unfused optimizer kernels in the replayed device: nothing to change"
+        keep = np.concatenate(keep_all)
+        graph.drop_ops(drop, keep_launches=graph.g_launch[keep][graph.g_launch[keep] >= 0])
+        return (f"{len(keep_all)} optimizer step(s): {n_before} kernels become {n_after} "
+                f"({self.fused_kernels} per step, the work above {self.kernel_fixed_us:g} us per kernel kept); "
+                f"{n_before - n_after} launches go")
 
     def reserved(self, trace) -> iv.Set:
         return unfused_windows(trace, self.min_kernels)

@@ -81,20 +81,34 @@ def _floor(g: Graph, r, step_starts: np.ndarray) -> np.ndarray:
     return out
 
 
-def predict(trace: Trace, findings: list[Finding], fixes: tuple[str, ...], *, with_path: bool = True) -> Prediction:
+def valid_fix(name: str) -> bool:
+    """NAME or NAME:VARIANT of a detector with a transformation (and that variant, e.g. launch-bound:batch)."""
+    base, _, variant = name.partition(":")
+    cls = transforms().get(base)
+    return cls is not None and (not variant or variant in getattr(cls, "variants", ()))
+
+
+def predict(trace: Trace, findings: list[Finding], fixes: tuple[str, ...], *, with_path: bool = True,
+            recommended: bool = True) -> Prediction:
     """Apply the named fixes (in order) to the measured graph and replay. A fix whose detector did not
-    fire has nothing to change (its finding is what the transformation scales)."""
+    fire has nothing to change (its finding is what the transformation scales). NAME:VARIANT selects a
+    variant; a plain NAME gets the variant its finding's fix recommends (`recommended_variant`) unless
+    `recommended` is False (`traceinspect whatif`: the detector's default variant)."""
     by_name = {f.name: f for f in findings}
     known = transforms()
     base = graph_of(trace)
     g = base.copy() if fixes else base
     models, notes = {}, []
     for name in fixes:
-        cls = known.get(name)
+        key, _, variant = name.partition(":")
+        cls = known.get(key)
         if cls is None:
             notes.append(f"{name}: no replay transformation")
             continue
-        models[name] = cls().whatif(g, by_name.get(name))
+        finding = by_name.get(key)
+        if not variant and recommended and hasattr(cls, "recommended_variant"):
+            variant = cls.recommended_variant(finding)
+        models[name] = cls().whatif(g, finding, variant) if variant else cls().whatif(g, finding)
     same = g is base or _same_replay_inputs(g, base)   # fixes that change nothing replay as the identity
     r = trace.memo("whatif identity replay", lambda: replay(base)) if same else replay(g)
     starts = r.h_start[g.markers] if len(g.markers) else np.zeros(0)
@@ -224,12 +238,12 @@ def path(trace: Trace, findings: list[Finding], order: list[str]) -> list[dict]:
 
 def summary(trace: Trace, findings: list[Finding], fixes: tuple[str, ...]) -> dict:
     """`traceinspect whatif`: measured vs predicted per step, the critical path, the floor, the models."""
-    p = predict(trace, findings, fixes)
+    p = predict(trace, findings, fixes, recommended=False)
     meas = trace.steps["dur_us"].to_numpy(float)
     fired = {f.name for f in findings}
     return {
         "fixes": list(fixes), "models": p.models, "model": MODEL_REPLAY,
-        "not_found": [n for n in fixes if n not in fired],
+        "not_found": [n for n in fixes if n.partition(":")[0] not in fired],
         "steps": [{"step": int(s), "measured_us": float(m), "predicted_us": float(q), "gpu_floor_us": float(fl)}
                   for s, m, q, fl in zip(trace.steps["step"], meas, p.step_us, p.floor_us)],
         "measured_median_us": float(np.median(meas)) if len(meas) else 0.0,

@@ -153,6 +153,38 @@ class Graph:
         self.h_own = np.where(host_mask, 0.0, self.h_own)
         self.h_wait = np.where(host_mask, -1, self.h_wait)
 
+    # --- helpers of the eager-attention, padding-waste, launch-bound (batch) and unfused-optimizer fixes
+    def kernel_nodes(self, rows: np.ndarray) -> np.ndarray:
+        """The GPU node of each given row of trace.kernels (-1 where the row is not in the graph)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        at = np.full(len(self.trace.kernels), -1, dtype=np.int64)
+        isk = np.flatnonzero(self.g_kind == "kernel")
+        at[self.g_row[isk]] = isk
+        return at[rows] if len(rows) else np.zeros(0, dtype=np.int64)
+
+    def drop_ops(self, gpu_mask: np.ndarray, keep_launches: np.ndarray | None = None) -> None:
+        """These GPU ops no longer run, nor do the host calls that launched them (their cost and the gap
+        before them), except the launches in `keep_launches` (host nodes another op still needs)."""
+        gpu_mask = np.asarray(gpu_mask, dtype=bool)
+        self.remove_gpu(gpu_mask)
+        if keep_launches is not None and len(keep_launches):
+            shared = np.zeros(len(self.h_ts), dtype=bool)
+            shared[np.asarray(keep_launches, dtype=np.int64)] = True
+            gpu_mask = gpu_mask & ~shared[np.maximum(self.g_launch, 0)]
+        self.remove_launches(gpu_mask)
+        h = self.g_launch[gpu_mask & (self.g_launch >= 0)]
+        self.h_wait[h] = -1          # a launch that no longer runs cannot wait for a full queue
+
+    def scale_gpu(self, gpu_mask: np.ndarray, factor) -> None:
+        """Durations of these GPU ops times `factor` (a scalar or one value per node)."""
+        self.g_dur = np.where(gpu_mask, self.g_dur * factor, self.g_dur)
+
+    def scale_host(self, host_mask: np.ndarray, factor: float) -> None:
+        """Host time of these host nodes (the gap before each, its own cost, a wait's residual) times factor."""
+        for a in ("h_gap", "h_xgap", "h_own", "h_resid"):
+            v = getattr(self, a)
+            setattr(self, a, np.where(host_mask, np.maximum(v, 0.0) * factor, v))
+
 
 def _covered(s: np.ndarray, e: np.ndarray, x: np.ndarray) -> np.ndarray:
     """Length of the (disjoint, sorted) interval set inside (-inf, x], for each x."""

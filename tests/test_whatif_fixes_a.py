@@ -1,0 +1,114 @@
+"""What-if transformations of eager-attention, padding-waste, launch-bound (larger batch) and
+unfused-optimizer (docs/whatif.md): each replayed on a builder against the same loop built with the cause
+fixed, where the answer is known by construction and subtraction is wrong."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from builders_whatif import build_attention_host_work, build_optimizer, build_padded_host_work, build_small_batch
+from traceinspect.analyze import analyze
+from traceinspect.detectors.base import projected_step
+from traceinspect.trace.model import load_trace
+from traceinspect.whatif import engine as E
+from traceinspect.whatif.graph import build
+from traceinspect.whatif.replay import replay
+
+
+def _load(t, tmp_path, name):
+    return load_trace(str(t.write(tmp_path / f"{name}.pt.trace.json")))
+
+
+def _median(tr) -> float:
+    return float(tr.steps["dur_us"].median())
+
+
+def _check(tmp_path, name, before_t, after_t, per: int = 1, tol: float = 0.02):
+    """The replay of `name` on the before run lands within tol of the fixed run (per original batch),
+    and closer than subtraction of the finding's time lost."""
+    before, after = _load(before_t, tmp_path, "before"), _load(after_t, tmp_path, "after")
+    np.testing.assert_allclose(replay(build(before)).step_us, before.steps["dur_us"].to_numpy(), rtol=1e-6)
+    rep = analyze(before)
+    f = next(x for x in rep.findings if x.name == name)
+    pred = E.predict(before, rep.findings, (name,))
+    truth = _median(after) / per
+    sub = projected_step(_median(before), f.time_lost_per_step_us)
+    assert abs(pred.median_us - truth) / truth < tol, (pred.median_us, truth, pred.models)
+    assert abs(pred.median_us - truth) < 0.5 * abs(sub - truth), (pred.median_us, sub, truth)
+    return rep, pred, truth
+
+
+def test_eager_attention_becomes_one_fused_kernel(tmp_path):
+    # eager, the GPU binds (1550 us per layer vs ~1105 us of host); fused, the host does (~1045 us vs 800 us):
+    # subtracting the GPU saving (950 us per layer) undershoots, the replay keeps the host's pace
+    rep, pred, truth = _check(tmp_path, "eager-attention", build_attention_host_work(),
+                              build_attention_host_work(eager=False))
+    # 6 layers x 4 steps, one fused kernel per block; the other 4 kernels of each block and their launches go
+    assert pred.models["eager-attention"].startswith("24 eager attention block(s)")
+    assert "96 kernel launches go" in pred.models["eager-attention"]
+    assert pred.median_us < _median(load_trace(str(tmp_path / "before.pt.trace.json")))
+
+
+def test_padding_scales_token_kernels_only(tmp_path):
+    # 37.5% of the tokens are real: the linear and attention kernels run 0.375 of their time, the
+    # optimizer's 800 us kernel does not change; packed, the host (430 us per layer) sets the pace
+    rep, pred, truth = _check(tmp_path, "padding-waste", build_padded_host_work(),
+                              build_padded_host_work(ratio=0.375, real_frac=1.0))
+    assert pred.models["padding-waste"].startswith("64 token-proportional kernel(s) run 0.375")
+
+
+def test_launch_bound_larger_batch_per_original_batch(tmp_path):
+    # 8 us kernels (2 us fixed + 6 us per sample) every 25 us of host: the detector recommends 2x; at
+    # batch 2 the host still binds (14 us kernels every 25 us), so per original batch the step halves,
+    # while subtraction of the idle time (17 us per launch) would leave only the GPU work
+    rep, pred, truth = _check(tmp_path, "launch-bound", build_small_batch(), build_small_batch(batch=2), per=2)
+    f = next(x for x in rep.findings if x.name == "launch-bound")
+    assert "about 2x" in f.fix
+    assert pred.models["launch-bound"].startswith("larger batch (2x")
+    # the verdict replays the variant the fix leads with (the batch), as does launch-bound:batch
+    assert rep.verdict["path"][0]["to_us"] == pytest.approx(pred.median_us)
+    before = load_trace(str(tmp_path / "before.pt.trace.json"))
+    assert E.predict(before, rep.findings, ("launch-bound:batch",)).median_us == pytest.approx(pred.median_us)
+    # whatif's plain name keeps the CUDA-graphs model (launch gaps go, 1 us per launch)
+    graphs = E.summary(before, rep.findings, ("launch-bound",))
+    assert graphs["models"]["launch-bound"].startswith("CUDA graphs")
+    assert E.summary(before, rep.findings, ("launch-bound:cuda-graphs",))["predicted_median_us"] == \
+        pytest.approx(graphs["predicted_median_us"])
+
+
+def test_unfused_optimizer_becomes_a_few_kernels(tmp_path):
+    # 600 per-parameter kernels of 2.5 us behind 15 us of host each become 4 kernels that keep the work
+    # above 2 us per kernel; subtraction removes the idle gaps but keeps the 600 kernels' time
+    rep, pred, truth = _check(tmp_path, "unfused-optimizer", build_optimizer(), build_optimizer(fused=True),
+                              tol=0.03)
+    assert "2400 kernels become 16" in pred.models["unfused-optimizer"]
+
+
+def test_whatif_cli_variants(tmp_path):
+    from click.testing import CliRunner
+    from traceinspect.cli import cli
+    p = build_small_batch().write(tmp_path / "x.pt.trace.json")
+    for fix, model in (("launch-bound", "CUDA graphs"), ("launch-bound:cuda-graphs", "CUDA graphs"),
+                       ("launch-bound:batch", "larger batch")):
+        r = CliRunner().invoke(cli, ["whatif", str(p), "--fix", fix, "-f", "json"])
+        assert r.exit_code == 0, r.output
+        assert model in r.output
+    r = CliRunner().invoke(cli, ["whatif", str(p), "--fix", "launch-bound:bigger"])
+    assert r.exit_code == 2 and "launch-bound:bigger" in r.output and "Traceback" not in r.output
+
+
+def test_padding_with_varlen_attention_leaves_attention_alone(tmp_path):
+    # HF's unpad path: the varlen attention kernels already skip the pads, only the others scale
+    from builders import FLASH_FWD, GEMM_BF16
+    from builders_compute import PAD_B, PAD_L, VARLEN_Q, build_padded_varlen
+    from traceinspect.detectors.padding_waste import PaddingWaste
+    tr = _load(build_padded_varlen(), tmp_path, "varlen")
+    f = next(x for x in analyze(tr).findings if x.name == "padding-waste")
+    g = build(tr)
+    g2 = g.copy()
+    PaddingWaste().whatif(g2, f)
+    name = g.g_name.astype(str).to_numpy()
+    attn, linear = name == FLASH_FWD, name == GEMM_BF16
+    assert attn.any() and linear.any()
+    np.testing.assert_allclose(g2.g_dur[attn], g.g_dur[attn])
+    np.testing.assert_allclose(g2.g_dur[linear], g.g_dur[linear] * VARLEN_Q / (PAD_B * PAD_L), rtol=1e-3)
