@@ -180,6 +180,7 @@ def build_gemm_flops(flops_factor: float = 1.0, layers: int = 8, steps: int = ST
                 t.op("aten::mm", kernels=[(GEMM_BF16, 800.0)], cpu_us=15,
                      input_dims=[[GEMM_M, GEMM_K], [GEMM_K, GEMM_N]], input_type=["c10::BFloat16"] * 2,
                      args={"flops": int(flops_factor * GEMM_FLOPS)} if with_flops else None)
+    return t
 
 
 # --- eager-attention, padding-waste, launch-bound (larger batch), unfused-optimizer -----------------------
