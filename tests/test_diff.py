@@ -32,6 +32,7 @@ def synthetic(durs_ms, findings=(), gpu="NVIDIA H100 80GB HBM3", skipped=()) -> 
     d = np.array(durs_ms, dtype=float) * 1e3
     return Report(trace=TraceInfo(file="x", gpu=Gpu(name=gpu), rank=0, profiler={}, versions={}),
                   steps=Steps(count=len(d), source="ProfilerStep", median_us=float(np.median(d)),
+                              mean_us=float(np.mean(d)), min_us=float(d.min()), max_us=float(d.max()),
                               per_step=[StepRow(step=i, dur_us=float(x)) for i, x in enumerate(d)]),
                   breakdown={}, findings=list(findings), skipped=list(skipped))
 

@@ -171,7 +171,7 @@ def test_old_report_without_new_fields_still_loads(tmp_path):
         for k in ("idle_claims_us", "masked_by", "projected_lost_us"):
             f.pop(k)
     r = Report.from_dict(d)
-    assert r.account == {} and r.findings[0].masked_by == ()
+    assert not r.account and "account" not in r.to_dict() and r.findings[0].masked_by == ()
     from traceinspect.render import RENDERERS
     for fmt in ("text", "md", "html"):
         RENDERERS[fmt][0](r, width=100)
@@ -290,18 +290,25 @@ def test_a_poisoned_account_and_masked_finding_render_inert(tmp_path):
     from traceinspect.render import RENDERERS
     d = analyze(_load(bh.build_launch_bound_eager_attention(), tmp_path)).to_dict()
     evil = "<script>alert(1)</script>`|*_[x](javascript:y)\x1b]0;pwn\x07"
-    d["account"]["parts"] = [{"name": evil, "per_step_us": "NaN", "frac_of_step": None}, "junk"]
-    d["account"]["unexplained_reasons"] = [{"part": evil, "why": evil, "per_step_us": float("inf")}, 7]
-    d["account"]["explained_frac_of_idle"] = evil
+    d["account"]["parts"] = [{"name": evil, "us": 1.0, "per_step_us": float("nan"), "by_part_us": {evil: 1.0}}]
+    d["account"]["unexplained_reasons"] = [{"part": evil, "why": evil, "us": 1.0, "per_step_us": float("inf")}]
+    d["account"]["explained_frac_of_idle"] = float("-inf")
     f = next(x for x in d["findings"] if x["name"] == "eager-attention")
     f["masked_by"] = [evil]
     d["findings"].append(dict(f, name=evil))
-    # findings and steps have a checked shape: a wrong type there is refused on read (exit 3 for a saved
-    # report, a miss for a cache entry), never rendered
+    # every section has a checked shape (the typed model): a wrong type or a missing required field is
+    # refused on read (exit 3 for a saved report, a miss for a cache entry), never rendered
     import copy
     for path, value in ((("steps", "count"), 1e400), (("findings", 0, "projected_lost_us"), evil),
                         (("findings", 0, "idle_claims_us"), {"idle_cpu": evil}),
-                        (("findings", 0, "masked_by"), evil)):
+                        (("findings", 0, "masked_by"), evil),
+                        (("account", "parts", 0, "per_step_us"), "NaN"), (("account", "parts", 0, "name"), None),
+                        (("account", "parts"), ["junk"]), (("account", "unexplained_reasons"), [7]),
+                        (("account", "explained_frac_of_idle"), evil), (("account", "parts", 0), {"per_step_us": 1.0}),
+                        (("verdict", "path"), "x"), (("verdict", "top_title"), 3), (("memory",), {"devices": []}),
+                        (("cross_rank",), {"matched": 1, "ranks": [0], "per_rank": [{"rank": "0"}]}),
+                        (("efficiency",), {"rows": [{"op": 7}]}),
+                        (("timeline_sample",), {"intervals": {"compute": [[0, "x"]]}})):
         bad = copy.deepcopy(d)
         node = bad
         for k in path[:-1]:

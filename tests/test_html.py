@@ -12,6 +12,7 @@ from traceinspect.analyze import analyze
 from traceinspect.cli import cli
 from traceinspect.render import RENDERERS, charts, format_for_path
 from traceinspect.render.html import render
+from traceinspect.report import TimelineSample, typed
 from traceinspect.render.markdown import render_with_assets
 from traceinspect.report import Report
 from traceinspect.timeline_sample import _cap, _coalesce, representative_step
@@ -27,7 +28,7 @@ def report_of(builder, tmp_path, name="t.pt.trace.json"):
     """What analyze() returns once the lead's hook fills timeline_sample (set here explicitly)."""
     trace = load_trace(builder.write(tmp_path / name))
     rep = analyze(trace)
-    return msgspec.structs.replace(rep, timeline_sample=representative_step(trace))
+    return msgspec.structs.replace(rep, timeline_sample=typed(TimelineSample, representative_step(trace)))
 
 
 def crafted(steps=3) -> TraceBuilder:
@@ -200,7 +201,7 @@ def test_report_json_without_a_timeline_keeps_its_shape(tmp_path):
         t.op("aten::mm", cpu_us=500)  # CPU-only: no GPU timeline to sample
     rep = analyze(load_trace(t.write(tmp_path / "t.json")))
     assert "timeline_sample" not in rep.to_dict()
-    assert Report.from_dict(rep.to_dict()).timeline_sample == {}
+    assert not Report.from_dict(rep.to_dict()).timeline_sample   # empty: absent, and left out of the JSON again
 
 
 # --- Markdown --assets -------------------------------------------------------------------------------

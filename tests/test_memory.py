@@ -73,9 +73,9 @@ def test_two_devices_are_kept_apart(tmp_path):
 def test_no_profile_memory_says_why_and_how(tmp_path):
     rep = analyze(_load(build_healthy(), tmp_path))
     mem = rep.memory
-    assert mem["source"] == ""
-    assert "profile_memory=True" in mem["reason"] and "profile_memory=True" in mem["hint"]
-    assert mem["devices"] == [{"device": 0, "capacity_bytes": H100_BYTES}]
+    assert mem.source == ""
+    assert "profile_memory=True" in mem.reason and "profile_memory=True" in mem.hint
+    assert mem.to_dict()["devices"] == [{"device": 0, "capacity_bytes": H100_BYTES}]
     for fmt in ("text", "md", "html", "json"):
         assert "profile_memory" in _render(fmt, rep).replace("\\_", "_")   # Markdown escapes the underscore
 
@@ -144,19 +144,31 @@ def test_saved_report_without_memory_still_loads(tmp_path):
     d = analyze(_load(build_healthy(), tmp_path)).to_dict()
     d.pop("memory", None)
     rep = Report.from_dict(d)
-    assert rep.memory == {}
+    assert not rep.memory
     assert "memory" not in rep.to_dict()
-    d["memory"] = "not an object"
-    assert Report.from_dict(d).memory == {}
+    d["memory"] = None                      # null reads as absent, as a missing key does
+    assert not Report.from_dict(d).memory
+    d["memory"] = "not an object"           # anything else that is not the section is refused, not dropped
+    with pytest.raises(ValueError, match=r"\$\.memory"):
+        Report.from_dict(d)
 
 
 def test_poisoned_memory_section_renders_inert(tmp_path):
+    """Hostile text where the memory section holds text renders inert; a wrong type (markup for a
+    device id or a byte count) is refused on read, naming the key."""
     d = analyze(_load(build_launch_bound_memory(), tmp_path)).to_dict()
-    d["memory"]["devices"][0]["device"] = "<script>x</script>|`"
-    d["memory"]["devices"][0]["peak_allocated_bytes"] = "<b>big</b>"
+    evil = "<script>x</script>|`"
+    for key, value in (("device", evil), ("peak_allocated_bytes", "<b>big</b>")):
+        bad = json.loads(json.dumps(d))
+        bad["memory"]["devices"][0][key] = value
+        with pytest.raises(ValueError, match=rf"\$\.memory\.devices\[0\]\.{key}"):
+            Report.from_dict(bad)
+    d["memory"]["reason"] = d["memory"]["hint"] = evil
+    d["memory"]["batch_fit"]["measured"] = [evil]
+    d["memory"]["batch_fit"]["batch_name"] = "<b>big</b>"
     rep = Report.from_dict(d)
     html = _render("html", rep)
-    assert "<script>x" not in html and "<b>big" not in html
+    assert "<script>x" not in html and "<b>big" not in html and "&lt;b&gt;big" in html
     md = _render("md", rep)
     assert "<script>" not in md
 

@@ -46,3 +46,33 @@ def test_shared_reports_validate(shared_dir, expected):
         jsonschema.validate(json.loads(json.dumps(analyze(trace).to_dict(), default=float)), schema)
         n += 1
     assert n > 0
+
+
+@pytest.mark.parametrize("case", ["steps without count", "verdict top without expected", "account part without name",
+                                  "memory without source", "interval not a pair"])
+def test_schema_and_model_refuse_the_same_reports(case, tmp_path):
+    """The published schema carries the model's own rules (types and each section's required fields):
+    a report the model refuses on read, the schema refuses too, and the unmodified report passes both."""
+    jsonschema = pytest.importorskip("jsonschema")
+    from traceinspect.report import Report
+    from builders_host import build_launch_bound_eager_attention
+    d = json.loads(json.dumps(analyze(load_trace(str(build_launch_bound_eager_attention().write(
+        tmp_path / "t.pt.trace.json")))).to_dict()))
+    jsonschema.validate(d, json_schema())
+    Report.from_dict(d)
+    assert d["verdict"]["top"] and d["account"]["parts"] and d["timeline_sample"]["intervals"]
+    if case == "steps without count":
+        del d["steps"]["count"]
+    elif case == "verdict top without expected":
+        del d["verdict"]["expected_step_us"]
+    elif case == "account part without name":
+        del d["account"]["parts"][0]["name"]
+    elif case == "memory without source":
+        d["memory"] = {"devices": []}
+    else:
+        part = next(iter(d["timeline_sample"]["intervals"]))
+        d["timeline_sample"]["intervals"][part][0] = [1.0, 2.0, 3.0]
+    with pytest.raises(ValueError):
+        Report.from_dict(d)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(d, json_schema())

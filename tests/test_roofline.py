@@ -274,15 +274,20 @@ def test_report_field_round_trips_and_renders(tmp_path):
     d = rep.to_dict()
     assert d["efficiency"]["peaks"]["name"] == "MI300X" and d["efficiency"]["rows"][0]["op"] == "aten::bmm"
     again = Report.from_dict(json.loads(json.dumps(d)))
-    assert again.efficiency == d["efficiency"]
+    assert again.efficiency.to_dict() == d["efficiency"]
     for fmt in ("text", "md", "html"):
         out = RENDERERS[fmt][0](again)
         assert "roofline" in out and "37632x8x64" in out
     old = dict(d)
     del old["efficiency"]                                           # a report saved before the field
     assert "efficiency" not in Report.from_dict(old).to_dict()
-    for junk in ([], {"rows": "x"}, {"rows": [1, None, {"op": 5, "share_of_peak": "NaN"}]}, {"peaks": "x"}):
-        r = Report.from_dict({**d, "efficiency": junk})
+    for junk in ([], {"rows": "x"}, {"rows": [1, None, {"op": 5, "share_of_peak": "NaN"}]}, {"peaks": "x"},
+                 {"rows": [{"share_of_peak": 0.5}]}, {"peaks": {"fp32_tflops": 1.0}}):   # a row without op, peaks without name
+        with pytest.raises(ValueError, match=r"\$\.efficiency"):   # refused on read, naming the key
+            Report.from_dict({**d, "efficiency": junk})
+    for absent in (None, {}):                                       # absent: no section, rendered without one
+        r = Report.from_dict({**d, "efficiency": absent})
+        assert "efficiency" not in r.to_dict()
         for fmt in ("text", "md", "html", "json"):
             RENDERERS[fmt][0](r)
 
@@ -426,11 +431,11 @@ def test_roofline_doc_lists_the_peak_table_as_coded():
 def test_efficiency_rows_from_a_hostile_saved_report_stay_inert(tmp_path):
     d = analyze(_load(br.build_tiny_bmm(), tmp_path)).to_dict()
     evil = "<script>alert(1)</script> | `x` \x1b]0;t\x07"
-    d["efficiency"]["rows"][0].update(op=evil, shape=evil, dtype=evil, bound=evil, tflops="<b>1</b>")
-    d["efficiency"]["peaks"]["name"] = evil
+    d["efficiency"]["rows"][0].update(op=evil, shape=evil, dtype=evil, bound=evil)
+    d["efficiency"]["peaks"].update(name=evil, source="<b>1</b>")
     r = Report.from_dict(d)
     html = RENDERERS["html"][0](r)
-    assert "<script>alert(1)</script>" not in html and "<b>1</b>" not in html
+    assert "<script>alert(1)</script>" not in html and "<b>1</b>" not in html and "&lt;b&gt;1&lt;/b&gt;" in html
     md = RENDERERS["md"][0](r)
     rows = [ln for ln in md.splitlines() if ln.startswith("| ") and "alert" in ln]
     assert rows and all(ln.count(" | ") == 9 for ln in rows)       # the "|" in the values did not add cells

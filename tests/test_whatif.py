@@ -218,12 +218,22 @@ def test_diff_shows_predicted_against_measured(tmp_path):
     assert "error" in render_md(d)
 
 
-def test_diff_prediction_ignores_a_poisoned_saved_report(tmp_path):
+def test_diff_prediction_refuses_a_poisoned_saved_report(tmp_path):
+    """A saved report whose prediction is not a number is refused on read (the typed model), so `diff`
+    never computes a prediction from it; one whose what-if section is absent predicts nothing."""
     from traceinspect.diff import _prediction
-    rep = analyze(_load(build_stall_and_host_bound(), tmp_path))
+    from traceinspect.report import Report
     import msgspec
-    rep = msgspec.structs.replace(rep, verdict={**rep.verdict, "whatif": {"saved_alone_per_step_us": {"dataloader-stall": "lots"}}, "path": "x"})
-    assert _prediction(rep, ["dataloader-stall"], 1000.0) == {}
+    rep = analyze(_load(build_stall_and_host_bound(), tmp_path))
+    d = rep.to_dict()
+    for poison in ({"whatif": {"saved_alone_per_step_us": {"dataloader-stall": "lots"}}}, {"path": "x"},
+                   {"path": [{"fix": "dataloader-stall", "from_us": 1.0, "to_us": "soon", "model": "replay"}]}):
+        with pytest.raises(ValueError):
+            Report.from_dict(dict(d, verdict={**d["verdict"], **poison}))
+    bare = msgspec.structs.replace(rep, verdict=msgspec.structs.replace(rep.verdict, whatif=msgspec.UNSET,
+                                                                        path=msgspec.UNSET))
+    assert _prediction(bare, ["dataloader-stall"], 1000.0) == {}
+    assert _prediction(rep, ["dataloader-stall"], 1000.0) != {}   # the same report with its what-if predicts
 
 
 def test_real_pair_in_diff(shared_dir, expected):

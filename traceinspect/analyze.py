@@ -23,7 +23,8 @@ from .facts.efficiency import section as efficiency_section
 from .facts.memory_fit import memory_section
 from .errors import DetectorFailed, TraceError, UsageError
 from .findings import Failure, Finding, Skipped
-from .report import Part, RankSummary, Report, Steps, TopKernel, TraceInfo, known, typed
+from .report import (Account, CrossRank, Efficiency, Memory, Part, RankSummary, Report, Setting, Steps,
+                     TimelineSample, TopKernel, TraceInfo, Verdict, known, typed)
 from .timeline_sample import representative_step
 from .whatif import engine as whatif
 from .trace.model import Trace, default_rank_warning, load_trace
@@ -117,12 +118,13 @@ def analyze(trace: Trace, *, strict: bool = False, detectors: Sequence[type[Dete
                               "(overlapping claims): the explained-time account counts it once")
     return Report(trace=typed(TraceInfo, _trace_section(trace)), steps=typed(Steps, _steps_section(trace)),
                   breakdown=typed(dict[str, Part], breakdown), findings=findings, skipped=skipped, failures=failures,
-                  warnings=warnings, verdict=_verdict(trace, findings, account), account=account,
-                  top_kernels=typed(list[TopKernel], _top_kernels(trace)),
-                  timeline_sample=representative_step(trace) if trace.has_gpu else {},
-                  efficiency=efficiency_section(trace) if trace.has_gpu and trace.window_us >= MIN_WINDOW_US else {},
-                  memory=memory_section(trace),
-                  settings=config.non_default() if config is not None else {})
+                  warnings=warnings, verdict=typed(Verdict, _verdict(trace, findings, account)),
+                  account=typed(Account, account), top_kernels=typed(list[TopKernel], _top_kernels(trace)),
+                  timeline_sample=typed(TimelineSample, representative_step(trace) if trace.has_gpu else {}),
+                  efficiency=typed(Efficiency, efficiency_section(trace)
+                                   if trace.has_gpu and trace.window_us >= MIN_WINDOW_US else {}),
+                  memory=typed(Memory, memory_section(trace)),
+                  settings=typed(dict[str, Setting], config.non_default() if config is not None else {}))
 
 
 def _trace_section(trace: Trace) -> dict:
@@ -535,7 +537,7 @@ def reduce_ranks(results: list[dict]) -> Report:
     warnings = []
     if cross:
         cross["gating_rank"] = gate
-        lead = msgspec.structs.replace(lead, cross_rank=cross)
+        lead = msgspec.structs.replace(lead, cross_rank=typed(CrossRank, cross))
         if cross["clock"] != "one clock":
             offs = ", ".join(f"rank {p['rank']} {p['clock_offset_us'] / 1e3:+.3f} ms" for p in cross["per_rank"])
             warnings.append(f"the ranks' clocks differ (different hosts, or clocks not synchronised): offsets "
@@ -543,7 +545,7 @@ def reduce_ranks(results: list[dict]) -> Report:
                             f"removed before comparing arrivals ({offs})")
         warnings += cross["notes"]
     if gate is not None:
-        lead = msgspec.structs.replace(lead, verdict=_straggler_verdict(lead, cross, reps[lead_i], med[lead_i]))
+        lead = msgspec.structs.replace(lead, verdict=typed(Verdict, _straggler_verdict(lead, cross, reps[lead_i], med[lead_i])))
     elif len(reps) > 1:
         warnings.insert(0, (
             f"{len(reps)} ranks analysed; the findings below are rank {reps[slow].trace.rank}'s, the slowest "
@@ -585,16 +587,17 @@ def _straggler_verdict(lead: Report, cross: dict, rep: Report, median_us: float)
     mean_wait = float(np.mean([q["wait_us_per_step"] for q in others])) if others else 0.0
     part = rep.breakdown.get("gpu_busy")
     busy = known(part.frac) if part else None
-    top = lead.verdict.get("top") if lead.verdict else None
+    v = lead.verdict
+    top = known(v.top)
     busy_s = f"{100 * busy:.0f}% GPU busy" if busy is not None else "GPU busy unknown"
-    cause = (f"The cause is rank {s}'s own: {top}, {busy_s} ({lead.verdict.get('top_title', '').rstrip('.')})"
+    cause = (f"The cause is rank {s}'s own: {top}, {busy_s} ({known(v.top_title, '').rstrip('.')})"
              if top else
              f"Rank {s} has no finding of its own ({busy_s}): look at its input pipeline, host and data balance")
     headline = (f"Rank {s} gates the step: it is last to arrive at {p['last_arrivals']} of {cross['matched']} "
                 f"collectives, the other ranks wait {fmt_us(mean_wait)} per step on average in collectives, and "
                 f"the job loses {fmt_us(p['job_cost_us_per_step'])} per step to it. {cause}. The other ranks' "
                 f"collective time is waiting for rank {s}, not communication to tune.")
-    return {**lead.verdict, "headline": headline, "gating_rank": s,
+    return {**v.to_dict(), "headline": headline, "gating_rank": s,
             "gating_cost_per_step_us": p["job_cost_us_per_step"],
             "gating_caused_wait_per_step_us": p["caused_wait_us_per_step"],
-            "rank_headline": lead.verdict.get("headline", "")}
+            "rank_headline": known(v.headline, "")}

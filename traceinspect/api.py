@@ -178,8 +178,9 @@ def _analyze_file(path: str, cfg: "Config", *, steps, rank, strict, jobs, cache,
 
 
 def _check_rank(report: "Report", rank: int | None, path: str) -> None:
-    if rank is not None and rank != report.trace.get("rank"):
-        raise UsageError(f": {path} is rank {report.trace.get('rank')}", param="rank", value=rank)
+    from .report import known
+    if rank is not None and rank != known(report.trace.rank):
+        raise UsageError(f": {path} is rank {known(report.trace.rank)}", param="rank", value=rank)
 
 
 def report_of(side: "str | Path | Report | Trace", *, steps: str | None = None,

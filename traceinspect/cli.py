@@ -251,8 +251,9 @@ def annotate(trace, output, steps):
     """Write TRACE with a "traceinspect" process added: one track per finding, slices over the time it
     claims, and a marker per step; open it in Perfetto or chrome://tracing."""
     from .api import annotate as run
+    from .report import known
     report = run(trace, output, steps=steps)
-    _say(f"wrote {output}: {len(report.findings)} finding track(s) and {report.steps.get('count', 0)} step marker(s)")
+    _say(f"wrote {output}: {len(report.findings)} finding track(s) and {known(report.steps.count, 0)} step marker(s)")
 
 
 @cli.command()

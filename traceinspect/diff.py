@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .errors import TraceError
-from .report import UNSET, Gpu, Part, Report, known
+from .report import UNSET, Gpu, Part, Report, WhatIf, known
 from .trace.load import GZIP_MAGIC
 from .trace.timeline import PARTS
 
@@ -168,22 +168,21 @@ def _prediction(before: Report, resolved: list[str], after_us: float) -> dict:
     """What the before-report's replay predicted for fixing exactly the resolved findings: one fix alone
     (its replay saved_alone), or a prefix of the verdict's cumulative path. Saved reports are untrusted:
     anything that is not a number is no prediction."""
-    v = before.verdict if isinstance(before.verdict, dict) else {}
-    w = v.get("whatif") if isinstance(v.get("whatif"), dict) else {}
-    alone = w.get("saved_alone_per_step_us") if isinstance(w.get("saved_alone_per_step_us"), dict) else {}
-    path = [p for p in v.get("path") or [] if isinstance(p, dict)] if isinstance(v.get("path"), list) else []
-    median = _num(v.get("median_step_us"))
-    replayable = [n for n in resolved if n in alone or any(p.get("fix") == n for p in path)]
+    v = before.verdict
+    alone = known((known(v.whatif) or WhatIf()).saved_alone_per_step_us, {})
+    path = known(v.path, [])
+    median = _num(v.median_step_us)
+    replayable = [n for n in resolved if n in alone or any(p.fix == n for p in path)]
     if not replayable or median is None or not after_us:
         return {}
     pred = None
     if len(replayable) == 1 and _num(alone.get(replayable[0])) is not None:
         pred = median - _num(alone[replayable[0]])
     else:
-        names = [p.get("fix") for p in path]
+        names = [p.fix for p in path]
         k = len(replayable)
-        if set(names[:k]) == set(replayable) and all(p.get("model") == "replay" for p in path[:k]):
-            pred = _num(path[k - 1].get("to_us"))
+        if set(names[:k]) == set(replayable) and all(p.model == "replay" for p in path[:k]):
+            pred = _num(path[k - 1].to_us)
     if pred is None:
         return {}
     return {"fixes": replayable, "predicted_us": pred, "measured_us": after_us,

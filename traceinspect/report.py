@@ -5,7 +5,7 @@ Owns to_dict()/from_dict() and the schema version. Must not read trace tables (a
 from __future__ import annotations
 
 import numbers
-from typing import Any, Optional, Union
+from typing import Annotated, Any, ClassVar, Union
 
 import msgspec
 
@@ -32,7 +32,25 @@ UNSET = msgspec.UNSET
 
 class Section(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=False):
     """A typed report section. A field is UNSET where the key is absent from the JSON (a report saved by
-    an older version, or a key written only sometimes), so to_dict() writes exactly the keys it read."""
+    an older version, or a key written only sometimes), so to_dict() writes exactly the keys it read.
+
+    The rules a saved report must follow live here, on the model (from_dict checks nothing else):
+    the field types, plus `required`: the fields a section must have once it has any (an empty
+    section, `{}`, means "absent": no steps, no GPU); `allow_empty = False` for list rows."""
+
+    required: ClassVar[tuple[str, ...]] = ()
+    allow_empty: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        if not self.required or (self.allow_empty and not self):
+            return
+        for f in self.required:
+            if getattr(self, f) is UNSET:
+                raise ValueError(f"Object missing required field `{f}`")
+
+    def __bool__(self) -> bool:
+        """False for an empty section (every field UNSET), as `{}` was."""
+        return any(getattr(self, f) is not UNSET for f in self.__struct_fields__)
 
     def get(self, key: str, default: Any = None) -> Any:
         """Mapping-style read, for code not yet moved to attributes: UNSET reads as `default`."""
@@ -53,14 +71,21 @@ class Section(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=False):
 
 
 class Peaks(Section, frozen=True):
+    """A GPU's peak throughput (traceinspect.trace.roofline's table), as the report states it."""
+    required = ("name",)
     name: Union[str, _U] = UNSET
+    source: Union[str, _U] = UNSET               # where the figures come from (efficiency section only)
+    approximate: Union[bool, _U] = UNSET
+    mem_tbps: Union[Num, None, _U] = UNSET
     fp32_tflops: Union[Num, None, _U] = UNSET
     tf32_tflops: Union[Num, None, _U] = UNSET
     half_tflops: Union[Num, None, _U] = UNSET
-    approximate: Union[bool, _U] = UNSET
+    fp8_tflops: Union[Num, None, _U] = UNSET
+    bf16: Union[bool, _U] = UNSET
 
 
 class Gpu(Section, frozen=True):
+    required = ("name",)
     name: Union[str, _U] = UNSET
     id: Union[int, None, _U] = UNSET
     arch: Union[str, None, _U] = UNSET
@@ -72,7 +97,7 @@ class Gpu(Section, frozen=True):
 
 
 class TraceInfo(Section, frozen=True):
-    """Files, GPU, rank, profiler options, environment."""
+    """What was analysed: the file, its size and integrity, the GPU, the capture's settings."""
     file: Union[str, _U] = UNSET
     file_bytes: Union[int, None, _U] = UNSET
     json_bytes: Union[int, None, _U] = UNSET
@@ -100,6 +125,7 @@ class TraceInfo(Section, frozen=True):
 
 
 class StepRow(Section, frozen=True):
+    required, allow_empty = ("step", "dur_us"), False
     step: Union[int, _U] = UNSET
     start_us: Union[Num, _U] = UNSET
     dur_us: Union[Num, _U] = UNSET
@@ -107,10 +133,11 @@ class StepRow(Section, frozen=True):
 
 
 class Steps(Section, frozen=True):
-    """Count, source, mean/median/min/max/std of the step time, and one row per step. Empty (every
-    field UNSET) for a report saved without steps."""
+    """The analysed steps: count, their statistics and one row per step. Empty (every field UNSET) for
+    a report saved without steps."""
+    required = ("count", "source", "mean_us", "median_us", "min_us", "max_us")
     count: Union[int, _U] = UNSET
-    source: Union[str, None, _U] = UNSET
+    source: Union[str, _U] = UNSET
     mean_us: Union[Num, _U] = UNSET
     median_us: Union[Num, _U] = UNSET
     min_us: Union[Num, _U] = UNSET
@@ -121,7 +148,8 @@ class Steps(Section, frozen=True):
 
 
 class Part(Section, frozen=True):
-    """One part of the timeline breakdown: total over the window, share of it, mean per step."""
+    """One part of the step-time breakdown (compute, comm, memcpy, an idle cause)."""
+    required, allow_empty = ("us",), False
     us: Union[Num, _U] = UNSET
     label: Union[str, _U] = UNSET
     frac: Union[Num, _U] = UNSET
@@ -129,6 +157,7 @@ class Part(Section, frozen=True):
 
 
 class TopKernel(Section, frozen=True):
+    required, allow_empty = ("name", "count", "total_us", "median_us", "frac_of_kernel_time"), False
     name: Union[str, _U] = UNSET
     count: Union[int, _U] = UNSET
     total_us: Union[Num, _U] = UNSET
@@ -137,7 +166,8 @@ class TopKernel(Section, frozen=True):
 
 
 class RankSummary(Section, frozen=True):
-    """One rank of a multi-rank reduction; the collective fields only where collectives were aligned."""
+    """One rank of a multi-rank analysis, reduced from that rank's typed Report (never from strings)."""
+    required, allow_empty = ("rank", "file", "median_step_us", "mean_step_us", "steps", "slowest"), False
     rank: Union[int, _U] = UNSET
     file: Union[str, _U] = UNSET
     median_step_us: Union[Num, _U] = UNSET
@@ -151,6 +181,278 @@ class RankSummary(Section, frozen=True):
     collective_wait_us_per_step: Union[Num, _U] = UNSET
     collective_transfer_us_per_step: Union[Num, _U] = UNSET
     clock_offset_us: Union[Num, None, _U] = UNSET
+
+
+# --- the verdict: the headline, the expected step time and the path of fixes to it ---------------------
+
+class FixStep(Section, frozen=True):
+    """One fix on the verdict's cumulative path: the step time before and after it, and the model used."""
+    required, allow_empty = ("fix", "from_us", "to_us", "model"), False
+    fix: Union[str, _U] = UNSET
+    from_us: Union[Num, _U] = UNSET
+    to_us: Union[Num, _U] = UNSET
+    model: Union[str, _U] = UNSET
+
+
+class Identity(Section, frozen=True):
+    """The replay of the unmodified trace against the measured steps: the what-if model's own error."""
+    median_error_frac: Union[Num, _U] = UNSET
+    max_error_frac: Union[Num, _U] = UNSET
+    replayed_median_us: Union[Num, _U] = UNSET
+    measured_median_us: Union[Num, _U] = UNSET
+
+
+class SpeedOfLight(Section, frozen=True):
+    """Per step, the matrix FLOPs from recorded shapes at the GPU's peak (sol_us None: why says what is missing)."""
+    sol_us: Union[Num, None, _U] = UNSET
+    why: Union[str, _U] = UNSET
+    matrix_flops_per_step: Union[Num, _U] = UNSET
+    achieved_tflops: Union[Num, _U] = UNSET
+    mfu: Union[Num, None, _U] = UNSET
+    modelled_kernel_frac: Union[Num, _U] = UNSET
+    recorded_flops_per_step: Union[Num, _U] = UNSET   # with_flops traces: the profiler's own count
+    recorded_vs_model: Union[Num, None, _U] = UNSET
+
+
+class WhatIf(Section, frozen=True):
+    identity: Union[Identity, _U] = UNSET
+    speed_of_light: Union[SpeedOfLight, _U] = UNSET
+    saved_alone_per_step_us: Union[dict[str, Num], _U] = UNSET   # fix -> per-step time its replay alone saves
+
+
+class Verdict(Section, frozen=True):
+    """The report's headline. `top` is the top cause's name, or None (then `headline` says why: no
+    cause, no GPU, or time no finding explains). A multi-rank job's verdict names the gating rank."""
+    top: Union[str, None, _U] = UNSET
+    top_title: Union[str, _U] = UNSET
+    headline: Union[str, _U] = UNSET
+    median_step_us: Union[Num, None, _U] = UNSET
+    unexplained_frac_of_step: Union[Num, _U] = UNSET
+    explained_frac_of_idle: Union[Num, None, _U] = UNSET
+    next_bottlenecks: Union[list[str], _U] = UNSET     # latent causes, hidden by the active ones
+    top_per_step_us: Union[Num, None, _U] = UNSET
+    top_frac: Union[Num, None, _U] = UNSET
+    top_confidence: Union[str, _U] = UNSET
+    expected_step_us: Union[Num, _U] = UNSET
+    expected_from: Union[list[str], _U] = UNSET
+    expected_model: Union[str, _U] = UNSET
+    path: Union[list[FixStep], _U] = UNSET
+    whatif: Union[WhatIf, _U] = UNSET
+    assumption: Union[str, _U] = UNSET
+    gating_rank: Union[int, _U] = UNSET
+    gating_cost_per_step_us: Union[Num, _U] = UNSET
+    gating_caused_wait_per_step_us: Union[Num, _U] = UNSET
+    rank_headline: Union[str, _U] = UNSET              # the gating rank's own headline
+    # a named cause comes with its title and the expected step time
+    required_with_top: ClassVar[tuple[str, ...]] = ("top_title", "median_step_us", "expected_step_us",
+                                                    "expected_from", "assumption")
+
+    def __post_init__(self) -> None:
+        if self.top not in (None, UNSET):
+            for f in self.required_with_top:
+                if getattr(self, f) in (UNSET, None):
+                    raise ValueError(f"Object missing required field `{f}`")
+
+
+# --- the explained-time account: GPU idle time split into what each finding claims + unexplained -------
+
+class AccountPart(Section, frozen=True):
+    required, allow_empty = ("name", "us"), False
+    name: Union[str, _U] = UNSET
+    code: Union[str, _U] = UNSET
+    us: Union[Num, _U] = UNSET
+    per_step_us: Union[Num, _U] = UNSET
+    frac_of_idle: Union[Num, _U] = UNSET
+    frac_of_step: Union[Num, _U] = UNSET
+    by_part_us: Union[dict[str, Num], _U] = UNSET
+
+
+class UnexplainedReason(Section, frozen=True):
+    required, allow_empty = ("part", "us", "why"), False
+    part: Union[str, _U] = UNSET
+    us: Union[Num, _U] = UNSET
+    per_step_us: Union[Num, _U] = UNSET
+    frac_of_step: Union[Num, _U] = UNSET
+    why: Union[str, _U] = UNSET
+
+
+class BusyCause(Section, frozen=True):
+    required, allow_empty = ("name", "us"), False
+    name: Union[str, _U] = UNSET
+    code: Union[str, _U] = UNSET
+    us: Union[Num, _U] = UNSET
+    per_step_us: Union[Num, _U] = UNSET
+
+
+class AccountStep(Section, frozen=True):
+    required, allow_empty = ("step", "idle_us"), False
+    step: Union[int, _U] = UNSET
+    idle_us: Union[Num, _U] = UNSET
+    claims_us: Union[dict[str, Num], _U] = UNSET
+    unexplained_us: Union[Num, _U] = UNSET
+
+
+class Account(Section, frozen=True):
+    """The GPU idle time of the analysed steps: what each active finding claims, per idle part, and the
+    unexplained rest. The parts add up to the idle time."""
+    required = ("idle_us",)
+    idle_us: Union[Num, _U] = UNSET
+    idle_per_step_us: Union[Num, _U] = UNSET
+    idle_frac_of_step: Union[Num, _U] = UNSET
+    parts: Union[list[AccountPart], _U] = UNSET
+    explained_us: Union[Num, _U] = UNSET
+    explained_frac_of_idle: Union[Num, _U] = UNSET
+    unexplained_us: Union[Num, _U] = UNSET
+    unexplained_per_step_us: Union[Num, _U] = UNSET
+    unexplained_frac_of_step: Union[Num, _U] = UNSET
+    unexplained_by_part_us: Union[dict[str, Num], _U] = UNSET
+    unexplained_reasons: Union[list[UnexplainedReason], _U] = UNSET
+    busy_causes: Union[list[BusyCause], _U] = UNSET
+    overlap_us: Union[Num, _U] = UNSET
+    per_step: Union[list[AccountStep], _U] = UNSET
+
+
+# --- device memory: capacity, peaks, headroom, and the batch that fits --------------------------------
+
+class MemoryStep(Section, frozen=True):
+    required, allow_empty = ("step",), False
+    step: Union[int, _U] = UNSET
+    start_allocated_bytes: Union[Num, None, _U] = UNSET
+    peak_allocated_bytes: Union[Num, None, _U] = UNSET
+    peak_reserved_bytes: Union[Num, None, _U] = UNSET
+
+
+class MemoryDevice(Section, frozen=True):
+    required, allow_empty = ("device",), False
+    device: Union[int, None, _U] = UNSET
+    capacity_bytes: Union[Num, None, _U] = UNSET
+    peak_allocated_bytes: Union[Num, None, _U] = UNSET
+    peak_reserved_bytes: Union[Num, None, _U] = UNSET
+    start_allocated_bytes: Union[Num, None, _U] = UNSET
+    headroom_bytes: Union[Num, None, _U] = UNSET
+    per_step: Union[list[MemoryStep], _U] = UNSET
+
+
+class BatchFit(Section, frozen=True):
+    """The largest micro-batch under the margin, and the accumulation that keeps the effective batch."""
+    required = ("factor", "max_factor")
+    batch: Union[int, None, _U] = UNSET
+    factor: Union[int, _U] = UNSET
+    max_factor: Union[Num, _U] = UNSET
+    accumulation: Union[int, None, _U] = UNSET
+    current_batch: Union[int, None, _U] = UNSET
+    current_accumulation: Union[int, None, _U] = UNSET
+    fixed_bytes: Union[Num, _U] = UNSET
+    per_batch_bytes: Union[Num, _U] = UNSET
+    capacity_bytes: Union[Num, _U] = UNSET
+    margin_frac: Union[Num, _U] = UNSET
+    predicted_peak_bytes: Union[Num, _U] = UNSET
+    measured: Union[list[str], _U] = UNSET
+    assumed: Union[list[str], _U] = UNSET
+    batch_name: Union[str, _U] = UNSET
+    accumulation_name: Union[str, _U] = UNSET
+
+
+class Memory(Section, frozen=True):
+    """Device memory per step, or (source "") the reason there is no figure and the capture option that adds one."""
+    required = ("source",)
+    source: Union[str, _U] = UNSET                    # "trace" | "capture" | "" (no figure)
+    margin_frac: Union[Num, _U] = UNSET
+    reason: Union[str, _U] = UNSET
+    hint: Union[str, _U] = UNSET
+    devices: Union[list[MemoryDevice], _U] = UNSET
+    batch_fit: Union[BatchFit, _U] = UNSET
+
+
+# --- per-shape efficiency against the roofline --------------------------------------------------------
+
+class ShapeRow(Section, frozen=True):
+    """One (op, input shapes, input types) group of the analysed steps against the roofline; None: not modelled."""
+    required, allow_empty = ("op",), False
+    op: Union[str, _U] = UNSET
+    family: Union[str, _U] = UNSET
+    shape: Union[str, _U] = UNSET
+    dtype: Union[str, _U] = UNSET
+    dims: Union[dict[str, Any], _U] = UNSET
+    calls_per_step: Union[Num, _U] = UNSET
+    gpu_us_per_step: Union[Num, _U] = UNSET
+    us_per_call: Union[Num, _U] = UNSET
+    gflops_per_call: Union[Num, None, _U] = UNSET
+    mbytes_per_call: Union[Num, None, _U] = UNSET
+    tflops: Union[Num, None, _U] = UNSET
+    tbps: Union[Num, None, _U] = UNSET
+    intensity: Union[Num, None, _U] = UNSET
+    peak_tflops: Union[Num, None, _U] = UNSET
+    peak_tbps: Union[Num, None, _U] = UNSET
+    bound: Union[str, None, _U] = UNSET
+    share_of_peak: Union[Num, None, _U] = UNSET
+    roofline_us_per_step: Union[Num, None, _U] = UNSET
+    kernel: Union[str, _U] = UNSET
+    note: Union[str, _U] = UNSET
+
+
+class Efficiency(Section, frozen=True):
+    peaks: Union[Peaks, None, _U] = UNSET             # None: no peak table entry for this GPU
+    kernel_us_per_step: Union[Num, _U] = UNSET
+    modelled_frac: Union[Num, _U] = UNSET
+    rows_total: Union[int, _U] = UNSET
+    rows: Union[list[ShapeRow], _U] = UNSET
+
+
+# --- many ranks: collectives aligned across ranks, and the rank that gates the step -------------------
+
+class RankAlignment(Section, frozen=True):
+    required, allow_empty = ("rank",), False
+    rank: Union[int, _U] = UNSET
+    last_arrivals: Union[int, _U] = UNSET
+    caused_wait_us_per_step: Union[Num, _U] = UNSET
+    job_cost_us_per_step: Union[Num, _U] = UNSET
+    wait_us_per_step: Union[Num, _U] = UNSET
+    transfer_us_per_step: Union[Num, _U] = UNSET
+    clock_offset_us: Union[Num, _U] = UNSET
+
+
+class CollectiveRow(Section, frozen=True):
+    index: Union[int, _U] = UNSET
+    group: Union[int, _U] = UNSET
+    collective: Union[str, _U] = UNSET
+    arrival_skew_us: Union[Num, _U] = UNSET
+    last_rank: Union[int, None, _U] = UNSET
+    job_cost_us: Union[Num, _U] = UNSET
+
+
+class CrossRank(Section, frozen=True):
+    required = ("matched", "ranks")
+    matched: Union[int, _U] = UNSET
+    ranks: Union[list[int], _U] = UNSET
+    steps: Union[int, _U] = UNSET
+    clock: Union[str, _U] = UNSET
+    clock_tolerance_us: Union[Num, _U] = UNSET
+    straggler: Union[int, None, _U] = UNSET
+    gating_rank: Union[int, None, _U] = UNSET
+    per_rank: Union[list[RankAlignment], _U] = UNSET
+    collectives: Union[list[CollectiveRow], _U] = UNSET
+    notes: Union[list[str], _U] = UNSET
+    max_arrival_skew_us: Union[Num, _U] = UNSET
+
+
+Span = Annotated[list[Num], msgspec.Meta(min_length=2, max_length=2)]   # [start, end]: JSON has no tuples
+
+
+class TimelineSample(Section, frozen=True):
+    """One representative step's intervals per timeline part, for the HTML chart."""
+    intervals: Union[dict[str, list[Span]], _U] = UNSET      # part -> [start_us, end_us] pairs
+    step: Union[int, None, _U] = UNSET
+    index: Union[int, None, _U] = UNSET
+    start_us: Union[Num, None, _U] = UNSET
+    dur_us: Union[Num, None, _U] = UNSET
+    device: Union[int, None, _U] = UNSET
+    resolution_us: Union[Num, None, _U] = UNSET
+    choice: Union[str, _U] = UNSET
+    dropped: Union[int, _U] = UNSET
+
+
+Setting = Union[str, int, float, bool, list[str]]
 
 
 def known(value: Any, default: Any = None) -> Any:
@@ -170,7 +472,8 @@ def typed(cls: type, value: Any) -> Any:
 
 
 class Report(msgspec.Struct, frozen=True, kw_only=True):
-    """The result of one analysis, immutable: change it with msgspec.structs.replace."""
+    """The result of one analysis, immutable: change it with msgspec.structs.replace. Every section is
+    typed; an optional section that is empty (falsy) is left out of the JSON."""
 
     trace: TraceInfo = msgspec.field(default_factory=TraceInfo)
     steps: Steps = msgspec.field(default_factory=Steps)
@@ -179,15 +482,16 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
     skipped: list[Skipped] = []
     failures: list[Failure] = []
     warnings: list[str] = []
-    verdict: dict[str, Any] = {}
+    verdict: Verdict = msgspec.field(default_factory=Verdict)
     top_kernels: list[TopKernel] = []
     ranks: list[RankSummary] = []                 # per-rank summaries when several ranks were analysed
-    timeline_sample: dict[str, Any] = {}          # one representative step's intervals (optional, additive)
-    efficiency: dict[str, Any] = {}               # per-shape table against the roofline (optional, additive)
-    account: dict[str, Any] = {}                  # GPU idle time: what each finding claims + unexplained
-    memory: dict[str, Any] = {}                   # device memory per step, headroom, batch fit (optional)
-    cross_rank: dict[str, Any] = {}               # collectives aligned across ranks, the gating rank (optional)
-    settings: dict[str, Any] = {}                 # the non-default configuration used (optional, additive)
+    # optional sections (additive: reports without them keep their exact shape)
+    timeline_sample: TimelineSample = msgspec.field(default_factory=TimelineSample)   # the HTML chart's step
+    efficiency: Efficiency = msgspec.field(default_factory=Efficiency)   # per-shape table against the roofline
+    account: Account = msgspec.field(default_factory=Account)   # GPU idle time: claimed by findings + unexplained
+    memory: Memory = msgspec.field(default_factory=Memory)      # device memory per step, headroom, batch fit
+    cross_rank: CrossRank = msgspec.field(default_factory=CrossRank)   # collectives aligned across ranks
+    settings: dict[str, Setting] = {}             # the non-default configuration used
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -197,7 +501,7 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
             "trace": self.trace.to_dict(),
             "steps": self.steps.to_dict(),
             "breakdown": {k: p.to_dict() for k, p in self.breakdown.items()},
-            "verdict": self.verdict,
+            "verdict": self.verdict.to_dict(),
             "findings": [dict(f.to_dict(), severity=severity(f.time_lost_frac)) for f in self.findings],
             "skipped": [s.to_dict() for s in self.skipped],
             "failures": [f.to_dict() for f in self.failures],
@@ -205,45 +509,35 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
             "top_kernels": [k.to_dict() for k in self.top_kernels],
             "ranks": [r.to_dict() for r in self.ranks],
         }
-        if self.account:  # absent for CPU-only traces and for reports saved before schema 2
-            d["account"] = self.account
-        if self.timeline_sample:  # optional key: reports without it keep their exact shape
-            d["timeline_sample"] = self.timeline_sample
-        if self.efficiency:
-            d["efficiency"] = self.efficiency
-        if self.memory:  # optional key, as timeline_sample
-            d["memory"] = self.memory
-        if self.cross_rank:  # optional key: only a multi-rank reduction with aligned collectives has it
-            d["cross_rank"] = self.cross_rank
-        if self.settings:  # optional key: only where a setting differs from the defaults
-            d["settings"] = self.settings
+        for key in OPTIONAL_SECTIONS:
+            if getattr(self, key):
+                d[key] = getattr(self, key).to_dict()
+        if self.settings:
+            d["settings"] = msgspec.to_builtins(self.settings)
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Report":
-        """A Report from its JSON form (a saved report, a cache entry): untrusted input. Every key the
-        renderers, `diff` and the CLI read is checked for its type first; anything else is a
-        ValueError that says where (`$.trace.rank`), never an exception from deep inside a renderer.
-        Keys of the typed sections this version does not know are dropped."""
-        _check_shape(d)
+        """A Report from its JSON form (a saved report, a cache entry): untrusted input, checked
+        against the model itself (types, and each section's required fields) before anything reads it.
+        A wrong or missing key is a ValueError that says where (`$.trace.rank`), never an exception from
+        deep inside a renderer. Keys this version does not know are dropped."""
+        if not isinstance(d, dict):
+            raise ValueError(f"a report is a JSON object, not {type(d).__name__}")
+        for key in REQUIRED_KEYS:
+            if key not in d:
+                raise ValueError(f"Object missing required field `{key}`")
+        # a section written as null reads as absent, as {} does
+        d = {k: v for k, v in d.items() if not (v is None and k in SECTIONS)}
         try:
-            return cls(
-                trace=typed(TraceInfo, d.get("trace") or {}), steps=typed(Steps, d.get("steps") or {}),
-                breakdown=typed(dict[str, Part], d["breakdown"]),
-                findings=msgspec.convert(d["findings"], list[Finding]),
-                skipped=msgspec.convert(d.get("skipped", []), list[Skipped]),
-                failures=msgspec.convert(d.get("failures", []), list[Failure]),
-                warnings=list(d.get("warnings", [])), verdict=d.get("verdict") or {},
-                top_kernels=typed(list[TopKernel], d.get("top_kernels", [])),
-                ranks=typed(list[RankSummary], d.get("ranks", [])),
-                timeline_sample=d.get("timeline_sample") or {}, account=d.get("account") or {},
-                efficiency=d.get("efficiency") if isinstance(d.get("efficiency"), dict) else {},
-                memory=d["memory"] if isinstance(d.get("memory"), dict) else {},
-                cross_rank=d["cross_rank"] if isinstance(d.get("cross_rank"), dict) else {},
-                settings=d.get("settings") or {},
-                schema_version=d["schema_version"])
-        except (msgspec.ValidationError, TypeError) as e:   # a key the shape check lets through but the model does not
-            raise ValueError(f"a report key has the wrong type: {e}") from None
+            r = msgspec.convert(d, cls)
+        except msgspec.ValidationError as e:
+            raise ValueError(str(e)) from None
+        except UnicodeError:  # a lone surrogate (JSON allows "\\udcff"): msgspec cannot even quote the value
+            raise ValueError("text that is not valid Unicode (a lone surrogate)") from None
+        if not 1 <= r.schema_version <= SCHEMA_VERSION:  # older versions are read: their keys are a subset
+            raise ValueError(f"schema_version is {r.schema_version}; this traceinspect reads 1 to {SCHEMA_VERSION}")
+        return r
 
     # --- renderers (traceinspect.render): one method per format -----------------------------------
     def to_text(self, *, width: int = 100, color: bool = False) -> str:
@@ -263,166 +557,10 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
         return json.render(self)
 
 
-# --- the shape of a report's JSON form, checked on every read (one declaration, used by from_dict) -----
-# Fields without a default must be present; the others are optional but typed when present. A float
-# field accepts an int (JSON has one number type); an int field takes no bool and no float.
-
-class _Peaks(msgspec.Struct):
-    name: str
-    fp32_tflops: Optional[float] = None
-    tf32_tflops: Optional[float] = None
-    half_tflops: Optional[float] = None
-    approximate: bool = False
-
-
-class _Gpu(msgspec.Struct):
-    name: str
-    id: Optional[int] = None
-    arch: Optional[str] = None
-    compute_capability: Optional[str] = None
-    num_sms: Optional[int] = None
-    memory_bytes: Optional[int] = None
-    rocm: bool = False
-    peaks: Optional[_Peaks] = None
-
-
-class _Trace(msgspec.Struct):
-    file: str = ""
-    file_bytes: Optional[int] = None
-    json_bytes: Optional[int] = None
-    events: Optional[int] = None
-    lost_bytes: Optional[int] = None
-    dropped_events: Optional[int] = None
-    rank: int = 0
-    rank_source: Optional[str] = None
-    world_size: Optional[int] = None
-    gpu: Optional[_Gpu] = None
-    gpu_count_in_trace: Optional[int] = None
-    window: str = ""
-    profiler: Optional[dict[str, Any]] = None
-    profiler_source: Optional[dict[str, Any]] = None
-    versions: Optional[dict[str, Any]] = None
-    framework: Optional[str] = None
-    run_config: Optional[dict[str, Any]] = None
-    run_framework: Optional[dict[str, Any]] = None
-    origin_us: Optional[float] = None
-    base_time_ns: Optional[int] = None
-    has_gpu: bool = False
-    has_cpu: bool = False
-
-
-class _StepRow(msgspec.Struct):
-    step: int
-    start_us: float
-    dur_us: float
-    breakdown_us: dict[str, float] = {}
-
-
-class _Steps(msgspec.Struct):
-    count: int
-    source: str
-    mean_us: float
-    median_us: float
-    min_us: float
-    max_us: float
-    std_us: float = 0.0
-    window_us: float = 0.0
-    per_step: list[_StepRow] = []
-
-
-class _Part(msgspec.Struct):
-    us: float
-    label: str = ""
-    frac: float = 0.0
-    per_step_us: float = 0.0
-
-
-class _VerdictTop(msgspec.Struct):
-    top: str
-    top_title: str
-    median_step_us: float
-    expected_step_us: float
-    expected_from: list[str]
-    assumption: str
-    top_per_step_us: Optional[float] = None
-    top_frac: Optional[float] = None
-
-
-class _VerdictNone(msgspec.Struct):
-    top: None = None
-    headline: str = ""
-    median_step_us: Optional[float] = None
-
-
-class _TopKernel(msgspec.Struct):
-    name: str
-    count: int
-    total_us: float
-    median_us: float
-    frac_of_kernel_time: float
-
-
-class _RankRow(msgspec.Struct):
-    rank: int
-    file: str
-    median_step_us: float
-    mean_step_us: float
-    steps: int
-    slowest: bool
-    gpu_busy_frac: Optional[float] = None
-    top_finding: Optional[str] = None
-
-
-class _TimelineSample(msgspec.Struct):
-    intervals: dict[str, list[tuple[float, float]]] = {}
-    step: Optional[int] = None
-    index: Optional[int] = None
-    start_us: Optional[float] = None
-    dur_us: Optional[float] = None
-    device: Optional[int] = None
-    resolution_us: Optional[float] = None
-    choice: str = ""
-    dropped: int = 0
-
-
-class _Report(msgspec.Struct):
-    schema_version: int
-    findings: list[Finding]
-    breakdown: dict[str, _Part]
-    trace: _Trace = msgspec.field(default_factory=_Trace)
-    skipped: list[Skipped] = []
-    failures: list[Failure] = []
-    warnings: list[str] = []
-    top_kernels: list[_TopKernel] = []
-    ranks: list[_RankRow] = []
-    settings: dict[str, Union[str, int, float, bool, list[str]]] = {}
-
-
-def _check_shape(d: Any) -> None:
-    """ValueError naming the first key whose type is wrong or that is missing (msgspec's path)."""
-    if not isinstance(d, dict):
-        raise ValueError(f"a report is a JSON object, not {type(d).__name__}")
-    _convert(d, _Report, "")
-    for key, shape in (("steps", _Steps), ("timeline_sample", _TimelineSample)):
-        if d.get(key) is not None and d.get(key) != {}:  # {} means absent (no steps, no GPU)
-            _convert(d[key], shape, key)
-    v = d.get("verdict")
-    if v is not None and v != {}:
-        _convert(v, _VerdictTop if isinstance(v, dict) and v.get("top") is not None else _VerdictNone, "verdict")
-    if not 1 <= d["schema_version"] <= SCHEMA_VERSION:  # older versions are read: their keys are a subset
-        raise ValueError(f"schema_version is {d['schema_version']}; this traceinspect reads 1 to {SCHEMA_VERSION}")
-
-
-def _convert(value: Any, shape: type, where: str) -> None:
-    try:
-        msgspec.convert(value, shape)
-    except msgspec.ValidationError as e:
-        msg = str(e)
-        if where:
-            msg = msg.replace("- at `$", f"- at `$.{where}") if "- at `$" in msg else f"{msg} - at `$.{where}`"
-        raise ValueError(msg) from None
-    except UnicodeError:  # a lone surrogate (JSON allows "\\udcff"): msgspec cannot even quote the value
-        raise ValueError(f"text that is not valid Unicode (a lone surrogate) - at `${'.' + where if where else ''}`") from None
+_SECTION_TYPES = {c.__name__: c for c in Section.__subclasses__()}   # every typed section, by name
+REQUIRED_KEYS = ("breakdown", "findings", "schema_version")   # every report has these (the JSON Schema says so)
+OPTIONAL_SECTIONS = ("account", "timeline_sample", "efficiency", "memory", "cross_rank")
+SECTIONS = ("trace", "steps", "verdict") + OPTIONAL_SECTIONS
 
 
 def _version() -> str:
@@ -441,6 +579,18 @@ def json_schema() -> dict[str, Any]:
     rep["properties"]["tool"] = {"type": "object", "properties": {"name": {"type": "string"},
                                                                   "version": {"type": "string"}}}
     rep["required"] = ["breakdown", "findings", "schema_version"]
+    for name, d in defs.items():   # each section's `required` rule (Section.__post_init__), as JSON Schema
+        cls = _SECTION_TYPES.get(name)
+        if cls is None:
+            continue
+        if cls.required and cls.allow_empty:
+            d["if"], d["then"] = {"minProperties": 1}, {"required": list(cls.required)}
+        elif cls.required:
+            d["required"] = list(cls.required)
+    v = defs["Verdict"]
+    v["if"] = {"properties": {"top": {"type": "string"}}, "required": ["top"]}
+    v["then"] = {"required": list(Verdict.required_with_top),
+                 "properties": {f: {"not": {"type": "null"}} for f in Verdict.required_with_top}}
     fin = defs["Finding"]
     fin["properties"].pop("claim_sets", None)
     fin["properties"]["severity"] = {"enum": ["high", "medium", "low"]}

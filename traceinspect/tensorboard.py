@@ -11,7 +11,7 @@ from pathlib import Path
 from .errors import UsageError
 from .inert import md_code, md_text, num
 from .inert import text as inert_text
-from .report import Gpu, Part, StepRow, known
+from .report import Gpu, Part, known
 
 PREFIX = "traceinspect"
 INSTALL_HINT = "needs the optional extra: pip install 'traceinspect[tensorboard]'"
@@ -52,15 +52,14 @@ def write_report(report, logdir) -> str:
                                          metadata=text_meta.create_summary_metadata(display_name=tag,
                                                                                     description=""))
 
-    # numbers from a saved or cached report may be anything: a value that is not a number is left out
+    # a saved or cached report is typed on read (Report.from_dict), but a number may still be NaN: left out
     events: list[tuple[int, list]] = []
-    rows = [r for r in known(report.steps.per_step, []) if isinstance(r, StepRow) and num(r.step) is not None]
-    for r in rows:
-        vals = [scalar("step_time_ms", num(r.dur_us) / 1e3)] if num(known(r.dur_us)) is not None else []
-        bd_us = r.breakdown_us if isinstance(r.breakdown_us, dict) else {}
+    for r in known(report.steps.per_step, []):
+        vals = [scalar("step_time_ms", num(r.dur_us) / 1e3)] if num(r.dur_us) is not None else []
+        bd_us = known(r.breakdown_us, {})
         vals += [scalar(f"breakdown_ms/{inert_text(p)}", num(us) / 1e3) for p, us in sorted(bd_us.items())
                  if num(us) is not None]
-        events.append((int(num(r["step"])), vals))
+        events.append((int(num(r.step)), vals))
     last = events[-1][0] if events else 0
     summary = []
     if report.steps.count and num(known(report.steps.median_us)) is not None:
@@ -68,15 +67,15 @@ def write_report(report, logdir) -> str:
     busy = num(known((report.breakdown.get("gpu_busy") or Part()).frac))
     if busy is not None:
         summary.append(scalar("gpu_busy_pct", 100.0 * busy))
-    if num(report.verdict.get("expected_step_us")) is not None:
-        summary.append(scalar("expected_step_time_ms", num(report.verdict["expected_step_us"]) / 1e3))
+    if num(report.verdict.expected_step_us) is not None:
+        summary.append(scalar("expected_step_time_ms", num(report.verdict.expected_step_us) / 1e3))
     lost: dict[str, float] = {}
     for f in report.findings:
         lost[inert_text(f.name)] = lost.get(inert_text(f.name), 0.0) + (num(f.time_lost_per_step_us) or 0.0)
     summary += [scalar(f"time_lost_ms_per_step/{name}", us / 1e3) for name, us in sorted(lost.items())]
     v = report.verdict
     # TensorBoard renders every text summary as Markdown: the verdict too
-    summary.append(text("verdict", md_text(v.get("top_title") or v.get("headline") or "no steps analysed")))
+    summary.append(text("verdict", md_text(known(v.top_title) or known(v.headline) or "no steps analysed")))
     summary.append(text("report", summary_markdown(report)))
     events.append((last, summary))
 
@@ -106,12 +105,12 @@ def summary_markdown(report) -> str:
     if st.count:
         line += f"; median step **{_ms(known(st.median_us))} ms** over {md_text(st.count)} steps"
     o = [f"## traceinspect: {md_text(known(t.file, '?'))}", "", line, ""]
-    if v.get("top"):
-        o += [f"**Verdict:** {md_text(v.get('top_title', ''))}", "",
-              f"Expected step if fixed: about {_ms(v.get('expected_step_us'))} ms "
-              f"(fixing {', '.join(md_code(n) for n in v.get('expected_from', []))}).", ""]
+    if known(v.top):
+        o += [f"**Verdict:** {md_text(known(v.top_title, ''))}", "",
+              f"Expected step if fixed: about {_ms(v.expected_step_us)} ms "
+              f"(fixing {', '.join(md_code(n) for n in known(v.expected_from, []))}).", ""]
     elif v:
-        o += [f"**Verdict:** {md_text(v.get('headline', ''))}", ""]
+        o += [f"**Verdict:** {md_text(known(v.headline, ''))}", ""]
     if bd:
         o += ["| where each step goes | ms per step | share |", "|---|---:|---:|"]
         o += [f"| {md_text(known(b.label, p))} | {_ms(known(b.per_step_us), 2)} | {_pct(known(b.frac))} |"

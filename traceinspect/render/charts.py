@@ -9,7 +9,7 @@ import importlib.util
 import io
 import re
 
-from .common import BREAKDOWN_ORDER, plain
+from .common import BREAKDOWN_ORDER, num, plain
 from ..report import known
 
 INSTALL_HINT = "pip install 'traceinspect[html]'"
@@ -60,7 +60,7 @@ def step_breakdown(report) -> str | None:
             bottom = [b + v for b, v in zip(bottom, vals)]
     step_every = max(1, len(rows) // 20)
     ax.set_xticks(x[::step_every])
-    ax.set_xticklabels([_label(f"#{rows[i]['step']}") for i in x[::step_every]])
+    ax.set_xticklabels([_label(f"#{rows[i].step}") for i in x[::step_every]])
     ax.set_xlabel("step")
     ax.set_ylabel("ms per step")
     _legend(ax)
@@ -69,8 +69,8 @@ def step_breakdown(report) -> str | None:
 
 def step_timeline(report) -> str | None:
     """One representative step as two lanes: GPU busy by kind of work, GPU idle by cause (ms)."""
-    ts = report.timeline_sample or {}
-    iv = ts.get("intervals") or {}
+    ts = report.timeline_sample
+    iv = known(ts.intervals) or {}
     if not iv or not available():
         return None
     fig, ax = _figure(8.6, 2.6)
@@ -87,10 +87,11 @@ def step_timeline(report) -> str | None:
     ax.set_yticks(list(lanes.values()))
     ax.set_yticklabels(list(lanes))
     ax.set_ylim(-0.6, 1.6)
-    ax.set_xlim(0, float(ts.get("dur_us", 0.0)) / 1e3 or 1)
+    dur = num(ts.dur_us) or 0.0
+    ax.set_xlim(0, dur / 1e3 or 1)
     ax.set_xlabel("ms from the start of the step")
-    ax.set_title(_label(f"ProfilerStep#{ts.get('step')} ({ts.get('choice', 'representative step')}, "
-                        f"{float(ts.get('dur_us', 0.0)) / 1e3:.1f} ms)"))
+    ax.set_title(_label(f"ProfilerStep#{known(ts.step)} ({known(ts.choice, 'representative step')}, "
+                        f"{dur / 1e3:.1f} ms)"))
     _legend(ax)
     return _svg(fig, "timeline")
 

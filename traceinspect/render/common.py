@@ -10,10 +10,10 @@ import math
 
 from ..inert import md_code, md_text, num
 from ..inert import text as plain
-from ..report import UNSET, Gpu, known, severity
+from ..report import UNSET, Gpu, Memory, SpeedOfLight, WhatIf, known, severity
 
 __all__ = ["BREAKDOWN_ORDER", "count", "efficiency_peaks", "efficiency_rows", "evidence_value", "gpu_line", "md_code",
-           "md_text", "ms", "num", "pct", "plain", "run_config_items", "sev", "sig"]
+           "md_text", "ms", "num", "pct", "plain", "run_config_items", "sev", "sig", "speed_of_light"]
 
 
 def count(x) -> str:
@@ -61,6 +61,11 @@ def gpu_line(trace) -> str:
     return f"{'?' if g.name is UNSET else g.name}{cc}"
 
 
+def speed_of_light(verdict) -> SpeedOfLight:
+    """The verdict's speed-of-light section, empty where the verdict has none."""
+    return known((known(verdict.whatif) or WhatIf()).speed_of_light) or SpeedOfLight()
+
+
 def sev(f) -> str:
     return severity(num(f.time_lost_frac) or 0.0)
 
@@ -91,32 +96,25 @@ def sig(x, digits: int = 3) -> str:
 def efficiency_rows(report, top: int = 10) -> list[dict]:
     """The top rows of the report's per-shape efficiency table as display strings. Numbers are
     formatted here (digits only); names, shapes and dtypes are raw: the caller escapes them."""
-    eff = getattr(report, "efficiency", None)
-    rows = eff.get("rows") if isinstance(eff, dict) else None
-    if not isinstance(rows, list):
-        return []
     out = []
-    for r in rows[:top]:
-        if not isinstance(r, dict):
-            continue
-        share = num(r.get("share_of_peak"))
-        out.append({"op": str(r.get("op", "?")), "shape": str(r.get("shape", "")), "dtype": str(r.get("dtype", "")),
-                    "bound": str(r.get("bound") or "n/a"), "calls": sig(r.get("calls_per_step")),
-                    "time": ms(r.get("gpu_us_per_step")), "tflops": sig(r.get("tflops")), "tbps": sig(r.get("tbps")),
-                    "intensity": sig(r.get("intensity")), "share": "n/a" if share is None else pct(share),
-                    "note": str(r.get("note") or "")})
+    for r in known(report.efficiency.rows, [])[:top]:
+        share = num(r.share_of_peak)
+        out.append({"op": str(known(r.op, "?")), "shape": str(known(r.shape, "")), "dtype": str(known(r.dtype, "")),
+                    "bound": str(known(r.bound) or "n/a"), "calls": sig(r.calls_per_step),
+                    "time": ms(r.gpu_us_per_step), "tflops": sig(r.tflops), "tbps": sig(r.tbps),
+                    "intensity": sig(r.intensity), "share": "n/a" if share is None else pct(share),
+                    "note": str(known(r.note) or "")})
     return out
 
 
 def efficiency_peaks(report) -> str:
     """'H100 SXM: 989.4 TFLOP/s bf16/fp16, 3.35 TB/s (source)', unescaped: the caller escapes."""
-    eff = getattr(report, "efficiency", None)
-    p = eff.get("peaks") if isinstance(eff, dict) else None
-    if not isinstance(p, dict):
+    p = known(report.efficiency.peaks)
+    if p is None:
         return "no peak table entry for this GPU (set TRACEINSPECT_HARDWARE; docs/roofline.md)"
-    return (f"{p.get('name', '?')}: {sig(p.get('half_tflops'), 5)} TFLOP/s bf16/fp16, {sig(p.get('tf32_tflops'), 5)} "
-            f"TF32, {sig(p.get('fp32_tflops'), 5)} fp32, {sig(p.get('mem_tbps'), 4)} TB/s"
-            + (" (approximate)" if p.get("approximate") else "") + (f"; {p.get('source')}" if p.get("source") else ""))
+    return (f"{known(p.name, '?')}: {sig(p.half_tflops, 5)} TFLOP/s bf16/fp16, {sig(p.tf32_tflops, 5)} "
+            f"TF32, {sig(p.fp32_tflops, 5)} fp32, {sig(p.mem_tbps, 4)} TB/s"
+            + (" (approximate)" if known(p.approximate) else "") + (f"; {p.source}" if known(p.source) else ""))
 
 
 def _gb(x) -> str:
@@ -124,57 +122,53 @@ def _gb(x) -> str:
     return "unknown" if v is None else f"{v / 1e9:.2f} GB"
 
 
-def memory_rows(mem: dict) -> list[tuple[str, str]]:
+def memory_rows(mem: Memory) -> list[tuple[str, str]]:
     """The report's memory section as (label, value) pairs of raw text: every renderer escapes both
     (the section comes from a trace or a saved report, so device ids and reasons are untrusted)."""
-    if not isinstance(mem, dict) or not mem:
+    if not mem:
         return []
     rows: list[tuple[str, str]] = []
     src = {"trace": "[memory] events (profile_memory=True)",
-           "capture": "torch.cuda.max_memory_allocated() per step (traceinspect.capture)"}.get(mem.get("source"))
-    devices = mem.get("devices") if isinstance(mem.get("devices"), list) else []
-    devices = [d for d in devices if isinstance(d, dict)]
+           "capture": "torch.cuda.max_memory_allocated() per step (traceinspect.capture)"}.get(known(mem.source))
+    devices = known(mem.devices, [])
     if src is None:
-        rows.append(("no memory figure", str(mem.get("reason") or "unknown")))
-        if mem.get("hint"):
-            rows.append(("to get one", str(mem.get("hint"))))
+        rows.append(("no memory figure", str(known(mem.reason) or "unknown")))
+        if known(mem.hint):
+            rows.append(("to get one", str(mem.hint)))
         for d in devices:
-            rows.append((f"device {d.get('device')} capacity", _gb(d.get("capacity_bytes"))))
+            rows.append((f"device {d.device} capacity", _gb(d.capacity_bytes)))
         return rows
     rows.append(("source", src))
     for d in devices:
-        dev = f"device {d.get('device')}"
-        cap, head = num(d.get("capacity_bytes")), num(d.get("headroom_bytes"))
+        dev = f"device {d.device}"
+        cap, head = num(d.capacity_bytes), num(d.headroom_bytes)
         rows.append((f"{dev} peak allocated / reserved",
-                     f"{_gb(d.get('peak_allocated_bytes'))} / {_gb(d.get('peak_reserved_bytes'))}"
+                     f"{_gb(d.peak_allocated_bytes)} / {_gb(d.peak_reserved_bytes)}"
                      + (f" of {_gb(cap)}" if cap else "")))
-        rows.append((f"{dev} allocated at step start (does not scale with the batch)",
-                     _gb(d.get("start_allocated_bytes"))))
+        rows.append((f"{dev} allocated at step start (does not scale with the batch)", _gb(d.start_allocated_bytes)))
         rows.append((f"{dev} headroom (capacity - peak reserved)",
                      _gb(head) + (f" ({pct(head / cap)} of capacity)" if cap and head is not None else "")))
-        steps = d.get("per_step") if isinstance(d.get("per_step"), list) else []
-        steps = [s for s in steps if isinstance(s, dict)]
+        steps = known(d.per_step, [])
         if steps:
             rows.append((f"{dev} peak allocated per step",
-                         ", ".join(f"#{s.get('step')} {_gb(s.get('peak_allocated_bytes'))}" for s in steps[:16])
+                         ", ".join(f"#{s.step} {_gb(s.peak_allocated_bytes)}" for s in steps[:16])
                          + (" ..." if len(steps) > 16 else "")))
-    fit = mem.get("batch_fit")
-    if isinstance(fit, dict):
-        margin = num(fit.get("margin_frac"))
-        mf = num(fit.get("max_factor"))
-        cur, new = fit.get("current_batch"), fit.get("batch")
-        b_name = fit.get("batch_name") or "micro-batch"
-        a_name = fit.get("accumulation_name") or "gradient accumulation"
+    fit = known(mem.batch_fit)
+    if fit:
+        margin = num(fit.margin_frac)
+        mf = num(fit.max_factor)
+        cur, new = known(fit.current_batch), known(fit.batch)
+        b_name = known(fit.batch_name) or "micro-batch"
+        a_name = known(fit.accumulation_name) or "gradient accumulation"
         grow = (f"{b_name} {cur} -> {new}" if cur is not None and new is not None
-                else f"about {count(fit.get('factor'))}x the current {b_name}")
-        ga, nga = fit.get("current_accumulation"), fit.get("accumulation")
+                else f"about {count(fit.factor)}x the current {b_name}")
+        ga, nga = known(fit.current_accumulation), known(fit.accumulation)
         if ga is not None and nga is not None:
             grow += f", {a_name} {ga} -> {nga}"
         rows.append(("largest batch growth under " + (pct(margin) if margin is not None else "the margin")
                      + " of capacity", (f"{mf:.1f}x" if mf is not None else "unknown")
-                     + f"; recommended (up to 8x): {grow}, predicted peak {_gb(fit.get('predicted_peak_bytes'))}"))
-        for key, label in (("measured", "measured"), ("assumed", "assumed")):
-            vals = fit.get(key)
-            if isinstance(vals, list) and vals:
+                     + f"; recommended (up to 8x): {grow}, predicted peak {_gb(fit.predicted_peak_bytes)}"))
+        for vals, label in ((known(fit.measured), "measured"), (known(fit.assumed), "assumed")):
+            if vals:
                 rows.append((label, "; ".join(str(v) for v in vals)))
     return rows

@@ -171,23 +171,23 @@ def render_diff(d, *, width: int = 100, color: bool = False) -> str:
 
 def _verdict(report) -> str:
     v, st = report.verdict, report.steps
-    if v.get("top"):
+    if known(v.top):
         return "".join([
             "<section class=\"verdict\" id=\"verdict\">",
-            f"<p class=\"big\">{esc(v.get('headline') or v.get('top_title'))}</p>",
+            f"<p class=\"big\">{esc(known(v.headline) or known(v.top_title))}</p>",
             "<div class=\"nums\">",
-            f"<div><span>top cause</span><b><code>{esc(v['top'])}</code></b></div>",
-            f"<div><span>costs per step</span><b>{esc(ms(v.get('top_per_step_us')))}</b> "
-            f"({esc(pct(v.get('top_frac')))})</div>",
-            f"<div><span>median step now</span><b>{esc(ms(v.get('median_step_us')))}</b></div>",
-            f"<div><span>expected if fixed</span><b>{esc(ms(v.get('expected_step_us')))}</b></div>",
+            f"<div><span>top cause</span><b><code>{esc(v.top)}</code></b></div>",
+            f"<div><span>costs per step</span><b>{esc(ms(v.top_per_step_us))}</b> "
+            f"({esc(pct(v.top_frac))})</div>",
+            f"<div><span>median step now</span><b>{esc(ms(v.median_step_us))}</b></div>",
+            f"<div><span>expected if fixed</span><b>{esc(ms(v.expected_step_us))}</b></div>",
             "</div>",
-            f"<p class=\"note\">Fixing {', '.join(f'<code>{esc(n)}</code>' for n in v.get('expected_from', []))}; "
-            f"{esc(v.get('assumption', ''))}.</p>",
+            f"<p class=\"note\">Fixing {', '.join(f'<code>{esc(n)}</code>' for n in known(v.expected_from, []))}; "
+            f"{esc(known(v.assumption, ''))}.</p>",
             "</section>"])
     if v:
-        return (f"<section class=\"verdict ok\" id=\"verdict\"><p class=\"big\">{esc(v.get('headline', ''))}</p>"
-                f"<p class=\"note\">median step {esc(ms(v.get('median_step_us')))} over {count(known(st.count, 0))} steps</p>"
+        return (f"<section class=\"verdict ok\" id=\"verdict\"><p class=\"big\">{esc(known(v.headline, ''))}</p>"
+                f"<p class=\"note\">median step {esc(ms(v.median_step_us))} over {count(known(st.count, 0))} steps</p>"
                 "</section>")
     return "<section class=\"verdict ok\" id=\"verdict\"><p class=\"big\">No steps to analyse.</p></section>"
 
@@ -213,22 +213,22 @@ def _breakdown(report) -> list[str]:
 
 
 def _timeline(report) -> list[str]:
-    ts = report.timeline_sample or {}
+    ts = report.timeline_sample
     if not ts:
         if report.breakdown:
             return ["<section id=\"timeline\"><h2>One step on the GPU</h2><p class=\"note\">This report carries no "
                     "timeline sample (it was saved by an older traceinspect, or analysed without one).</p></section>"]
         return []
     o = ["<section id=\"timeline\"><h2>One step on the GPU</h2>",
-         f"<p class=\"note\">ProfilerStep#{esc(ts.get('step'))}, the {esc(ts.get('choice', 'representative step'))} "
-         f"({esc(ms(ts.get('dur_us')))}): GPU busy time by kind of work, and idle gaps coloured by their cause. "
-         f"Drawn in columns of {esc(ms(ts.get('resolution_us')))}: in each, every part is as wide as its time there"
-         + (f"; the {count(ts['dropped'])} shortest were left out" if ts.get("dropped") else "") + ".</p>"]
+         f"<p class=\"note\">ProfilerStep#{esc(known(ts.step))}, the {esc(known(ts.choice, 'representative step'))} "
+         f"({esc(ms(ts.dur_us))}): GPU busy time by kind of work, and idle gaps coloured by their cause. "
+         f"Drawn in columns of {esc(ms(ts.resolution_us))}: in each, every part is as wide as its time there"
+         + (f"; the {count(ts.dropped)} shortest were left out" if known(ts.dropped) else "") + ".</p>"]
     svg = charts.step_timeline(report)
     if svg:
         o.append(f"<div class=\"chart\" id=\"chart-timeline\">{svg}</div>")
     else:
-        iv = ts.get("intervals", {})
+        iv = known(ts.intervals, {})
         o.append("<table><tr><th>part</th><th class=n>intervals</th><th class=n>time</th></tr>")
         for p in BREAKDOWN_ORDER:
             if iv.get(p):
@@ -281,22 +281,21 @@ def _findings(report) -> list[str]:
 def _account(report) -> list[str]:
     """The explained-time account: GPU idle time per finding, the unexplained rest, and why."""
     a = report.account
-    if not isinstance(a, dict) or not num(a.get("idle_us")):
+    if not num(a.idle_us):
         return []
     o = ["<section id=\"account\"><h2>Where the GPU idle time goes</h2>",
-         f"<p class=\"note\">explained: {esc(pct(a.get('explained_frac_of_idle')))} of GPU idle time "
-         f"({esc(ms(a.get('idle_per_step_us')))} per step, {esc(pct(a.get('idle_frac_of_step')))} of the step)</p>",
+         f"<p class=\"note\">explained: {esc(pct(a.explained_frac_of_idle))} of GPU idle time "
+         f"({esc(ms(a.idle_per_step_us))} per step, {esc(pct(a.idle_frac_of_step))} of the step)</p>",
          "<table><tr><th>claimed by</th><th class=n>per step</th><th class=n>share of the step</th></tr>"]
-    for p in a.get("parts") or []:
-        if isinstance(p, dict):
-            o.append(f"<tr><td><code>{esc(p.get('name'))}</code></td><td class=n>{esc(ms(p.get('per_step_us')))}</td>"
-                     f"<td class=n>{esc(pct(p.get('frac_of_step')))}</td></tr>")
-    o.append(f"<tr><td>unexplained</td><td class=n>{esc(ms(a.get('unexplained_per_step_us')))}</td>"
-             f"<td class=n>{esc(pct(a.get('unexplained_frac_of_step')))}</td></tr></table>")
-    reasons = [r for r in a.get("unexplained_reasons") or [] if isinstance(r, dict)]
+    for p in known(a.parts, []):
+        o.append(f"<tr><td><code>{esc(p.name)}</code></td><td class=n>{esc(ms(p.per_step_us))}</td>"
+                 f"<td class=n>{esc(pct(p.frac_of_step))}</td></tr>")
+    o.append(f"<tr><td>unexplained</td><td class=n>{esc(ms(a.unexplained_per_step_us))}</td>"
+             f"<td class=n>{esc(pct(a.unexplained_frac_of_step))}</td></tr></table>")
+    reasons = known(a.unexplained_reasons, [])
     if reasons:
-        o.append("<ul>" + "".join(f"<li>unexplained <code>{esc(r.get('part'))}</code> "
-                                  f"({esc(ms(r.get('per_step_us')))}/step): {esc(r.get('why'))}</li>"
+        o.append("<ul>" + "".join(f"<li>unexplained <code>{esc(r.part)}</code> "
+                                  f"({esc(ms(r.per_step_us))}/step): {esc(r.why)}</li>"
                                   for r in reasons) + "</ul>")
     o.append("</section>")
     return o
@@ -328,10 +327,10 @@ def _kernels(report) -> list[str]:
     o = ["<section id=\"kernels\"><h2>Top kernels</h2><table><tr><th>kernel</th><th class=n>calls</th><th class=n>total</th>"
          "<th class=n>median</th><th class=n>share of kernel time</th><th></th></tr>"]
     for k in report.top_kernels:
-        o.append(f"<tr><td><code title=\"{esc(k['name'])}\">{esc(_short(k['name']))}</code></td>"
-                 f"<td class=n>{esc(k['count'])}</td><td class=n>{ms(k['total_us'])}</td>"
-                 f"<td class=n>{ms(k.get('median_us'))}</td><td class=n>{pct(k['frac_of_kernel_time'])}</td>"
-                 f"<td>{_bar(k['frac_of_kernel_time'])}</td></tr>")
+        o.append(f"<tr><td><code title=\"{esc(k.name)}\">{esc(_short(k.name))}</code></td>"
+                 f"<td class=n>{esc(k.count)}</td><td class=n>{ms(k.total_us)}</td>"
+                 f"<td class=n>{ms(k.median_us)}</td><td class=n>{pct(k.frac_of_kernel_time)}</td>"
+                 f"<td>{_bar(k.frac_of_kernel_time)}</td></tr>")
     o.append("</table></section>")
     return o
 
@@ -383,19 +382,19 @@ def _cross_rank(report) -> list[str]:
     c = report.cross_rank
     if not c:
         return []
-    o = [f"<section id=\"cross-rank\"><h2>Collectives across {count(len(c.get('ranks', [])))} ranks</h2>"
-         f"<p class=\"note\">{count(c.get('matched'))} collectives matched per rank; largest arrival skew "
-         f"{esc(ms(c.get('max_arrival_skew_us')))}; clock: {esc(c.get('clock', ''))}.</p>"
+    o = [f"<section id=\"cross-rank\"><h2>Collectives across {count(len(known(c.ranks, [])))} ranks</h2>"
+         f"<p class=\"note\">{count(c.matched)} collectives matched per rank; largest arrival skew "
+         f"{esc(ms(c.max_arrival_skew_us))}; clock: {esc(known(c.clock, ''))}.</p>"
          "<table><tr><th class=n>rank</th><th class=n>last to arrive</th><th class=n>waits in collectives</th>"
          "<th class=n>own transfer</th><th class=n>job cost</th></tr>"]
-    for p in c.get("per_rank", []):
-        mark = " <b>(gates the step)</b>" if p.get("rank") == c.get("gating_rank") else ""
-        o.append(f"<tr><td class=n>{esc(p.get('rank'))}{mark}</td><td class=n>{count(p.get('last_arrivals'))}</td>"
-                 f"<td class=n>{esc(ms(p.get('wait_us_per_step')))}/step</td>"
-                 f"<td class=n>{esc(ms(p.get('transfer_us_per_step')))}/step</td>"
-                 f"<td class=n>{esc(ms(p.get('job_cost_us_per_step')))}/step</td></tr>")
+    for p in known(c.per_rank, []):
+        mark = " <b>(gates the step)</b>" if p.rank == known(c.gating_rank) else ""
+        o.append(f"<tr><td class=n>{esc(p.rank)}{mark}</td><td class=n>{count(p.last_arrivals)}</td>"
+                 f"<td class=n>{esc(ms(p.wait_us_per_step))}/step</td>"
+                 f"<td class=n>{esc(ms(p.transfer_us_per_step))}/step</td>"
+                 f"<td class=n>{esc(ms(p.job_cost_us_per_step))}/step</td></tr>")
     o.append("</table>")
-    o += [f"<p class=\"note\">{esc(n)}</p>" for n in c.get("notes", [])[:5]]
+    o += [f"<p class=\"note\">{esc(n)}</p>" for n in known(c.notes, [])[:5]]
     o.append("</section>")
     return o
 

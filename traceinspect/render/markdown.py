@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..report import Part, known
 from .common import (BREAKDOWN_ORDER, count, efficiency_peaks, efficiency_rows, evidence_value, gpu_line, md_code,
-                     md_text, memory_rows, ms, num, pct, run_config_items, sev)
+                     md_text, memory_rows, ms, num, pct, run_config_items, sev, speed_of_light)
 
 MAX_BYTES = 1 << 20  # GitHub step summaries reject more than 1 MiB
 
@@ -22,25 +22,25 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         o.append(f"- Window: {md_text(known(t.window, ''))}; step time median **{ms(known(st.median_us))}** "
                  f"(mean {ms(known(st.mean_us))}, min {ms(known(st.min_us))}, max {ms(known(st.max_us))})")
     o.append("")
-    if v.get("top"):
-        o.append(f"**Verdict:** {md_text(v.get('headline') or v.get('top_title', ''))}")
+    if known(v.top):
+        o.append(f"**Verdict:** {md_text(known(v.headline) or known(v.top_title, ''))}")
         o.append("")
-        if v.get("path"):
-            sol = (v.get("whatif") or {}).get("speed_of_light") or {}
+        if known(v.path):
+            sol = speed_of_light(v)
             o.append("Fix in rank order: "
-                     + "; then ".join(f"{md_code(p.get('fix'))}: {ms(p.get('from_us'))} -> {ms(p.get('to_us'))} "
-                                      f"({md_text(p.get('model'))})" for p in v["path"])
-                     + f". Measured {ms(v.get('median_step_us'))}, predicted after these fixes "
-                     f"**{ms(v.get('expected_step_us'))}**, "
-                     + (f"speed of light {ms(sol.get('sol_us'))} ({pct(sol.get('mfu'))} MFU)" if sol.get("sol_us") else
-                        f"speed of light unknown: {md_text(sol.get('why', 'no model'))}")
-                     + f" ({md_text(v.get('assumption', ''))}).")
+                     + "; then ".join(f"{md_code(p.fix)}: {ms(p.from_us)} -> {ms(p.to_us)} ({md_text(p.model)})"
+                                      for p in v.path)
+                     + f". Measured {ms(v.median_step_us)}, predicted after these fixes "
+                     f"**{ms(v.expected_step_us)}**, "
+                     + (f"speed of light {ms(sol.sol_us)} ({pct(sol.mfu)} MFU)" if known(sol.sol_us) else
+                        f"speed of light unknown: {md_text(known(sol.why, 'no model'))}")
+                     + f" ({md_text(known(v.assumption, ''))}).")
         else:
-            o.append(f"Fixing {', '.join(md_code(n) for n in v.get('expected_from', []))} would bring the "
-                     f"step to about **{ms(v.get('expected_step_us'))}** instead of {ms(v.get('median_step_us'))} "
-                     f"({md_text(v.get('assumption', ''))}).")
+            o.append(f"Fixing {', '.join(md_code(n) for n in known(v.expected_from, []))} would bring the "
+                     f"step to about **{ms(v.expected_step_us)}** instead of {ms(v.median_step_us)} "
+                     f"({md_text(known(v.assumption, ''))}).")
     elif v:
-        o.append(f"**Verdict:** {md_text(v.get('headline', ''))}")
+        o.append(f"**Verdict:** {md_text(known(v.headline, ''))}")
     o.append("")
     o += cross_rank_md(report)
     if bd:
@@ -87,8 +87,8 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         o.append("| kernel | calls | total | share |")
         o.append("|---|---:|---:|---:|")
         for k in report.top_kernels:
-            o.append(f"| {md_code(k.get('name'), 90, in_table=True)} | {count(k.get('count'))} | "
-                     f"{ms(k.get('total_us'))} | {pct(k.get('frac_of_kernel_time'))} |")
+            o.append(f"| {md_code(k.name, 90, in_table=True)} | {count(k.count)} | "
+                     f"{ms(k.total_us)} | {pct(k.frac_of_kernel_time)} |")
         o.append("")
         o.append("</details>")
         o.append("")
@@ -161,38 +161,36 @@ def cross_rank_md(report) -> list[str]:
     c = report.cross_rank
     if not c:
         return []
-    o = [f"### Collectives across {count(len(c.get('ranks', [])))} ranks", "",
-         f"{count(c.get('matched'))} collectives matched per rank; largest arrival skew "
-         f"{ms(c.get('max_arrival_skew_us'))}; clock: {md_text(c.get('clock', ''))}.", "",
+    o = [f"### Collectives across {count(len(known(c.ranks, [])))} ranks", "",
+         f"{count(c.matched)} collectives matched per rank; largest arrival skew "
+         f"{ms(c.max_arrival_skew_us)}; clock: {md_text(known(c.clock, ''))}.", "",
          "| rank | last to arrive | waits in collectives | own transfer | job cost |",
          "|---:|---:|---:|---:|---:|"]
-    for p in c.get("per_rank", []):
-        o.append(f"| {md_text(p.get('rank'))}{' **(gates the step)**' if p.get('rank') == c.get('gating_rank') else ''}"
-                 f" | {count(p.get('last_arrivals'))} | {ms(p.get('wait_us_per_step'))}/step | "
-                 f"{ms(p.get('transfer_us_per_step'))}/step | {ms(p.get('job_cost_us_per_step'))}/step |")
+    for p in known(c.per_rank, []):
+        o.append(f"| {md_text(p.rank)}{' **(gates the step)**' if p.rank == known(c.gating_rank) else ''}"
+                 f" | {count(p.last_arrivals)} | {ms(p.wait_us_per_step)}/step | "
+                 f"{ms(p.transfer_us_per_step)}/step | {ms(p.job_cost_us_per_step)}/step |")
     o.append("")
-    for n in c.get("notes", [])[:5]:
+    for n in known(c.notes, [])[:5]:
         o.append(f"- {md_text(n)}")
-    return o + ([""] if c.get("notes") else [])
+    return o + ([""] if known(c.notes) else [])
 
 
 def account_md(report) -> list[str]:
     """The explained-time account as a table: GPU idle per finding, then the unexplained rest and why."""
     a = report.account
-    if not isinstance(a, dict) or not num(a.get("idle_us")):
+    if not num(a.idle_us):
         return []
-    o = [f"### Where the GPU idle time goes (explained: {pct(a.get('explained_frac_of_idle'))} of GPU idle time)",
+    o = [f"### Where the GPU idle time goes (explained: {pct(a.explained_frac_of_idle)} of GPU idle time)",
          "", "| claimed by | per step | share of the step |", "|---|---:|---:|"]
-    for p in a.get("parts") or []:
-        if isinstance(p, dict):
-            o.append(f"| {md_code(p.get('name'), in_table=True)} | {ms(p.get('per_step_us'))} | "
-                     f"{pct(p.get('frac_of_step'))} |")
-    o.append(f"| unexplained | {ms(a.get('unexplained_per_step_us'))} | {pct(a.get('unexplained_frac_of_step'))} |")
-    o.append(f"| **GPU idle** | {ms(a.get('idle_per_step_us'))} | {pct(a.get('idle_frac_of_step'))} |")
+    for p in known(a.parts, []):
+        o.append(f"| {md_code(p.name, in_table=True)} | {ms(p.per_step_us)} | {pct(p.frac_of_step)} |")
+    o.append(f"| unexplained | {ms(a.unexplained_per_step_us)} | {pct(a.unexplained_frac_of_step)} |")
+    o.append(f"| **GPU idle** | {ms(a.idle_per_step_us)} | {pct(a.idle_frac_of_step)} |")
     o.append("")
-    reasons = [r for r in a.get("unexplained_reasons") or [] if isinstance(r, dict)]
+    reasons = known(a.unexplained_reasons, [])
     for r in reasons:
-        o.append(f"- unexplained {md_code(r.get('part'))} ({ms(r.get('per_step_us'))}/step): {md_text(r.get('why'))}")
+        o.append(f"- unexplained {md_code(r.part)} ({ms(r.per_step_us)}/step): {md_text(r.why)}")
     if reasons:
         o.append("")
     return o

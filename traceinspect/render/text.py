@@ -11,7 +11,7 @@ import textwrap
 from ..inert import document
 from ..report import Part, known
 from .common import (BREAKDOWN_ORDER, efficiency_peaks, efficiency_rows, evidence_value, gpu_line, labels,
-                     memory_rows, ms, num, pct, plain, run_config_items, count)
+                     memory_rows, ms, num, pct, plain, run_config_items, count, speed_of_light)
 
 
 def render(report, *, width: int = 100, color: bool = False) -> str:
@@ -26,23 +26,20 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
                         f"(mean {ms(known(st.mean_us))}, min {ms(known(st.min_us))}, max {ms(known(st.max_us))}), "
                         f"steps from {plain(known(st.source))}"))
     out.append("")
-    if v.get("top"):
-        out.append(wrap(f"VERDICT: {plain(v.get('headline') or v.get('top_title', ''))}"))
-        if v.get("path"):
-            steps = "; then ".join(f"{plain(p.get('fix'))}: {ms(p.get('from_us'))} -> {ms(p.get('to_us'))}"
-                                   f" ({plain(p.get('model'))})" for p in v["path"])
+    if known(v.top):
+        out.append(wrap(f"VERDICT: {plain(known(v.headline) or known(v.top_title, ''))}"))
+        if known(v.path):
+            steps = "; then ".join(f"{plain(p.fix)}: {ms(p.from_us)} -> {ms(p.to_us)} ({plain(p.model)})"
+                                   for p in v.path)
             out.append(wrap(f"Fix in rank order: {steps}.", "  "))
-            sol = (v.get("whatif") or {}).get("speed_of_light") or {}
-            light = (f"speed of light {ms(sol['sol_us'])} ({pct(sol.get('mfu'))} MFU)"
-                     if sol.get("sol_us") else f"speed of light unknown: {plain(sol.get('why', 'no model'))}")
-            out.append(wrap(f"Measured {ms(v.get('median_step_us'))}, predicted after these fixes "
-                            f"{ms(v.get('expected_step_us'))}, {light} ({plain(v.get('assumption', ''))}).", "  "))
+            out.append(wrap(f"Measured {ms(v.median_step_us)}, predicted after these fixes "
+                            f"{ms(v.expected_step_us)}, {light_line(v)} ({plain(known(v.assumption, ''))}).", "  "))
         else:
-            out.append(wrap(f"Fixing {', '.join(plain(n) for n in v.get('expected_from', []))} would bring the step "
-                            f"to about {ms(v.get('expected_step_us'))} instead of {ms(v.get('median_step_us'))} "
-                            f"({plain(v.get('assumption', ''))}).", "  "))
+            out.append(wrap(f"Fixing {', '.join(plain(n) for n in known(v.expected_from, []))} would bring the step "
+                            f"to about {ms(v.expected_step_us)} instead of {ms(v.median_step_us)} "
+                            f"({plain(known(v.assumption, ''))}).", "  "))
     elif v:
-        out.append(wrap(plain(v.get("headline", ""))))
+        out.append(wrap(plain(known(v.headline, ""))))
     out.append("")
     out += cross_rank_lines(report, wrap)
     if bd:
@@ -120,17 +117,24 @@ def cross_rank_lines(report, wrap) -> list[str]:
     c = report.cross_rank
     if not c:
         return []
-    out = [f"Collectives across {len(c.get('ranks', []))} ranks ({count(c.get('matched'))} matched per rank; "
-           f"largest arrival skew {ms(c.get('max_arrival_skew_us'))}; clock: {plain(c.get('clock', ''))})"]
-    for p in c.get("per_rank", []):
-        mark = "  <- gates the step" if p.get("rank") == c.get("gating_rank") else ""
-        out.append(f"  rank {plain(p.get('rank')):>3}  last at {count(p.get('last_arrivals')):>3}  "
-                   f"waits {ms(p.get('wait_us_per_step')):>9}/step  transfer {ms(p.get('transfer_us_per_step')):>9}/step  "
-                   f"job cost {ms(p.get('job_cost_us_per_step')):>9}/step{mark}")
-    for n in c.get("notes", [])[:5]:
+    out = [f"Collectives across {len(known(c.ranks, []))} ranks ({count(c.matched)} matched per rank; "
+           f"largest arrival skew {ms(c.max_arrival_skew_us)}; clock: {plain(known(c.clock, ''))})"]
+    for p in known(c.per_rank, []):
+        mark = "  <- gates the step" if p.rank == known(c.gating_rank) else ""
+        out.append(f"  rank {plain(p.rank):>3}  last at {count(p.last_arrivals):>3}  "
+                   f"waits {ms(p.wait_us_per_step):>9}/step  transfer {ms(p.transfer_us_per_step):>9}/step  "
+                   f"job cost {ms(p.job_cost_us_per_step):>9}/step{mark}")
+    for n in known(c.notes, [])[:5]:
         out.append(wrap(f"- {plain(n)}", "  "))
     out.append("")
     return out
+
+
+def light_line(v) -> str:
+    """'speed of light 3.1 ms (41.0% MFU)', or why it is unknown, from a Verdict's what-if section."""
+    sol = speed_of_light(v)
+    return (f"speed of light {ms(sol.sol_us)} ({pct(sol.mfu)} MFU)" if known(sol.sol_us)
+            else f"speed of light unknown: {plain(known(sol.why, 'no model'))}")
 
 
 def _memory(report, wrap) -> list[str]:
@@ -155,20 +159,16 @@ def efficiency_lines(report, top: int = 8) -> list[str]:
 def account_lines(report, wrap) -> list[str]:
     """The explained-time account: GPU idle time per finding plus what stayed unexplained, and why."""
     a = report.account
-    if not isinstance(a, dict) or not num(a.get("idle_us")):
+    if not num(a.idle_us):
         return []
-    out = [f"Where the GPU idle time goes (explained: {pct(a.get('explained_frac_of_idle'))} of GPU idle time; "
-           f"idle {ms(a.get('idle_per_step_us'))} per step)"]
-    for p in a.get("parts") or []:
-        if isinstance(p, dict):
-            out.append(f"  {plain(p.get('name')):<38} {ms(p.get('per_step_us')):>10} {pct(p.get('frac_of_step')):>7} "
-                       "of the step")
-    out.append(f"  {'unexplained':<38} {ms(a.get('unexplained_per_step_us')):>10} "
-               f"{pct(a.get('unexplained_frac_of_step')):>7} of the step")
-    for r in a.get("unexplained_reasons") or []:
-        if isinstance(r, dict):
-            out.append(wrap(f"- unexplained {plain(r.get('part'))} ({ms(r.get('per_step_us'))}/step): "
-                            f"{plain(r.get('why'))}", "  "))
+    out = [f"Where the GPU idle time goes (explained: {pct(a.explained_frac_of_idle)} of GPU idle time; "
+           f"idle {ms(a.idle_per_step_us)} per step)"]
+    for p in known(a.parts, []):
+        out.append(f"  {plain(p.name):<38} {ms(p.per_step_us):>10} {pct(p.frac_of_step):>7} of the step")
+    out.append(f"  {'unexplained':<38} {ms(a.unexplained_per_step_us):>10} "
+               f"{pct(a.unexplained_frac_of_step):>7} of the step")
+    for r in known(a.unexplained_reasons, []):
+        out.append(wrap(f"- unexplained {plain(r.part)} ({ms(r.per_step_us)}/step): {plain(r.why)}", "  "))
     out.append("")
     return out
 

@@ -131,11 +131,11 @@ class TraceinspectPlugin(base_plugin.TBPlugin):
         rep = job["report"]
         if rep is not None:
             from ..report import known
-            st, v = rep.steps, rep.verdict or {}
+            st, v = rep.steps, rep.verdict
             s["median_step_us"] = known(st.median_us)
             s["steps"] = known(st.count)
-            s["top"] = v.get("top") or ""
-            s["headline"] = inert_text(v.get("top_title") or v.get("headline") or "")
+            s["top"] = known(v.top) or ""
+            s["headline"] = inert_text(known(v.top_title) or known(v.headline) or "")
         return s
 
     # --- routes ------------------------------------------------------------------------------------
