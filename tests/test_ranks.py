@@ -187,3 +187,21 @@ def test_mi300x_ddp_bandwidth_from_bf16():
     assert algbw.value == pytest.approx(total_b / total_t / 1e3, rel=0.01)
     busbw = next(e for e in f.evidence if e.label.startswith("bus bandwidth"))
     assert busbw.value == pytest.approx(total_b / total_t / 1e3 * 2 * 7 / 8, rel=0.01)   # all-reduce, 8 ranks
+
+
+def test_an_unreadable_rank_file_is_skipped_with_its_path_and_reason(tmp_path):
+    """One bad rank file does not fail the job: the others are analysed and a warning names the file and
+    what is wrong, from the error's own parts (no message is parsed); when no file can be read, the
+    first file's error is the error, path and reason intact."""
+    from traceinspect.errors import TraceError
+    d = tmp_path / "run: 2 ranks"                         # ": " in the path: nothing may split a message on it
+    d.mkdir()
+    paths = br.write_run(d, world=2, slow_rank=1, steps=3, gpus_per_host=2)
+    bad = d / "rank_9.pt.trace.json"
+    bad.write_text("[1, 2: not json", encoding="utf-8")
+    rep = analyze_many([str(p) for p in paths] + [str(bad)], jobs=1)
+    skipped = [w for w in rep.warnings if w.startswith("rank file skipped, ")]
+    assert len(skipped) == 1 and skipped[0].startswith(f"rank file skipped, {bad}: ")
+    with pytest.raises(TraceError) as e:
+        analyze_many([str(bad)], jobs=1)
+    assert e.value.path == str(bad) and skipped[0] == f"rank file skipped, {bad}: {e.value.reason}"

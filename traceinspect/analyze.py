@@ -450,23 +450,25 @@ def analyze_file(path: str, steps: str | None = None, strict: bool = False,
 
 
 COLLECTIVES_KEY = "_collectives"
+ERROR_KEY = "_error"      # a rank file that could not be read (never a key of a report)
 STRAGGLER_MIN_FRAC = 0.01   # a rank gates the step when the job loses at least 1% of the median step to it
 
 
 def _safe_analyze_file(args) -> dict:
-    """analyze_file, where a file that cannot be read is a value ({error, hint, path}): one bad rank
-    file is skipped with a warning, it does not fail the others."""
+    """analyze_file, where a file that cannot be read is a value ({ERROR_KEY: {path, reason, hint}}): one
+    bad rank file is skipped with a warning, it does not fail the others. The parts stay separate, so
+    the reduction never parses a message."""
     path, steps, strict = args
     try:
         return analyze_file(path, steps, strict, warn_default_rank=True)
     except TraceError as e:
-        return {"error": str(e), "hint": e.hint, "path": path}
+        return {ERROR_KEY: {"path": e.path, "reason": e.reason, "hint": e.hint}}
     except OSError as e:
-        return {"error": f"{path}: cannot read the file ({e.strerror or e})",
-                "hint": "check the file and its permissions", "path": path}
+        return {ERROR_KEY: {"path": path, "reason": f"cannot read the file ({e.strerror or e})",
+                            "hint": "check the file and its permissions"}}
     except MemoryError:
-        return {"error": f"{path}: out of memory while reading it", "path": path,
-                "hint": "analyse this rank on its own, or capture fewer active steps"}
+        return {ERROR_KEY: {"path": path, "reason": "out of memory while reading it",
+                            "hint": "analyse this rank on its own, or capture fewer active steps"}}
 
 
 def analyze_many(paths: Sequence[str], *, steps: str | None = None, strict: bool = False,
@@ -485,9 +487,9 @@ def analyze_many(paths: Sequence[str], *, steps: str | None = None, strict: bool
                 results = list(ex.map(_safe_analyze_file, work))
     if keep_rank is not None:
         for r in results:
-            if "error" not in r and r["trace"]["rank"] == keep_rank:
+            if ERROR_KEY not in r and r["trace"]["rank"] == keep_rank:
                 return Report.from_dict(r)
-        found = sorted(r["trace"]["rank"] for r in results if "error" not in r)
+        found = sorted(r["trace"]["rank"] for r in results if ERROR_KEY not in r)
         raise UsageError(f": no such rank among the files (ranks found: {found})", param="rank", value=keep_rank)
     return reduce_ranks(results)
 
@@ -496,13 +498,11 @@ def reduce_ranks(results: list[dict]) -> Report:
     """One report for the job: led by the rank that gates the step (the one most often last to arrive at
     the collectives, weighted by the wait it causes the others) when the collectives can be aligned,
     else by the rank with the slowest median step. The ranks are reduced from their typed reports."""
-    ok = [r for r in results if "error" not in r]
-    bad = [r for r in results if "error" in r]
+    ok = [r for r in results if ERROR_KEY not in r]
+    bad = [r[ERROR_KEY] for r in results if ERROR_KEY in r]
     if not ok:
         first = bad[0]
-        raise TraceError(first["path"], first["error"].split(": ", 1)[-1], hint=first.get("hint", ""))
-    for r in bad:
-        r.pop(COLLECTIVES_KEY, None)
+        raise TraceError(first["path"], first["reason"], hint=first["hint"])
     colls = [r.pop(COLLECTIVES_KEY, None) or [] for r in ok]
     reps = [Report.from_dict(r) for r in ok]
     # the rank each file claims is known for sure only now (the sniff before the parse reads the
@@ -562,7 +562,7 @@ def reduce_ranks(results: list[dict]) -> Report:
                            f"{shown}): the rank that gates the step may be one that is absent; add its trace")
     warnings += lead.warnings
     for b in bad:
-        warnings.append(f"rank file skipped, {b['error']}")
+        warnings.append(f"rank file skipped, {b['path']}: {b['reason']}")
     for i, r in enumerate(reps):   # a rank that was assumed: its rank_source says so, not its warning text
         if i != lead_i and r.trace.rank_source == "default":
             warnings.append(default_rank_warning(r.trace.file))
