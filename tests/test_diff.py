@@ -53,7 +53,7 @@ def test_fixing_the_dataloader_resolves_the_stall(pair):
     assert "dataloader-stall" in d.resolved and "dataloader-stall" not in d.new
     med_b = np.median([r["dur_us"] for r in before.steps["per_step"]])
     med_a = np.median([r["dur_us"] for r in after.steps["per_step"]])
-    assert d.step_time_us == {"before": pytest.approx(med_b), "after": pytest.approx(med_a)}
+    assert (d.step_time_us.before, d.step_time_us.after) == (pytest.approx(med_b), pytest.approx(med_a))
     assert d.speedup == pytest.approx(med_b / med_a) and d.speedup > 1
     dl = next(r for r in d.breakdown if r["part"] == "idle_dataloader")
     assert dl["delta_us"] < -20_000      # the builder's 30 ms per-step load is (mostly) idle before, gone after

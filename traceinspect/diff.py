@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
+import msgspec
 import numpy as np
 
 from .errors import TraceError
@@ -63,36 +64,132 @@ class Gate:
     message: str
 
 
-@dataclass(kw_only=True)
-class ReportDiff:
-    before: dict                       # file, window, step source, StepStats as a dict
-    after: dict
-    step_time_us: dict                 # {"before": median, "after": median}
-    speedup: float | None              # before / after median: > 1 is faster
-    change_pct: float | None           # (after - before) / before, in percent
-    noise_us: float | None             # NOISE_SE x the combined standard error of the two medians
-    significant: bool | None           # |after - before| > noise_us; None without a spread on both sides
-    breakdown: list[dict] = field(default_factory=list)     # per part: before/after per step, delta
-    resolved: list[str] = field(default_factory=list)
-    new: list[str] = field(default_factory=list)
-    persisting: list[dict] = field(default_factory=list)
-    unchecked: list[dict] = field(default_factory=list)     # found on one side, not checked on the other
-    resolved_findings: list[dict] = field(default_factory=list)
-    new_findings: list[dict] = field(default_factory=list)
-    kernels: list[dict] = field(default_factory=list)       # top kernels that moved the most per step
-    environment: list[dict] = field(default_factory=list)   # differences that make the comparison unfair
-    warnings: list[str] = field(default_factory=list)
-    # the before-report's replay prediction for the findings the after-run resolved, against the measured
-    # after-median: {fixes, predicted_us, measured_us, error_frac, model}; {} when it has none
-    prediction: dict = field(default_factory=dict)
+class Row(msgspec.Struct, frozen=True, kw_only=True):
+    """A typed row of a ReportDiff; `row["key"]` reads a field by name, as the JSON form has it."""
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.__struct_fields__:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return getattr(self, key) if key in self.__struct_fields__ else default
+
+
+class DiffSide(Row, frozen=True):
+    """One side of the comparison: which report, its steps and its headline numbers."""
+    file: str
+    window: str
+    step_source: Optional[str]
+    steps: StepStats
+    gpu_busy_frac: Optional[float]
+    top_finding: Optional[str]
+
+
+class StepTime(Row, frozen=True):
+    before: float                  # median step, us
+    after: float
+
+
+class BreakdownChange(Row, frozen=True):
+    part: str
+    label: str
+    before_us: float               # per step (mean)
+    after_us: float
+    delta_us: float
+    before_frac: float
+    after_frac: float
+
+
+class FindingSide(Row, frozen=True):
+    """A finding on one side, its instances added up (a detector may report several)."""
+    name: str
+    code: str
+    title: str
+    time_lost_us: float
+    time_lost_per_step_us: float
+    time_lost_frac: float
+
+
+class Persisting(Row, frozen=True):
+    name: str
+    code: str
+    title_before: str
+    title_after: str
+    time_lost_us_before: float
+    time_lost_us_after: float
+    time_lost_per_step_us_before: float
+    time_lost_per_step_us_after: float
+    change_per_step_us: float
+
+
+class Unchecked(Row, frozen=True):
+    """Found on one side and not checked on the other (the detector did not apply there, or failed)."""
+    name: str
+    side: str                      # the side that did not check it: "before" | "after"
+    reason: str
+
+
+class KernelMove(Row, frozen=True):
+    """A kernel in either top list; None where it is not in that side's list (it may have run below the cut)."""
+    name: str
+    before_us_per_step: Optional[float]
+    after_us_per_step: Optional[float]
+    delta_us_per_step: Optional[float]
+    calls_before: Optional[int]
+    calls_after: Optional[int]
+
+
+class EnvChange(Row, frozen=True):
+    """A difference between the two runs that makes the comparison unfair."""
+    field: str
+    before: Any                    # the trace's own value (a GPU name, a version, a profiler option)
+    after: Any
+    why: str
+
+
+class Prediction(Row, frozen=True):
+    """The before-report's replay prediction for the findings the after-run resolved, against the measured
+    after-median."""
+    fixes: list[str]
+    predicted_us: float
+    measured_us: float
+    error_frac: float              # (predicted - measured) / measured
+    model: str
+
+
+class ReportDiff(msgspec.Struct, frozen=True, kw_only=True):
+    """What changed between two Reports (immutable); to_dict() is the JSON form (docs/json-schema.md)."""
+
+    before: DiffSide
+    after: DiffSide
+    step_time_us: StepTime
+    speedup: Optional[float]       # before / after median: > 1 is faster
+    change_pct: Optional[float]    # (after - before) / before, in percent
+    noise_us: Optional[float]      # NOISE_SE x the combined standard error of the two medians
+    significant: Optional[bool]    # |after - before| > noise_us; None without a spread on both sides
+    breakdown: list[BreakdownChange] = []     # per part: before/after per step, delta
+    resolved: list[str] = []
+    new: list[str] = []
+    persisting: list[Persisting] = []
+    unchecked: list[Unchecked] = []           # found on one side, not checked on the other
+    resolved_findings: list[FindingSide] = []
+    new_findings: list[FindingSide] = []
+    kernels: list[KernelMove] = []            # top kernels that moved the most per step
+    environment: list[EnvChange] = []         # differences that make the comparison unfair
+    warnings: list[str] = []
+    prediction: Optional[Prediction] = None   # {} in the JSON when there is none
 
     def to_dict(self) -> dict[str, Any]:
-        return {"diff_schema_version": 1, **asdict(self)}
+        d = {f: msgspec.to_builtins(getattr(self, f)) for f in self.__struct_fields__}
+        if d["prediction"] is None:
+            d["prediction"] = {}
+        return {"diff_schema_version": 1, **d}
 
     def regression(self, pct: float) -> Gate:
         """Regressed when the after-median exceeds the before-median by more than pct percent AND
         (with at least two steps on each side) by more than the step-to-step noise."""
-        b, a = self.step_time_us["before"], self.step_time_us["after"]
+        b, a = self.step_time_us.before, self.step_time_us.after
         if not b:
             return Gate(regressed=False, message="fail-on-regression: no step time before; nothing to compare")
         delta = a - b
@@ -126,37 +223,38 @@ def diff(before: Report, after: Report) -> ReportDiff:
     for name, f in fb.items():
         if name in fa:
             g = fa[name]
-            persisting.append({"name": name, "code": f["code"], "title_before": f["title"], "title_after": g["title"],
-                               "time_lost_us_before": f["time_lost_us"], "time_lost_us_after": g["time_lost_us"],
-                               "time_lost_per_step_us_before": f["time_lost_per_step_us"],
-                               "time_lost_per_step_us_after": g["time_lost_per_step_us"],
-                               "change_per_step_us": g["time_lost_per_step_us"] - f["time_lost_per_step_us"]})
-        elif f["code"] in unchecked_after:
-            unchecked.append({"name": name, "side": "after", "reason": unchecked_after[f["code"]]})
+            persisting.append(Persisting(
+                name=name, code=f.code, title_before=f.title, title_after=g.title,
+                time_lost_us_before=f.time_lost_us, time_lost_us_after=g.time_lost_us,
+                time_lost_per_step_us_before=f.time_lost_per_step_us,
+                time_lost_per_step_us_after=g.time_lost_per_step_us,
+                change_per_step_us=g.time_lost_per_step_us - f.time_lost_per_step_us))
+        elif f.code in unchecked_after:
+            unchecked.append(Unchecked(name=name, side="after", reason=unchecked_after[f.code]))
         else:
             resolved.append(f)
     for name, g in fa.items():
         if name in fb:
             continue
-        if g["code"] in unchecked_before:
-            unchecked.append({"name": name, "side": "before", "reason": unchecked_before[g["code"]]})
+        if g.code in unchecked_before:
+            unchecked.append(Unchecked(name=name, side="before", reason=unchecked_before[g.code]))
         else:
             new.append(g)
     return ReportDiff(
         before=_side(before, sb), after=_side(after, sa),
-        step_time_us={"before": b, "after": a},
+        step_time_us=StepTime(before=b, after=a),
         speedup=(b / a) if a else None,
         change_pct=(100.0 * (a - b) / b) if b else None,
         noise_us=noise,
         significant=None if noise is None else abs(a - b) > noise,
         breakdown=_breakdown(before, after),
-        resolved=[f["name"] for f in resolved], new=[g["name"] for g in new],
+        resolved=[f.name for f in resolved], new=[g.name for g in new],
         persisting=persisting, unchecked=unchecked,
         resolved_findings=resolved, new_findings=new,
         kernels=_kernels(before, after, sb.n, sa.n),
         environment=_environment(before, after),
         warnings=_warnings(sb, sa),
-        prediction=_prediction(before, [f["name"] for f in resolved], a),
+        prediction=_prediction(before, [f.name for f in resolved], a),
     )
 
 
@@ -164,7 +262,7 @@ def _num(v) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
-def _prediction(before: Report, resolved: list[str], after_us: float) -> dict:
+def _prediction(before: Report, resolved: list[str], after_us: float) -> Prediction | None:
     """What the before-report's replay predicted for fixing exactly the resolved findings: one fix alone
     (its replay saved_alone), or a prefix of the verdict's cumulative path. Saved reports are untrusted:
     anything that is not a number is no prediction."""
@@ -174,7 +272,7 @@ def _prediction(before: Report, resolved: list[str], after_us: float) -> dict:
     median = _num(v.median_step_us)
     replayable = [n for n in resolved if n in alone or any(p.fix == n for p in path)]
     if not replayable or median is None or not after_us:
-        return {}
+        return None
     pred = None
     if len(replayable) == 1 and _num(alone.get(replayable[0])) is not None:
         pred = median - _num(alone[replayable[0]])
@@ -184,32 +282,31 @@ def _prediction(before: Report, resolved: list[str], after_us: float) -> dict:
         if set(names[:k]) == set(replayable) and all(p.model == "replay" for p in path[:k]):
             pred = _num(path[k - 1].to_us)
     if pred is None:
-        return {}
-    return {"fixes": replayable, "predicted_us": pred, "measured_us": after_us,
-            "error_frac": (pred - after_us) / after_us, "model": "replay"}
+        return None
+    return Prediction(fixes=replayable, predicted_us=pred, measured_us=after_us,
+                      error_frac=(pred - after_us) / after_us, model="replay")
 
 
-def _side(r: Report, s: StepStats) -> dict:
+def _side(r: Report, s: StepStats) -> DiffSide:
     busy = r.breakdown.get("gpu_busy")
-    return {"file": known(r.trace.file, "?"), "window": known(r.trace.window, ""),
-            "step_source": known(r.steps.source), "steps": asdict(s),
-            "gpu_busy_frac": known(busy.frac) if busy else None,
-            "top_finding": r.findings[0].name if r.findings else None}
+    return DiffSide(file=known(r.trace.file, "?"), window=known(r.trace.window, ""),
+                    step_source=known(r.steps.source), steps=s,
+                    gpu_busy_frac=known(busy.frac) if busy else None,
+                    top_finding=r.findings[0].name if r.findings else None)
 
 
-def _by_name(r: Report) -> dict[str, dict]:
+def _by_name(r: Report) -> dict[str, FindingSide]:
     """Findings keyed by name (a detector may report several; their time lost adds up), worst first."""
-    out: dict[str, dict] = {}
+    out: dict[str, FindingSide] = {}
     for f in r.findings:
         g = out.get(f.name)
-        if g is None:
-            out[f.name] = {"name": f.name, "code": f.code, "title": f.title, "time_lost_us": f.time_lost_us,
-                           "time_lost_per_step_us": f.time_lost_per_step_us, "time_lost_frac": f.time_lost_frac}
-        else:
-            g["time_lost_us"] += f.time_lost_us
-            g["time_lost_per_step_us"] += f.time_lost_per_step_us
-            g["time_lost_frac"] += f.time_lost_frac
-    return dict(sorted(out.items(), key=lambda kv: (-kv[1]["time_lost_us"], kv[0])))
+        out[f.name] = (FindingSide(name=f.name, code=f.code, title=f.title, time_lost_us=f.time_lost_us,
+                                   time_lost_per_step_us=f.time_lost_per_step_us, time_lost_frac=f.time_lost_frac)
+                       if g is None else
+                       msgspec.structs.replace(g, time_lost_us=g.time_lost_us + f.time_lost_us,
+                                               time_lost_per_step_us=g.time_lost_per_step_us + f.time_lost_per_step_us,
+                                               time_lost_frac=g.time_lost_frac + f.time_lost_frac))
+    return dict(sorted(out.items(), key=lambda kv: (-kv[1].time_lost_us, kv[0])))
 
 
 def _unchecked(r: Report) -> dict[str, str]:
@@ -218,7 +315,7 @@ def _unchecked(r: Report) -> dict[str, str]:
     return out
 
 
-def _breakdown(before: Report, after: Report) -> list[dict]:
+def _breakdown(before: Report, after: Report) -> list[BreakdownChange]:
     rows = []
     for p in PARTS + ("gpu_busy",):
         x, y = before.breakdown.get(p), after.breakdown.get(p)
@@ -226,13 +323,13 @@ def _breakdown(before: Report, after: Report) -> list[dict]:
             continue
         x, y = x or Part(), y or Part()
         bu, au = float(known(x.per_step_us, 0.0)), float(known(y.per_step_us, 0.0))
-        rows.append({"part": p, "label": x.label or y.label or p,   # UNSET is falsy
-                     "before_us": bu, "after_us": au, "delta_us": au - bu,
-                     "before_frac": float(known(x.frac, 0.0)), "after_frac": float(known(y.frac, 0.0))})
+        rows.append(BreakdownChange(part=p, label=x.label or y.label or p,   # UNSET is falsy
+                                    before_us=bu, after_us=au, delta_us=au - bu,
+                                    before_frac=float(known(x.frac, 0.0)), after_frac=float(known(y.frac, 0.0))))
     return rows
 
 
-def _kernels(before: Report, after: Report, nb: int, na: int) -> list[dict]:
+def _kernels(before: Report, after: Report, nb: int, na: int) -> list[KernelMove]:
     """Per-step kernel time of the kernels in either top list; a kernel outside one list is None there
     (it may still have run, below the cut), so its delta is None rather than a made-up number."""
     kb = {k.name: k for k in before.top_kernels}
@@ -242,15 +339,15 @@ def _kernels(before: Report, after: Report, nb: int, na: int) -> list[dict]:
         x, y = kb.get(name), ka.get(name)
         bu = x.total_us / nb if x and nb else None
         au = y.total_us / na if y and na else None
-        rows.append({"name": name, "before_us_per_step": bu, "after_us_per_step": au,
-                     "delta_us_per_step": (au - bu) if bu is not None and au is not None else None,
-                     "calls_before": x.count if x else None, "calls_after": y.count if y else None})
-    rows.sort(key=lambda r: (-abs(r["delta_us_per_step"] if r["delta_us_per_step"] is not None
-                                  else (r["before_us_per_step"] or r["after_us_per_step"] or 0.0)), r["name"]))
+        rows.append(KernelMove(name=name, before_us_per_step=bu, after_us_per_step=au,
+                               delta_us_per_step=(au - bu) if bu is not None and au is not None else None,
+                               calls_before=x.count if x else None, calls_after=y.count if y else None))
+    rows.sort(key=lambda r: (-abs(r.delta_us_per_step if r.delta_us_per_step is not None
+                                  else (r.before_us_per_step or r.after_us_per_step or 0.0)), r.name))
     return rows[:TOP_MOVES]
 
 
-def _environment(before: Report, after: Report) -> list[dict]:
+def _environment(before: Report, after: Report) -> list[EnvChange]:
     tb, ta = before.trace, after.trace
     gb, ga = tb.gpu or Gpu(), ta.gpu or Gpu()
     checks = [
@@ -274,7 +371,7 @@ def _environment(before: Report, after: Report) -> list[dict]:
         checks.append((f"profiler option: {key}", pb.get(key), pa.get(key),
                        "profiler options change its overhead (record_shapes, with_stack and profile_memory slow steps)"))
     # None is "the trace does not say": unknown -> known (or back) is not a change
-    return [{"field": f, "before": x, "after": y, "why": why} for f, x, y, why in checks
+    return [EnvChange(field=f, before=x, after=y, why=why) for f, x, y, why in checks
             if x != y and x is not None and y is not None]
 
 

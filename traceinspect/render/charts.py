@@ -98,16 +98,16 @@ def step_timeline(report) -> str | None:
 
 def diff_breakdown(d) -> str | None:
     """Left: mean step before/after split into parts. Right: every step's duration before and after."""
-    if not available() or not (d.breakdown or d.before["steps"]["n"] or d.after["steps"]["n"]):
+    if not available() or not (d.breakdown or d.before.steps.n or d.after.steps.n):
         return None
     fig, (ax, ax2) = _figure(8.6, 3.2, ncols=2, width_ratios=(1.4, 1))
-    parts = {r["part"]: r for r in d.breakdown}
+    parts = {r.part: r for r in d.breakdown}
     left = [0.0, 0.0]
     for p in BREAKDOWN_ORDER:
         r = parts.get(p)
-        if not r or not (r["before_us"] or r["after_us"]):
+        if not r or not (r.before_us or r.after_us):
             continue
-        vals = [r["before_us"] / 1e3, r["after_us"] / 1e3]
+        vals = [r.before_us / 1e3, r.after_us / 1e3]
         ax.barh([1, 0], vals, left=left, color=COLORS[p], label=SHORT[p], height=0.6, linewidth=0)
         left = [a + b for a, b in zip(left, vals)]
     ax.set_yticks([1, 0])
@@ -116,10 +116,10 @@ def diff_breakdown(d) -> str | None:
     ax.set_title("Breakdown per step")
     _legend(ax)
     for y, side in ((1, d.before), (0, d.after)):
-        durs = [v / 1e3 for v in side["steps"].get("durations_us", ())]
+        durs = [v / 1e3 for v in side.steps.durations_us]
         if durs:
             ax2.scatter(durs, [y] * len(durs), s=14, color="#555555", alpha=0.7, linewidths=0)
-        med = side["steps"]["median_us"] / 1e3
+        med = side.steps.median_us / 1e3
         ax2.plot([med, med], [y - 0.3, y + 0.3], color="#c44e52", linewidth=2)
     ax2.set_yticks([1, 0])
     ax2.set_yticklabels(["before", "after"])

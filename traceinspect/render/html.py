@@ -91,11 +91,11 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
 
 def render_diff(d, *, width: int = 100, color: bool = False) -> str:
     """A ReportDiff as one page: step time and speedup, breakdown, findings, kernels, caveats."""
-    b, a = d.step_time_us["before"], d.step_time_us["after"]
+    b, a = d.step_time_us.before, d.step_time_us.after
     body = [
         "<header>",
-        f"<h1>traceinspect diff: {esc(d.before['file'])} → {esc(d.after['file'])}</h1>",
-        f"<p class=\"sub\">before: {esc(d.before['window'])} · after: {esc(d.after['window'])}</p>",
+        f"<h1>traceinspect diff: {esc(d.before.file)} → {esc(d.after.file)}</h1>",
+        f"<p class=\"sub\">before: {esc(d.before.window)} · after: {esc(d.after.window)}</p>",
         "</header>",
     ]
     faster = a < b
@@ -114,18 +114,18 @@ def render_diff(d, *, width: int = 100, color: bool = False) -> str:
     if d.environment:
         body.append("<h2>Why the comparison may be unfair</h2><table><tr><th>what</th><th>before</th><th>after</th>"
                     "<th>why it matters</th></tr>")
-        body += [f"<tr><td>{esc(e['field'])}</td><td>{esc(e['before'])}</td><td>{esc(e['after'])}</td>"
-                 f"<td>{esc(e['why'])}</td></tr>" for e in d.environment]
+        body += [f"<tr><td>{esc(e.field)}</td><td>{esc(e.before)}</td><td>{esc(e.after)}</td>"
+                 f"<td>{esc(e.why)}</td></tr>" for e in d.environment]
         body.append("</table>")
     for w in d.warnings:
         body.append(f"<p class=\"warn\">{esc(w)}</p>")
     body.append("<h2>Step time</h2><table><tr><th></th><th class=n>steps</th><th class=n>median</th>"
                 "<th class=n>mean</th><th class=n>std</th><th class=n>min</th><th class=n>max</th></tr>")
     for name, side in (("before", d.before), ("after", d.after)):
-        s = side["steps"]
-        body.append(f"<tr><td>{name}</td><td class=n>{count(s['n'])}</td><td class=n>{ms(s['median_us'])}</td>"
-                    f"<td class=n>{ms(s['mean_us'])}</td><td class=n>{ms(s['std_us'])}</td>"
-                    f"<td class=n>{ms(s['min_us'])}</td><td class=n>{ms(s['max_us'])}</td></tr>")
+        s = side.steps
+        body.append(f"<tr><td>{name}</td><td class=n>{count(s.n)}</td><td class=n>{ms(s.median_us)}</td>"
+                    f"<td class=n>{ms(s.mean_us)}</td><td class=n>{ms(s.std_us)}</td>"
+                    f"<td class=n>{ms(s.min_us)}</td><td class=n>{ms(s.max_us)}</td></tr>")
     body.append("</table>")
     svg = charts.diff_breakdown(d)
     if svg:
@@ -135,36 +135,36 @@ def render_diff(d, *, width: int = 100, color: bool = False) -> str:
     if d.breakdown:
         body.append("<h2>Breakdown per step</h2><table><tr><th>part</th><th class=n>before</th>"
                     "<th class=n>after</th><th class=n>change</th></tr>")
-        for r in (r for r in d.breakdown if r["before_us"] or r["after_us"] or r["part"] == "compute"):
-            body.append(f"<tr><td>{_swatch(r['part'])}{esc(r['label'])}</td><td class=n>{ms(r['before_us'])}</td>"
-                        f"<td class=n>{ms(r['after_us'])}</td><td class=n>{_delta(r['delta_us'])}</td></tr>")
+        for r in (r for r in d.breakdown if r.before_us or r.after_us or r.part == "compute"):
+            body.append(f"<tr><td>{_swatch(r.part)}{esc(r.label)}</td><td class=n>{ms(r.before_us)}</td>"
+                        f"<td class=n>{ms(r.after_us)}</td><td class=n>{_delta(r.delta_us)}</td></tr>")
         body.append("</table>")
     body.append("<h2>Findings</h2>")
     body.append("<table><tr><th>finding</th><th>status</th><th class=n>lost per step before</th>"
                 "<th class=n>after</th></tr>")
     for f in d.resolved_findings:
-        body.append(f"<tr><td><code>{esc(f['name'])}</code> {esc(f['title'])}</td><td class=down>resolved</td>"
-                    f"<td class=n>{ms(f['time_lost_per_step_us'])}</td><td class=n>–</td></tr>")
+        body.append(f"<tr><td><code>{esc(f.name)}</code> {esc(f.title)}</td><td class=down>resolved</td>"
+                    f"<td class=n>{ms(f.time_lost_per_step_us)}</td><td class=n>–</td></tr>")
     for f in d.new_findings:
-        body.append(f"<tr><td><code>{esc(f['name'])}</code> {esc(f['title'])}</td><td class=up>new</td>"
-                    f"<td class=n>–</td><td class=n>{ms(f['time_lost_per_step_us'])}</td></tr>")
+        body.append(f"<tr><td><code>{esc(f.name)}</code> {esc(f.title)}</td><td class=up>new</td>"
+                    f"<td class=n>–</td><td class=n>{ms(f.time_lost_per_step_us)}</td></tr>")
     for f in d.persisting:
-        body.append(f"<tr><td><code>{esc(f['name'])}</code> {esc(f['title_after'])}</td><td>persisting</td>"
-                    f"<td class=n>{ms(f['time_lost_per_step_us_before'])}</td>"
-                    f"<td class=n>{ms(f['time_lost_per_step_us_after'])}</td></tr>")
+        body.append(f"<tr><td><code>{esc(f.name)}</code> {esc(f.title_after)}</td><td>persisting</td>"
+                    f"<td class=n>{ms(f.time_lost_per_step_us_before)}</td>"
+                    f"<td class=n>{ms(f.time_lost_per_step_us_after)}</td></tr>")
     for f in d.unchecked:
-        body.append(f"<tr><td><code>{esc(f['name'])}</code></td><td>not checked {esc(f['side'])}: "
-                    f"{esc(f['reason'])}</td><td class=n></td><td class=n></td></tr>")
+        body.append(f"<tr><td><code>{esc(f.name)}</code></td><td>not checked {esc(f.side)}: "
+                    f"{esc(f.reason)}</td><td class=n></td><td class=n></td></tr>")
     body.append("</table>")
     if d.kernels:
         body.append("<h2>Kernels that moved the most</h2><table><tr><th>kernel</th><th class=n>before /step</th>"
                     "<th class=n>after /step</th><th class=n>change</th></tr>")
         for k in d.kernels:
-            body.append(f"<tr><td><code>{esc(_short(k['name']))}</code></td>"
-                        f"<td class=n>{_opt_ms(k['before_us_per_step'])}</td><td class=n>{_opt_ms(k['after_us_per_step'])}</td>"
-                        f"<td class=n>{_delta(k['delta_us_per_step'])}</td></tr>")
+            body.append(f"<tr><td><code>{esc(_short(k.name))}</code></td>"
+                        f"<td class=n>{_opt_ms(k.before_us_per_step)}</td><td class=n>{_opt_ms(k.after_us_per_step)}</td>"
+                        f"<td class=n>{_delta(k.delta_us_per_step)}</td></tr>")
         body.append("</table><p class=\"note\">– : not among that report's top kernels.</p>")
-    return _page(f"traceinspect diff: {d.before['file']} → {d.after['file']}", body, d.to_dict(), "diff")
+    return _page(f"traceinspect diff: {d.before.file} → {d.after.file}", body, d.to_dict(), "diff")
 
 
 # --- sections ----------------------------------------------------------------------------------------
