@@ -239,9 +239,8 @@ def extract(events: list[Event]) -> dict:
                      "input_type_raw": np.array(
                          [None if a is None or not len(a.input_type) else bytes(a.input_type) for a in ca],
                          dtype=object),
-                     # with_flops: NaN where the op has no `flops` arg (0 is a recorded value)
-                     "flops": np.array([np.nan if a is None or a.flops is None else a.flops for a in ca],
-                                       dtype=np.float64)}
+                     # with_flops: None -> NaN where the op has no `flops` arg (0 is a recorded value)
+                     "flops": np.array([None if a is None else a.flops for a in ca], dtype=np.float64)}
     pev = buckets["python"]
     out["python"] = {**base(pev), **host(pev)}
     iev = buckets["instant"]
