@@ -144,6 +144,29 @@ def test_every_declared_field_reaches_its_column(tmp_path, monkeypatch, native):
         assert _expected(f, k) in values, f"{f.key!r} never reached {table}.{col} (reader native={native})"
 
 
+@pytest.mark.parametrize("native", ["0", "1"])
+def test_nan_absent_fields_tell_absent_from_zero(tmp_path, monkeypatch, native):
+    """A `nan_absent` float (flops: 0 is a value the profiler can record) is NaN where the key is absent,
+    null or the event has no args, and 0.0 where it says 0, in both readers."""
+    from traceinspect.trace import stream
+    if native == "1" and stream._scan is None:
+        pytest.skip("the native scanner was not built")
+    cases = [(f, *c.split(".")) for f in fields.ARGS if f.nan_absent for c in f.columns]
+    assert cases, "no nan_absent field is declared"
+    for f, table, col in cases:
+        assert f.kind == "float" and np.isnan(f.default)
+        arg_sets = [{f.key: 0}, {f.key: 2.5}, {f.key: None}, {}, None]
+        events = [{"ph": "X", "cat": _CAT[table], "name": f"e{n}", "pid": 1, "tid": 1, "ts": 100.0 + n,
+                   "dur": 1.0, **({} if a is None else {"args": a})} for n, a in enumerate(arg_sets)]
+        path = tmp_path / f"{f.name}.json"
+        path.write_text(json.dumps({"traceEvents": events}))
+        monkeypatch.setenv("TRACEINSPECT_NATIVE", native)
+        df = getattr(load_trace(path), _TABLE[table])
+        got = dict(zip(df["name"].astype(str), df[col].tolist()))
+        assert got["e0"] == 0.0 and got["e1"] == 2.5, (f.name, got)
+        assert all(np.isnan(got[f"e{n}"]) for n in (2, 3, 4)), (f.name, got)
+
+
 def test_docs_list_the_declared_fields():
     body = DOC.split("<!-- fields:begin -->\n", 1)[1].split("<!-- fields:end -->", 1)[0]
     assert body == fields.markdown_table(), (

@@ -154,6 +154,23 @@ def test_fields_of_unexpected_types_are_decoded_like_the_python_path(tmp_path, m
     assert nat.tables.memcpy["size_bytes"].max() >= 128
 
 
+
+def test_flops_args_are_read_like_the_python_path(tmp_path, monkeypatch):
+    """The with_flops `flops` arg (uint64 in torch): small, above int64 and above 19 digits (the slow
+    path), null, repeated (last wins), a float, and of unexpected types (a string, a bool: the lenient path)."""
+    ev = _base_events()
+    values = [8388608, 18446744073709551615, 123456789012345678901234, None, 0, 2.5e12, "4096", True]
+    for n, v in enumerate(values):
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 20 + n, "dur": 1,
+                   "args": {"External id": 900 + n, "flops": v}})
+    raw = json.dumps({"traceEvents": ev}).encode()
+    raw = raw.replace(b'"External id": 903, "flops": null', b'"flops": 77, "External id": 903, "flops": null')
+    nat = assert_same(_write(tmp_path, None, raw=raw), monkeypatch)
+    got = nat.cpu_ops.set_index("external_id")["flops"]
+    assert got[900] == 8388608.0 and got[901] == float(18446744073709551615)
+    assert got[902] == 1.2345678901234568e23 and np.isnan(got[903]) and got[904] == 0.0 and got[905] == 2.5e12
+
+
 def test_top_level_keys_after_the_events(tmp_path, monkeypatch):
     doc = build_healthy(steps=3).build()
     ev = doc.pop("traceEvents")

@@ -3,6 +3,8 @@ each fix replayed on a loop built with the cause lands within a stated tolerance
 with the fix (builders_whatif.py), and the speed of light's FLOPs cross-checked against recorded FLOPs."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -161,9 +163,9 @@ def test_shape_model_flops_match_a_real_profiler_capture(tmp_path):
     # writes the args (torch 2.13 does not for CPU ops), they must be the profiler's own numbers
     rec = E.recorded_flops(tr)
     assert rec is not None
-    if rec:
+    if len(rec):
         by_family: dict = {}
-        for (name, _), f in rec.items():
+        for name, f in zip(rec["name"].astype(str), rec["flops"]):
             if name in family:
                 by_family[family[name]] = by_family.get(family[name], 0) + f
         assert by_family == pytest.approx(theirs)
@@ -194,10 +196,40 @@ def test_offload_builders_replay_sanely(tmp_path):
         assert "offload cop" in p.models["cpu-offload"]
 
 
-def test_flops_cross_check_when_the_file_is_gone(tmp_path):
-    from builders_whatif import build_gemm_flops
-    path = build_gemm_flops().write(tmp_path / "x.pt.trace.json")
+@pytest.mark.parametrize("native", ["0", "1"])
+def test_flops_cross_check_when_the_file_is_gone(tmp_path, monkeypatch, native):
+    """The `flops` args are read with the tables (cpu_ops.flops): the cross-check needs the file no more
+    once it is loaded, from either reader."""
+    from builders_whatif import GEMM_FLOPS, build_gemm_flops
+    from traceinspect.trace import stream
+    if native == "1" and stream._scan is None:
+        pytest.skip("the native scanner was not built")
+    monkeypatch.setenv("TRACEINSPECT_NATIVE", native)
+    path = build_gemm_flops(flops_factor=0.5).write(tmp_path / "x.pt.trace.json")
     tr = load_trace(str(path))
-    path.unlink()                    # moved away after loading: no cross-check, no error
+    path.unlink()                    # moved away after loading: the cross-check is still there
     sol = E.speed_of_light(tr)
-    assert sol["sol_us"] and "recorded_flops_per_step" not in sol
+    assert sol["sol_us"]
+    assert sol["recorded_flops_per_step"] == pytest.approx(8 * int(0.5 * GEMM_FLOPS))
+    assert sol["recorded_vs_model"] == pytest.approx(0.5)
+
+
+def test_flops_cross_check_counts_only_matrix_ops_inside_the_steps(tmp_path):
+    """Only RECORDED_MATRIX_OPS in the analysed steps count; an op without the arg adds nothing, one
+    whose arg says 0 adds 0; a `flops` arg on a non-matrix op or outside every step is ignored."""
+    from builders_whatif import GEMM_FLOPS, build_gemm_flops
+    t = build_gemm_flops(flops_factor=1.0, layers=2, steps=3)
+    t.op("aten::mm", args={"flops": 10 ** 15})                 # after the last step: not analysed
+    doc = t.build()
+    ops = [e for e in doc["traceEvents"] if e.get("name") == "aten::mm"]
+    ops[0]["args"].pop("flops")                                 # no arg: adds nothing
+    ops[1]["args"]["flops"] = 0                                 # a recorded 0: adds 0
+    relu = dict(ops[2], name="aten::relu", args={**ops[2]["args"], "flops": 10 ** 15})
+    doc["traceEvents"].append(relu)                             # not a matrix op
+    path = tmp_path / "x.pt.trace.json"
+    path.write_text(json.dumps(doc))
+    tr = load_trace(str(path))
+    assert int(np.isnan(tr.cpu_ops["flops"]).sum()) >= 1 and (tr.cpu_ops["flops"] == 0).sum() == 1
+    sol = E.speed_of_light(tr)
+    n_steps = len(tr.steps)
+    assert sol["recorded_flops_per_step"] == pytest.approx((3 * 2 - 2) * GEMM_FLOPS / n_steps)

@@ -155,7 +155,7 @@ enum {
     C_CORR, C_EXT, C_EXT_OLD, C_DEVICE, C_STREAM, C_CBID, C_CID,
     C_IN_NEL, C_OUT_NEL, C_GROUP, C_DEVTYPE, C_DEVID, C_GRID, C_BLOCK,
     C_DIMS_OFF, C_DIMS_LEN, C_TYPE_OFF, C_TYPE_LEN,
-    C_TS, C_DUR, C_NBYTES, C_MEMB, C_TALLOC, C_TRES,             /* float64, NaN none */
+    C_TS, C_DUR, C_NBYTES, C_MEMB, C_TALLOC, C_TRES, C_FLOPS,    /* float64, NaN none */
     N_COLS
 };
 
@@ -167,7 +167,7 @@ static const char *COL_NAMES[N_COLS] = {
     "correlation", "external_id", "external_id_old", "device", "stream", "cbid", "cid",
     "in_msg_nelems", "out_msg_nelems", "group_size", "device_type", "device_id", "grid", "block",
     "dims_off", "dims_len", "type_off", "type_len",
-    "ts", "dur", "nbytes", "mem_bytes", "total_allocated", "total_reserved",
+    "ts", "dur", "nbytes", "mem_bytes", "total_allocated", "total_reserved", "flops",
 };
 
 static size_t col_item(int c) {
@@ -181,7 +181,7 @@ typedef struct {
     uint8_t ph, has_args;
     int32_t s[8];     /* C_CAT .. C_ANAME */
     int64_t i[21];    /* C_PID .. C_TYPE_LEN */
-    double f[6];      /* C_TS .. C_TRES */
+    double f[7];      /* C_TS .. C_FLOPS */
     int64_t old_off, old_len;  /* args["Input dims"], the old spelling */
     uint32_t present;          /* bit I(c): int64 column c was given a value (not absent, not null) */
     int seen_args;
@@ -190,6 +190,10 @@ typedef struct {
 #define S(c) ((c) - C_CAT)
 #define I(c) ((c) - C_PID)
 #define F(c) ((c) - C_TS)
+/* the row buffers cover their enum ranges exactly (a column added to the enum must grow them) */
+_Static_assert(sizeof(((row *)0)->s) / sizeof(int32_t) == C_ANAME - C_CAT + 1, "row.s: C_CAT .. C_ANAME");
+_Static_assert(sizeof(((row *)0)->i) / sizeof(int64_t) == C_TYPE_LEN - C_PID + 1, "row.i: C_PID .. C_TYPE_LEN");
+_Static_assert(sizeof(((row *)0)->f) / sizeof(double) == N_COLS - C_TS, "row.f: C_TS .. the last column");
 
 /* numbers that need a correctly rounded slow conversion after the GIL is back */
 typedef struct {
@@ -603,6 +607,7 @@ static int parse_args(scanner *s, row *r) {
         else if (key_is(k, kl, "Total Reserved")) rc = opt_float(s, &r->f[F(C_TRES)], C_TRES, s->n);
         else if (key_is(k, kl, "Device Type")) rc = opt_int(s, r, C_DEVTYPE);
         else if (key_is(k, kl, "Device Id")) rc = opt_int(s, r, C_DEVID);
+        else if (key_is(k, kl, "flops")) rc = opt_float(s, &r->f[F(C_FLOPS)], C_FLOPS, s->n);
         else rc = skip_value(s);
         if (rc) return rc;
         more = next_element(s, '}');
@@ -637,7 +642,7 @@ static void init_row_slow(row *rp) {
     r.i[I(C_GRID)] = 0;
     r.i[I(C_BLOCK)] = 0;
     r.i[I(C_DIMS_OFF)] = r.i[I(C_DIMS_LEN)] = r.i[I(C_TYPE_OFF)] = r.i[I(C_TYPE_LEN)] = -1;
-    for (int c = 0; c < 6; c++) r.f[c] = NAN;
+    for (size_t c = 0; c < sizeof r.f / sizeof r.f[0]; c++) r.f[c] = NAN;
     r.f[F(C_TS)] = 0.0;
     r.old_off = r.old_len = -1;
     r.present = (1u << I(C_PID)) | (1u << I(C_TID));   /* default 0, never absent */
@@ -656,7 +661,7 @@ static int push_row(scanner *s, const row *rp) {
     VPUSH(&s->cols[C_HAS_ARGS], uint8_t, rp->has_args);
     for (int c = C_CAT; c <= C_ANAME; c++) VPUSH(&s->cols[c], int32_t, rp->s[S(c)]);
     for (int c = C_PID; c <= C_BLOCK; c++) VPUSH(&s->cols[c], int64_t, rp->i[I(c)]);
-    for (int c = C_TS; c <= C_TRES; c++) VPUSH(&s->cols[c], double, rp->f[F(c)]);
+    for (int c = C_TS; c <= C_FLOPS; c++) VPUSH(&s->cols[c], double, rp->f[F(c)]);
     /* shapes repeat every step: one id per distinct raw value instead of one bytes object per event */
     int32_t d = -1, t = -1;
     if (rp->i[I(C_DIMS_LEN)] >= 0) {

@@ -27,10 +27,14 @@ class Field:
     columns: tuple[str, ...]  # "table.column" it fills (the Tables kinds of tables.extract)
     doc: str
     old_of: str | None = None   # an older spelling of this field: read only when the newer is absent
+    nan_absent: bool = False    # float: an absent key is NaN in the columns (0 is a value of its own), not 0.0
 
     @property
     def default(self):
-        """The value an absent key has in the columns (ints: -1, floats: 0.0, strings: None)."""
+        """The value an absent key has in the columns (ints: -1, floats: 0.0 or NaN where nan_absent,
+        strings: None)."""
+        if self.nan_absent:
+            return float("nan")
         return {"int": -1, "float": 0.0, "str": None, "dims": 0, "raw": None}[self.kind]
 
 
@@ -69,6 +73,9 @@ ARGS: tuple[Field, ...] = (
           "[memory] instant: reserved by the caching allocator"),
     Field("device_type", "Device Type", "int", ("memory.device_type",), "[memory] instant: 0 CPU, 1 CUDA"),
     Field("device_id", "Device Id", "int", ("memory.device_id",), "[memory] instant: device index"),
+    Field("flops", "flops", "float", ("cpu_op.flops",),
+          "FLOPs torch.profiler(with_flops=True) recorded for the op (matrix ops: mm, addmm, bmm, conv, ...)",
+          nan_absent=True),
 )
 
 BY_NAME = {f.name: f for f in ARGS}
@@ -104,6 +111,7 @@ def markdown_table() -> str:
     rows = ["| `args` key | type | read into | notes |", "|---|---|---|---|"]
     for f in ARGS:
         into = ", ".join(f"`{c}`" for c in f.columns) or "thread names"
-        note = f.doc + (f" (used where `{BY_NAME[f.old_of].key}` is absent)" if f.old_of else "")
+        note = f.doc + (f" (used where `{BY_NAME[f.old_of].key}` is absent)" if f.old_of else "") \
+            + ("; NaN where absent" if f.nan_absent else "")
         rows.append(f"| `{f.key}` | {f.kind} | {into} | {note} |")
     return "\n".join(rows) + "\n"

@@ -238,7 +238,9 @@ def extract(events: list[Event]) -> dict:
                           for a in ca], dtype=object),
                      "input_type_raw": np.array(
                          [None if a is None or not len(a.input_type) else bytes(a.input_type) for a in ca],
-                         dtype=object)}
+                         dtype=object),
+                     # with_flops: None -> NaN where the op has no `flops` arg (0 is a recorded value)
+                     "flops": np.array([None if a is None else a.flops for a in ca], dtype=np.float64)}
     pev = buckets["python"]
     out["python"] = {**base(pev), **host(pev)}
     iev = buckets["instant"]
@@ -513,7 +515,7 @@ def extract_scanned(scanned) -> dict:
     types = raw_obj[col("type_idx")[c]]
     out["cpu_op"] = {**base(c), "tid": ids("tid", c), "external_id": ext(c),
                      "is_annotation": np.arange(len(c)) >= len(co),
-                     "input_dims_raw": dims, "input_type_raw": types}
+                     "input_dims_raw": dims, "input_type_raw": types, "flops": col("flops")[c]}
     p = sel("python")
     out["python"] = {**base(p), "tid": ids("tid", p)}
     i = sel("instant")

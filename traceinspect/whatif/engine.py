@@ -7,19 +7,16 @@ their transformations (`Detector.whatif(graph, finding) -> str`); this module on
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Union
 
-import msgspec
 import numpy as np
+import pandas as pd
 
 from .. import detectors as registry
 from ..detectors.efficiency import coverage, shape_table
-from ..errors import TraceError
 from ..findings import Finding
-from ..trace.load import read_bytes
 from ..trace.model import Trace
 from ..trace.roofline import MATRIX_FAMILIES
+from ..trace.tables import name_flags
 from .graph import Graph, build
 from .replay import critical_path, replay
 
@@ -165,59 +162,33 @@ RECORDED_MATRIX_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::
                                  "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution"})
 
 
-class _FlopsArgs(msgspec.Struct, gc=False):
-    flops: Any = None
-    ext: Any = msgspec.field(default=None, name="External id")
-
-
-class _FlopsEvent(msgspec.Struct, gc=False):
-    name: Any = None
-    args: Union[_FlopsArgs, None] = None
-
-
-class _FlopsDoc(msgspec.Struct, gc=False):
-    traceEvents: list[_FlopsEvent] = []
-
-
-def recorded_flops(trace: Trace) -> dict | None:
-    """(op name, External id) -> the `flops` arg torch.profiler(with_flops=True) recorded on that CPU op,
-    for the matrix ops; None when the trace does not say it was captured with_flops. The tables do not
-    keep this arg, so the file is read once more, only for such traces."""
+def recorded_flops(trace: Trace) -> pd.DataFrame | None:
+    """The matrix ops (RECORDED_MATRIX_OPS) of `trace.cpu_ops` that carry the `flops` arg
+    torch.profiler(with_flops=True) recorded, in table order: `name`, `ts_us`, `flops` (the tables read
+    the arg with every other field, trace/fields.py); None when the trace does not say it was captured
+    with_flops."""
     if trace.meta.profiler.get("with_flops") is not True:
         return None
-
-    def read() -> dict:
-        data, _ = read_bytes(Path(trace.meta.path), [])
-        doc = msgspec.json.decode(bytes(data), type=_FlopsDoc)
-        out: dict = {}
-        for e in doc.traceEvents:
-            a = e.args
-            if a is None or e.name not in RECORDED_MATRIX_OPS or not isinstance(a.flops, (int, float)) \
-                    or isinstance(a.flops, bool) or not isinstance(a.ext, int):
-                continue
-            out[(e.name, a.ext)] = out.get((e.name, a.ext), 0.0) + float(a.flops)
-        return out
-    try:
-        return trace.memo("recorded flops", read)
-    except (OSError, ValueError, msgspec.MsgspecError, TraceError):   # moved, changed or unreadable since loaded
-        return None
+    ops = trace.cpu_ops
+    flops = ops["flops"].to_numpy()
+    # vectorised: the name test runs once per distinct name, not once per op
+    keep = ~np.isnan(flops) & name_flags(ops["name"], RECORDED_MATRIX_OPS)
+    return ops.loc[keep, ["name", "ts_us", "flops"]]
 
 
 def _flops_cross_check(trace: Trace, model_flops: float) -> dict:
     """The profiler's own FLOPs per step (the `flops` args of the matrix ops in the analysed steps) and
     their ratio to the shape model's, where the trace records them."""
     rec = recorded_flops(trace)
-    if not rec:
+    if rec is None or not len(rec):
         return {}
-    ops = trace.cpu_ops
     st = trace.steps
-    ts = ops["ts_us"].to_numpy()
+    ts = rec["ts_us"].to_numpy()
     i = np.searchsorted(st["start_us"].to_numpy(), ts, side="right") - 1
     inside = (i >= 0) & (ts < st["end_us"].to_numpy()[np.maximum(i, 0)])
-    matrix = inside & ops["name"].isin(RECORDED_MATRIX_OPS).to_numpy()   # vectorised: no Python pass over every op
-    names = ops["name"].astype(str).to_numpy()[matrix]
-    ext = ops["external_id"].to_numpy()[matrix]
-    total = sum(rec.get((n, int(x)), 0.0) for n, x in zip(names, ext))
+    # summed one by one in table order (not numpy's pairwise sum): the same float as before the
+    # column existed, when the ops were added up in this order
+    total = sum(rec["flops"].to_numpy()[inside].tolist())
     per_step = total / max(len(st), 1)
     if per_step <= 0:
         return {}
