@@ -183,7 +183,7 @@ def test_long_name_is_cut_and_said(tmp_path):
 def test_kernel_patterns_are_linear_on_adversarial_names():
     """No timing here (bench/ has it): the inputs are ones that made the replaced patterns quadratic
     (hours at this size); with linear ones this returns at once, so a regression hangs the suite."""
-    from traceinspect.detectors.kernels import classify_name
+    from traceinspect.facts.kernels import classify_name
     for unit in ("cutlass", "compute", "cutlass_compute_<a, ", "<  ,"):
         classify_name.cache_clear()
         assert classify_name(unit * (200_000 // len(unit))).kind
@@ -201,7 +201,7 @@ def test_kernel_patterns_are_linear_on_adversarial_names():
     ("k<Params<128, 64>, __half>", None),   # an argument with its own list ends the scan, as before
 ])
 def test_first_float_template_argument(name, first):
-    from traceinspect.detectors.kernels import _first_float_template
+    from traceinspect.facts.kernels import _first_float_template
     assert _first_float_template(name) == first
 
 

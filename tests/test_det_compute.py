@@ -6,7 +6,7 @@ import pytest
 import builders_compute as B
 from builders import TraceBuilder, build_healthy
 from traceinspect.analyze import MIN_WINDOW_US, analyze
-from traceinspect.detectors import kernels as K
+from traceinspect.facts import kernels as K
 from traceinspect.detectors.base import Context
 from traceinspect.detectors.eager_attention import EagerAttention
 from traceinspect.detectors.fp32_gemm import Fp32Gemm

@@ -1,4 +1,4 @@
-"""Device memory per step, headroom and the batch-size fit (trace/memory.py, detectors/memory_fit.py).
+"""Device memory per step, headroom and the batch-size fit (trace/memory.py, facts/memory_fit.py).
 
 Expected numbers are derived from the builders' inputs in comments; nothing is read off a real trace."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from builders import build_healthy
 from builders_memory import GiB, MemoryTraceBuilder, build_launch_bound_memory
 from builders_transfer import build_cpu_offload
 from traceinspect.analyze import analyze
-from traceinspect.detectors.memory_fit import SAFETY_MARGIN, fit_batch, predicted_peak
+from traceinspect.facts.memory_fit import SAFETY_MARGIN, fit_batch, predicted_peak
 from traceinspect.render import RENDERERS
 from traceinspect.report import Report
 from traceinspect.trace.memory import memory_profile

@@ -14,7 +14,7 @@ import builders_roofline as br
 from builders import build_healthy
 from traceinspect.analyze import analyze
 from traceinspect.cli import cli
-from traceinspect.detectors import efficiency as E
+from traceinspect.facts import efficiency as E
 from traceinspect.detectors.base import Context
 from traceinspect.detectors.far_from_roofline import FarFromRoofline
 from traceinspect.errors import UsageError

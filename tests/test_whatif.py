@@ -137,7 +137,7 @@ def _gpu_work_kept(tr, fixes) -> float:
     kernels (padding-waste: scaled by a share only the finding knows), the kernels launched inside
     optimizer steps (unfused-optimizer: merged into a few); launch-bound's larger batch may take up to
     its fixed part (kernel_fixed_us) off each kernel, so each kernel counts only what is above it."""
-    from traceinspect.detectors import kernels as K
+    from traceinspect.facts import kernels as K
     from traceinspect.detectors.base import in_steps
     from traceinspect.detectors.eager_attention import eager_blocks
     from traceinspect.detectors.launch_bound import LaunchBound

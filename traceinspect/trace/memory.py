@@ -1,7 +1,7 @@
 """Device memory per step: peaks from `[memory]` events or the capture helpers, capacity, headroom.
 
 Owns reading memory figures out of a Trace (trace tables, deviceProperties, the "traceinspect"
-capture block). Must not size batches (detectors/memory_fit.py does) nor render anything.
+capture block). Must not size batches (facts/memory_fit.py does) nor render anything.
 Every capture value is untrusted: a malformed one is ignored, never raised on.
 """
 from __future__ import annotations

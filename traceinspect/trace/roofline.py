@@ -1,7 +1,7 @@
 """The efficiency model: FLOPs and bytes of one op call from its `Input Dims` / `Input type`, and the
 roof (peak) that applies to it.
 
-Owns the op-family formulas (docs/roofline.md). Must not read trace tables (detectors/efficiency.py
+Owns the op-family formulas (docs/roofline.md). Must not read trace tables (facts/efficiency.py
 builds the per-shape table) and must not judge (the far-from-roofline detector does). Every shape and type string is untrusted trace data:
 anything that does not decode to the expected nesting of non-negative ints yields no model, never an error.
 """

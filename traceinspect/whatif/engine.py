@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from .. import detectors as registry
-from ..detectors.efficiency import coverage, shape_table
+from ..facts.efficiency import coverage, shape_table
 from ..findings import Finding
 from ..trace.model import Trace
 from ..trace.roofline import MATRIX_FAMILIES
