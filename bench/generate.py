@@ -27,6 +27,7 @@ decimal units (1M = 10**6 bytes, 1G = 10**9 bytes); the file ends within half a 
 the target. A hidden ``.<file>.meta`` sidecar records seed, copies and sizes so that ``run.py``
 can reuse files that match.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -129,8 +130,11 @@ def default_seed() -> Path:
     PREFERRED_SHARED, then the first shared trace with kernels, then any sample with events.
     """
     samples = REPO_ROOT / "sample_traces"
-    cands = sorted((p for p in samples.rglob("*") if _looks_like_trace(p)),
-                   key=lambda p: -p.stat().st_size) if samples.is_dir() else []
+    cands = (
+        sorted((p for p in samples.rglob("*") if _looks_like_trace(p)), key=lambda p: -p.stat().st_size)
+        if samples.is_dir()
+        else []
+    )
     for p in cands:
         if not p.name.startswith("synthetic") and _kernel_count(p) > 0:
             return p
@@ -170,7 +174,7 @@ class Seed:
         keys = list(doc)
         i = keys.index("traceEvents")
         self.head = {k: doc[k] for k in keys[:i]}
-        self.tail = {k: doc[k] for k in keys[i + 1:]}
+        self.tail = {k: doc[k] for k in keys[i + 1 :]}
         events = [e for e in doc["traceEvents"] if isinstance(e, dict)]
         self.meta_events = [e for e in events if e.get("ph") == "M"]
         self.events = [e for e in events if e.get("ph") != "M"]
@@ -270,6 +274,7 @@ def _header_footer(seed: Seed, distributed: dict | None) -> tuple[bytes, bytes]:
         pos = 1 if kv and kv[0][0] == "schemaVersion" else 0
         kv.insert(pos, ("distributedInfo", distributed))
         head = dict(kv)
+
     # json's ", " / ": " separators like Kineto; HTA's rank regex needs the space after ':'
     def items(d: dict) -> list[str]:
         return [f"  {json.dumps(k)}: {json.dumps(v, ensure_ascii=False)}" for k, v in d.items()]
@@ -301,8 +306,15 @@ class _Sinks:
             os.replace(tmp, p)
 
 
-def write_trace(seed: Seed, target_bytes: int, out_json: Path | None, out_gz: Path | None = None,
-                gzip_level: int = 1, distributed: dict | None = None, extra_shift: int = 0) -> dict:
+def write_trace(
+    seed: Seed,
+    target_bytes: int,
+    out_json: Path | None,
+    out_gz: Path | None = None,
+    gzip_level: int = 1,
+    distributed: dict | None = None,
+    extra_shift: int = 0,
+) -> dict:
     """Write copies of the seed until the file is within half a copy of target_bytes."""
     sinks = []
     if out_json is not None:
@@ -362,9 +374,14 @@ def read_meta(path: Path) -> dict | None:
 
 def _fresh(path: Path, seed_path: Path, target: int) -> bool:
     m = read_meta(path)
-    return bool(m and path.is_file() and m.get("generator_version") == GENERATOR_VERSION
-                and m.get("seed") == str(seed_path) and m.get("target_bytes") == target
-                and m.get("file_bytes") == path.stat().st_size)
+    return bool(
+        m
+        and path.is_file()
+        and m.get("generator_version") == GENERATOR_VERSION
+        and m.get("seed") == str(seed_path)
+        and m.get("target_bytes") == target
+        and m.get("file_bytes") == path.stat().st_size
+    )
 
 
 def trace_paths(out: Path, seed: Path, size: int) -> tuple[Path, Path]:
@@ -373,8 +390,16 @@ def trace_paths(out: Path, seed: Path, size: int) -> tuple[Path, Path]:
     return base, Path(str(base) + ".gz")
 
 
-def ensure_trace(out: Path, seed_path: Path, size: int, want_gz: bool, gzip_level: int = 1,
-                 force: bool = False, seed: Seed | None = None, log=print) -> tuple[Path, Path | None]:
+def ensure_trace(
+    out: Path,
+    seed_path: Path,
+    size: int,
+    want_gz: bool,
+    gzip_level: int = 1,
+    force: bool = False,
+    seed: Seed | None = None,
+    log=print,
+) -> tuple[Path, Path | None]:
     """Generate (or reuse) the single-file trace of `size` bytes; returns (json, gz or None)."""
     pj, pg = trace_paths(out, seed_path, size)
     need_j = force or not _fresh(pj, seed_path, size)
@@ -382,20 +407,28 @@ def ensure_trace(out: Path, seed_path: Path, size: int, want_gz: bool, gzip_leve
     if need_j or need_g:
         seed = seed or Seed(seed_path)
         info = write_trace(seed, size, pj if need_j else None, pg if need_g else None, gzip_level)
-        log(f"generated {pj.name}{' + .gz' if need_g else ''}: {info['json_bytes'] / 1e6:.0f} MB, "
-            f"{info['copies']} copies, {info['events']} events in {info['seconds']} s")
+        log(
+            f"generated {pj.name}{' + .gz' if need_g else ''}: {info['json_bytes'] / 1e6:.0f} MB, "
+            f"{info['copies']} copies, {info['events']} events in {info['seconds']} s"
+        )
     return pj, (pg if want_gz else None)
 
 
-def ensure_ranks(out: Path, seed_path: Path, size: int, ranks: int, force: bool = False,
-                 seed: Seed | None = None, log=print) -> Path:
+def ensure_ranks(
+    out: Path, seed_path: Path, size: int, ranks: int, force: bool = False, seed: Seed | None = None, log=print
+) -> Path:
     """A directory with `ranks` files rank{r}.pt.trace.json of `size` bytes each."""
     d = out / f"ranks{ranks}-{seed_path.name.split('.')[0][:40]}-{size_label(size)}"
     d.mkdir(parents=True, exist_ok=True)
     for r in range(ranks):
         p = d / f"rank{r}.pt.trace.json"
         m = read_meta(p)
-        if not force and _fresh(p, seed_path, size) and m and (m.get("distributedInfo") or {}).get("world_size") == ranks:
+        if (
+            not force
+            and _fresh(p, seed_path, size)
+            and m
+            and (m.get("distributedInfo") or {}).get("world_size") == ranks
+        ):
             continue
         seed = seed or Seed(seed_path)
         dist = {"rank": r, "world_size": ranks, "backend": "nccl"}
@@ -405,14 +438,23 @@ def ensure_ranks(out: Path, seed_path: Path, size: int, ranks: int, force: bool 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seed", type=Path, help="seed trace (.json or .json.gz); default: sample_traces/ or shared traces")
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--seed", type=Path, help="seed trace (.json or .json.gz); default: sample_traces/ or shared traces"
+    )
     ap.add_argument("--size", default="100M", help="target uncompressed size: 100M, 500M, 1G (default 100M)")
     ap.add_argument("--out", type=Path, default=Path(DEFAULT_OUT), help=f"output directory (default {DEFAULT_OUT})")
     ap.add_argument("--gzip", action="store_true", help="also write a .json.gz twin")
-    ap.add_argument("--gzip-level", type=int, default=1, choices=range(1, 10), metavar="1-9",
-                    help="gzip level (default 1; 1-3 keep generation fast)")
+    ap.add_argument(
+        "--gzip-level",
+        type=int,
+        default=1,
+        choices=range(1, 10),
+        metavar="1-9",
+        help="gzip level (default 1; 1-3 keep generation fast)",
+    )
     ap.add_argument("--ranks", type=int, default=0, help="write N rank files (distributedInfo set) into one directory")
     ap.add_argument("--force", action="store_true", help="regenerate even if a matching file exists")
     a = ap.parse_args(argv)

@@ -6,6 +6,7 @@ Each case runs `python -m traceinspect analyze --no-cache FILE` in a subprocess 
 code, wall time, the child's peak RSS and the first line of stderr. Inputs are generated in a temp
 directory and removed afterwards (the bracket file is written to disk at its full size).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,16 +22,23 @@ sys.path.insert(0, str(REPO / "tests"))
 from corpus.bombs import write_bomb  # noqa: E402  (the same generator as the tests)
 
 
-
-
 def run(label: str, path: Path, **env) -> None:
-    e = dict(os.environ, PYTHONPATH=str(REPO), TRACEINSPECT_CACHE_DIR=tempfile.mkdtemp(),
-             **{k: str(v) for k, v in env.items()})
+    e = dict(
+        os.environ,
+        PYTHONPATH=str(REPO),
+        TRACEINSPECT_CACHE_DIR=tempfile.mkdtemp(),
+        **{k: str(v) for k, v in env.items()},
+    )
     t = time.perf_counter()
-    p = subprocess.Popen([sys.executable, "-m", "traceinspect", "analyze", "--no-cache", str(path)],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=e)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "traceinspect", "analyze", "--no-cache", str(path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=e,
+    )
     err = p.stderr.read()
-    _, status, ru = os.wait4(p.pid, 0)   # this child's own peak RSS
+    _, status, ru = os.wait4(p.pid, 0)  # this child's own peak RSS
     p.returncode = os.waitstatus_to_exitcode(status)
     dt = time.perf_counter() - t
     first = (err.strip().splitlines() or ["(no error)"])[0]
@@ -54,8 +62,11 @@ def main() -> None:
             run(f"{label}, TRACEINSPECT_MAX_INFLATE=0", p, TRACEINSPECT_MAX_INFLATE=0)
             p.unlink()
         from builders import build_healthy
+
         b = build_healthy(steps=3)
-        next(e for e in b.events if e.get("cat") == "kernel")["name"] = "void " + "cutlass" * int(a.name_mib * (1 << 20) / 7)
+        next(e for e in b.events if e.get("cat") == "kernel")["name"] = "void " + "cutlass" * int(
+            a.name_mib * (1 << 20) / 7
+        )
         p = b.write(d / "long_name.json")
         run(f"one {a.name_mib:g} MiB kernel name", p)
         p.unlink()

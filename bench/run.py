@@ -18,6 +18,7 @@ Usage (from the repository root):
 
 Sizes are decimal (1M = 10**6 bytes); MB/s is always of the uncompressed JSON.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,11 +55,13 @@ TARGETS = [
 # Run as `python bench/run.py --task NAME PATH` in a fresh interpreter. Only the stdlib is
 # imported at module level so that the HTA task can run under another venv's python.
 
+
 def _read(path: str) -> bytes:
     with open(path, "rb") as f:
         data = f.read()
     if data[:2] == b"\x1f\x8b":
         import gzip
+
         data = gzip.decompress(data)
     return data
 
@@ -69,12 +72,20 @@ def task_msgspec(path: str) -> dict:
     import msgspec
 
     # defstruct: class bodies inside a function would not resolve under `from __future__ import annotations`
-    Event = msgspec.defstruct("Event", [
-        ("ph", str, ""), ("cat", str, ""), ("name", str, ""),
-        ("pid", Union[int, str], 0), ("tid", Union[int, str], 0),
-        ("ts", float, 0.0), ("dur", Union[float, None], None),
-        ("args", msgspec.Raw, msgspec.Raw(b"")),
-    ], gc=False)
+    Event = msgspec.defstruct(
+        "Event",
+        [
+            ("ph", str, ""),
+            ("cat", str, ""),
+            ("name", str, ""),
+            ("pid", Union[int, str], 0),
+            ("tid", Union[int, str], 0),
+            ("ts", float, 0.0),
+            ("dur", Union[float, None], None),
+            ("args", msgspec.Raw, msgspec.Raw(b"")),
+        ],
+        gc=False,
+    )
     Doc = msgspec.defstruct("Doc", [("traceEvents", list[Event], [])], gc=False)
 
     t = time.perf_counter()
@@ -118,6 +129,7 @@ def task_probe(what: str) -> dict:
     if ver is None:
         try:
             from importlib.metadata import version
+
             ver = version({"hta": "HolisticTraceAnalysis"}.get(what, what))
         except Exception:
             ver = "?"
@@ -135,6 +147,7 @@ def run_task(name: str, path: str) -> int:
 
 
 # --------------------------------------------------------------------------- measuring
+
 
 def _total_mem() -> int:
     try:
@@ -167,8 +180,9 @@ with open(out, "w") as f:
 """
 
 
-def measure(cmd: list[str], timeout: float, mem_limit: int | None, env: dict | None = None,
-            cwd: str | None = None) -> dict:
+def measure(
+    cmd: list[str], timeout: float, mem_limit: int | None, env: dict | None = None, cwd: str | None = None
+) -> dict:
     """Run cmd fresh (under _WRAPPER, in a new session); wall seconds, peak RSS, rc, output tails."""
     try:
         import psutil
@@ -180,9 +194,15 @@ def measure(cmd: list[str], timeout: float, mem_limit: int | None, env: dict | N
     fd, res_path = tempfile.mkstemp(prefix="bench-rusage-", suffix=".json")
     os.close(fd)
     t0 = time.perf_counter()
-    p = subprocess.Popen([sys.executable, "-S", "-c", _WRAPPER, res_path, str(mem_limit or 0), *cmd],
-                         stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env, cwd=cwd,
-                         start_new_session=True)
+    p = subprocess.Popen(
+        [sys.executable, "-S", "-c", _WRAPPER, res_path, str(mem_limit or 0), *cmd],
+        stdout=out,
+        stderr=err,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+    )
     done = threading.Event()
     tree_peak = [0]
     timed_out = [False]
@@ -241,13 +261,20 @@ def measure(cmd: list[str], timeout: float, mem_limit: int | None, env: dict | N
     inner = None
     for line in stdout.splitlines()[::-1]:
         if line.startswith(RESULT_TAG):
-            inner = json.loads(line[len(RESULT_TAG):])
+            inner = json.loads(line[len(RESULT_TAG) :])
             break
     return {
-        "cmd": cmd, "rc": ru["rc"], "seconds": ru["seconds"], "timed_out": timed_out[0],
+        "cmd": cmd,
+        "rc": ru["rc"],
+        "seconds": ru["seconds"],
+        "timed_out": timed_out[0],
         "cpu_seconds": ru.get("utime", 0) + ru.get("stime", 0),
-        "maxrss_bytes": maxrss, "tree_peak_bytes": tree_peak[0], "peak_rss_bytes": max(maxrss, tree_peak[0]),
-        "inner": inner, "stderr_tail": stderr[-1500:], "stdout_tail": stdout[-500:],
+        "maxrss_bytes": maxrss,
+        "tree_peak_bytes": tree_peak[0],
+        "peak_rss_bytes": max(maxrss, tree_peak[0]),
+        "inner": inner,
+        "stderr_tail": stderr[-1500:],
+        "stdout_tail": stdout[-500:],
     }
 
 
@@ -279,7 +306,9 @@ class Bench:
         self.py = a.python
         self.mem_limit = a.mem_limit
         self.env = dict(os.environ)
-        self.env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + self.env["PYTHONPATH"] if self.env.get("PYTHONPATH") else "")
+        self.env["PYTHONPATH"] = str(REPO_ROOT) + (
+            os.pathsep + self.env["PYTHONPATH"] if self.env.get("PYTHONPATH") else ""
+        )
         self.env.setdefault("PYTHONHASHSEED", "0")
         self.versions: dict[str, str] = {}
         self.analyze_ok, self.analyze_why = self._probe_analyze()
@@ -288,9 +317,18 @@ class Bench:
             m = measure([self.py, str(HERE / "run.py"), "--task", "probe", mod], 60, None, self.env)
             self.versions[mod] = m["inner"]["version"] if m["inner"] else "not installed"
         # which events decoder analyze runs: the native scanner (C extension) or msgspec + Python
-        probe = subprocess.run([self.py, "-c", "from traceinspect.trace.stream import native_enabled as n; "
-                                "print('native scanner' if n() else 'msgspec + Python extraction')"],
-                               capture_output=True, text=True, env=self.env, timeout=60)
+        probe = subprocess.run(
+            [
+                self.py,
+                "-c",
+                "from traceinspect.trace.stream import native_enabled as n; "
+                "print('native scanner' if n() else 'msgspec + Python extraction')",
+            ],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=60,
+        )
         self.versions["traceinspect decoder"] = probe.stdout.strip() or "unknown"
 
     # ---------------------------------------------------------------- probes
@@ -320,8 +358,19 @@ class Bench:
         runpy = str(HERE / "run.py")
         if tool == "analyze":
             # --no-cache: every measurement parses the file (the report cache would serve repeats)
-            return [self.py, "-m", "traceinspect", "analyze", str(path), "--format", "json", "-o", os.devnull,
-                    "--no-cache", *shlex.split(self.a.analyze_args)], self.env
+            return [
+                self.py,
+                "-m",
+                "traceinspect",
+                "analyze",
+                str(path),
+                "--format",
+                "json",
+                "-o",
+                os.devnull,
+                "--no-cache",
+                *shlex.split(self.a.analyze_args),
+            ], self.env
         if tool == "hta":
             d = self.a.out / f"hta-{path.name.replace('.', '_')}"
             if d.exists():
@@ -332,9 +381,18 @@ class Bench:
         return [self.py, runpy, "--task", tool, str(path)], self.env
 
     def run_one(self, tool: str, path: Path, label: str, json_bytes: int, gz: bool) -> dict:
-        row = {"label": label, "file": str(path), "gz": gz, "json_bytes": json_bytes,
-               "file_bytes": path.stat().st_size, "tool": tool, "status": "ok", "note": "",
-               "seconds": None, "peak_rss_bytes": None}
+        row = {
+            "label": label,
+            "file": str(path),
+            "gz": gz,
+            "json_bytes": json_bytes,
+            "file_bytes": path.stat().st_size,
+            "tool": tool,
+            "status": "ok",
+            "note": "",
+            "seconds": None,
+            "peak_rss_bytes": None,
+        }
         if tool == "analyze" and not self.analyze_ok:
             row.update(status="n/a", note=self.analyze_why)
         elif tool == "hta" and self.hta_py is None:
@@ -352,8 +410,22 @@ class Bench:
                     break
                 if best is None or m["seconds"] < best["seconds"]:
                     best = dict(m, status=st, note=note)
-            row.update({k: best[k] for k in ("seconds", "cpu_seconds", "peak_rss_bytes", "maxrss_bytes",
-                                             "tree_peak_bytes", "rc", "inner", "status", "note")})
+            row.update(
+                {
+                    k: best[k]
+                    for k in (
+                        "seconds",
+                        "cpu_seconds",
+                        "peak_rss_bytes",
+                        "maxrss_bytes",
+                        "tree_peak_bytes",
+                        "rc",
+                        "inner",
+                        "status",
+                        "note",
+                    )
+                }
+            )
             row["cmd"] = " ".join(shlex.quote(c) for c in best["cmd"])
             if tool == "hta" and best["status"] == "ok":
                 shutil.rmtree(self.a.out / f"hta-{path.name.replace('.', '_')}", ignore_errors=True)
@@ -372,21 +444,35 @@ class Bench:
         seed_path = (self.a.seed or gen.default_seed()).resolve()
         self.seed_path = seed_path
         print(f"seed: {seed_path}\nout:  {out}", flush=True)
-        print(f"analyze: {'ok' if self.analyze_ok else 'n/a (' + self.analyze_why + ')'}; "
-              f"hta: {self.versions.get('HolisticTraceAnalysis', self.hta_why)}", flush=True)
+        print(
+            f"analyze: {'ok' if self.analyze_ok else 'n/a (' + self.analyze_why + ')'}; "
+            f"hta: {self.versions.get('HolisticTraceAnalysis', self.hta_why)}",
+            flush=True,
+        )
         seed = None
         for size_txt in self.a.sizes:
             size = gen.parse_size(size_txt)
             if seed is None:
                 seed = gen.Seed(seed_path)
-            pj, pg = gen.ensure_trace(out, seed_path, size, self.a.gzip, self.a.gzip_level, force=self.a.regen,
-                                      seed=seed, log=lambda s: print("  " + s, flush=True))
+            pj, pg = gen.ensure_trace(
+                out,
+                seed_path,
+                size,
+                self.a.gzip,
+                self.a.gzip_level,
+                force=self.a.regen,
+                seed=seed,
+                log=lambda s: print("  " + s, flush=True),
+            )
             json_bytes = gen.read_meta(pj)["json_bytes"]
             for path, gz in ((pj, False), (pg, True)):
                 if path is None:
                     continue
                 warm_cache(path)
-                print(f"{path.name}: {json_bytes / 1e6:.0f} MB JSON, {path.stat().st_size / 1e6:.0f} MB on disk", flush=True)
+                print(
+                    f"{path.name}: {json_bytes / 1e6:.0f} MB JSON, {path.stat().st_size / 1e6:.0f} MB on disk",
+                    flush=True,
+                )
                 for tool in self.a.tools:
                     self.run_one(tool, path, gen.size_label(size), json_bytes, gz)
         if self.a.ranks:
@@ -394,8 +480,15 @@ class Bench:
 
     def run_ranks(self, gen, seed_path: Path, seed) -> None:
         size = gen.parse_size(self.a.rank_size)
-        d = gen.ensure_ranks(self.a.out, seed_path, size, self.a.ranks, force=self.a.regen, seed=seed,
-                             log=lambda s: print("  " + s, flush=True))
+        d = gen.ensure_ranks(
+            self.a.out,
+            seed_path,
+            size,
+            self.a.ranks,
+            force=self.a.regen,
+            seed=seed,
+            log=lambda s: print("  " + s, flush=True),
+        )
         files = sorted(p for p in d.iterdir() if p.name.endswith(".json"))
         total = sum(p.stat().st_size for p in files)
         for p in files:
@@ -406,34 +499,85 @@ class Bench:
             r.update(status="n/a", note=self.analyze_why)
         else:
             extra = shlex.split(self.a.analyze_args)
-            par = measure([self.py, "-m", "traceinspect", "analyze", str(d), "--format", "json", "-o", os.devnull,
-                           *extra], self.a.timeout, self.mem_limit, self.env, cwd=str(self.a.out))
+            par = measure(
+                [self.py, "-m", "traceinspect", "analyze", str(d), "--format", "json", "-o", os.devnull, *extra],
+                self.a.timeout,
+                self.mem_limit,
+                self.env,
+                cwd=str(self.a.out),
+            )
             st, note = _status(par, self.mem_limit)
-            r["parallel"] = {"seconds": par["seconds"], "peak_rss_bytes": par["peak_rss_bytes"],
-                             "status": st, "note": note}
+            r["parallel"] = {
+                "seconds": par["seconds"],
+                "peak_rss_bytes": par["peak_rss_bytes"],
+                "status": st,
+                "note": note,
+            }
             seq_s, seq_rss, seq_st = 0.0, 0, "ok"
             for p in files:
-                m = measure([self.py, "-m", "traceinspect", "analyze", str(p), "--format", "json", "-o", os.devnull,
-                             "--no-cache", *extra], self.a.timeout, self.mem_limit, self.env, cwd=str(self.a.out))
+                m = measure(
+                    [
+                        self.py,
+                        "-m",
+                        "traceinspect",
+                        "analyze",
+                        str(p),
+                        "--format",
+                        "json",
+                        "-o",
+                        os.devnull,
+                        "--no-cache",
+                        *extra,
+                    ],
+                    self.a.timeout,
+                    self.mem_limit,
+                    self.env,
+                    cwd=str(self.a.out),
+                )
                 s, n = _status(m, self.mem_limit)
                 if s != "ok":
                     seq_st, note = s, n
                     break
                 seq_s += m["seconds"]
                 seq_rss = max(seq_rss, m["peak_rss_bytes"])
-            r["sequential"] = {"seconds": seq_s, "peak_rss_bytes": seq_rss, "status": seq_st,
-                               "how": f"{len(files)} separate `analyze FILE` processes"}
+            r["sequential"] = {
+                "seconds": seq_s,
+                "peak_rss_bytes": seq_rss,
+                "status": seq_st,
+                "how": f"{len(files)} separate `analyze FILE` processes",
+            }
             if st == "ok" and seq_st == "ok":
                 r["speedup"] = seq_s / par["seconds"]
             else:
                 r.update(status="error", note=note)
             if self.a.seq_args and st == "ok":
-                one = measure([self.py, "-m", "traceinspect", "analyze", str(d), "--format", "json", "-o",
-                               os.devnull, *extra, *shlex.split(self.a.seq_args)],
-                              self.a.timeout, self.mem_limit, self.env, cwd=str(self.a.out))
+                one = measure(
+                    [
+                        self.py,
+                        "-m",
+                        "traceinspect",
+                        "analyze",
+                        str(d),
+                        "--format",
+                        "json",
+                        "-o",
+                        os.devnull,
+                        *extra,
+                        *shlex.split(self.a.seq_args),
+                    ],
+                    self.a.timeout,
+                    self.mem_limit,
+                    self.env,
+                    cwd=str(self.a.out),
+                )
                 s1, n1 = _status(one, self.mem_limit)
-                r["one_process"] = {"seconds": one["seconds"], "peak_rss_bytes": one["peak_rss_bytes"],
-                                    "status": s1, "note": n1, "args": self.a.seq_args}
+                r["one_process"] = {
+                    "seconds": one["seconds"],
+                    "peak_rss_bytes": one["peak_rss_bytes"],
+                    "status": s1,
+                    "note": n1,
+                    "args": self.a.seq_args,
+                }
                 if s1 == "ok":
                     r["speedup_vs_one_process"] = one["seconds"] / par["seconds"]
         self.ranks = r
@@ -441,6 +585,7 @@ class Bench:
 
 
 # --------------------------------------------------------------------------- reporting
+
 
 def _mb(b) -> str:
     return "-" if b is None else f"{b / 1e6:,.0f}"
@@ -450,8 +595,10 @@ def _fmt_row(r: dict) -> str:
     if r["status"] != "ok":
         return f"{r['tool']:<8} {r['status']}" + (f" ({r['note']})" if r["note"] else "")
     mbs = r["json_bytes"] / 1e6 / r["seconds"]
-    return (f"{r['tool']:<8} {r['seconds']:8.2f} s  {mbs:7.0f} MB/s  peak RSS {_mb(r['peak_rss_bytes'])} MB "
-            f"({r['peak_rss_bytes'] / r['json_bytes']:.2f}x JSON)")
+    return (
+        f"{r['tool']:<8} {r['seconds']:8.2f} s  {mbs:7.0f} MB/s  peak RSS {_mb(r['peak_rss_bytes'])} MB "
+        f"({r['peak_rss_bytes'] / r['json_bytes']:.2f}x JSON)"
+    )
 
 
 def _get(results, label, gz, tool):
@@ -467,10 +614,18 @@ def table_rows(results: list[dict]) -> list[list[str]]:
         name = f"{r['label']}{' .gz' if r['gz'] else ''}"
         if r["status"] == "ok":
             cpu = r.get("cpu_seconds")
-            rows.append([name, _mb(r["json_bytes"]), r["tool"], f"{r['seconds']:.2f}",
-                         f"{cpu:.2f}" if cpu else "-",
-                         f"{r['json_bytes'] / 1e6 / r['seconds']:.0f}", _mb(r["peak_rss_bytes"]),
-                         f"{r['peak_rss_bytes'] / r['json_bytes']:.2f}"])
+            rows.append(
+                [
+                    name,
+                    _mb(r["json_bytes"]),
+                    r["tool"],
+                    f"{r['seconds']:.2f}",
+                    f"{cpu:.2f}" if cpu else "-",
+                    f"{r['json_bytes'] / 1e6 / r['seconds']:.0f}",
+                    _mb(r["peak_rss_bytes"]),
+                    f"{r['peak_rss_bytes'] / r['json_bytes']:.2f}",
+                ]
+            )
         else:
             st = r["status"] + (f": {r['note']}" if r["note"] and r["status"] not in ("n/a",) else "")
             rows.append([name, _mb(r["json_bytes"]), r["tool"], st, "", "", "", ""])
@@ -497,15 +652,23 @@ def ratio_rows(results: list[dict]) -> list[list[str]]:
     return rows
 
 
-RATIO_HEAD = ["file", "analyze / msgspec time", "HTA / analyze time", "analyze peak RSS / JSON size",
-              "HTA / msgspec time"]
+RATIO_HEAD = [
+    "file",
+    "analyze / msgspec time",
+    "HTA / analyze time",
+    "analyze peak RSS / JSON size",
+    "HTA / msgspec time",
+]
 
 
 def linearity(results: list[dict]) -> list[tuple[str, list[tuple[str, float]], float | None]]:
     out = []
     for tool in TOOLS:
-        pts = [(r["label"], r["seconds"] / (r["json_bytes"] / 1e9)) for r in results
-               if r["tool"] == tool and not r["gz"] and r["status"] == "ok"]
+        pts = [
+            (r["label"], r["seconds"] / (r["json_bytes"] / 1e9))
+            for r in results
+            if r["tool"] == tool and not r["gz"] and r["status"] == "ok"
+        ]
         if len(pts) >= 2:
             out.append((tool, pts, pts[-1][1] / pts[0][1]))
         elif pts:
@@ -524,13 +687,17 @@ def ranks_line(r: dict | None) -> str:
     if r["status"] != "ok":
         return f"{r['files']} files, {r['json_bytes'] / 1e6:.0f} MB: {r['status']} ({r['note']})"
     p, s = r["parallel"], r["sequential"]
-    line = (f"{r['files']} files, {r['json_bytes'] / 1e6:.0f} MB: `analyze DIR` {p['seconds']:.2f} s "
-            f"(peak RSS of the process tree {_mb(p['peak_rss_bytes'])} MB); one at a time as "
-            f"{s['how']} {s['seconds']:.2f} s -> speedup {r['speedup']:.2f}x")
+    line = (
+        f"{r['files']} files, {r['json_bytes'] / 1e6:.0f} MB: `analyze DIR` {p['seconds']:.2f} s "
+        f"(peak RSS of the process tree {_mb(p['peak_rss_bytes'])} MB); one at a time as "
+        f"{s['how']} {s['seconds']:.2f} s -> speedup {r['speedup']:.2f}x"
+    )
     one = r.get("one_process")
     if one and one["status"] == "ok":
-        line += (f"; `analyze DIR {one['args']}` (same process, no pool) {one['seconds']:.2f} s "
-                 f"-> speedup {r['speedup_vs_one_process']:.2f}x")
+        line += (
+            f"; `analyze DIR {one['args']}` (same process, no pool) {one['seconds']:.2f} s "
+            f"-> speedup {r['speedup_vs_one_process']:.2f}x"
+        )
     elif one:
         line += f"; `analyze DIR {one['args']}`: {one['status']} {one['note']}"
     return line
@@ -566,25 +733,51 @@ def target_status(results: list[dict], ranks: dict | None) -> list[tuple[str, st
 
     plain = [r for r in an if not r["gz"]]
     gzs = [r for r in an if r["gz"]]
-    out.append(verdict([(lab(r), r["json_bytes"] / 1e6 / r["seconds"] >= 200) for r in plain],
-                       ", ".join(f"{r['label']} {r['json_bytes'] / 1e6 / r['seconds']:.0f} MB/s" for r in plain)))
+    out.append(
+        verdict(
+            [(lab(r), r["json_bytes"] / 1e6 / r["seconds"] >= 200) for r in plain],
+            ", ".join(f"{r['label']} {r['json_bytes'] / 1e6 / r['seconds']:.0f} MB/s" for r in plain),
+        )
+    )
     rs = [(r, _get(results, r["label"], r["gz"], "msgspec")) for r in an]
     rs = [(r, m) for r, m in rs if m]
-    out.append(verdict([(lab(r), r["seconds"] / m["seconds"] <= 1.5) for r, m in rs],
-                       ", ".join(f"{lab(r)} {r['seconds'] / m['seconds']:.2f}x" for r, m in rs)))
+    out.append(
+        verdict(
+            [(lab(r), r["seconds"] / m["seconds"] <= 1.5) for r, m in rs],
+            ", ".join(f"{lab(r)} {r['seconds'] / m['seconds']:.2f}x" for r, m in rs),
+        )
+    )
     hs = [(r, _get(results, r["label"], r["gz"], "hta")) for r in an]
     hs = [(r, h) for r, h in hs if h]
-    out.append(verdict([(lab(r), h["seconds"] / r["seconds"] >= 20) for r, h in hs],
-                       ", ".join(f"{lab(r)} {h['seconds'] / r['seconds']:.1f}x" for r, h in hs)))
-    out.append(verdict([(lab(r), r["peak_rss_bytes"] <= r["json_bytes"]) for r in an],
-                       ", ".join(f"{lab(r)} {r['peak_rss_bytes'] / r['json_bytes']:.2f}x" for r in an)))
-    out.append(verdict([(lab(r), r["json_bytes"] / 1e6 / r["seconds"] >= 150) for r in gzs],
-                       ", ".join(f"{r['label']} .gz {r['json_bytes'] / 1e6 / r['seconds']:.0f} MB/s" for r in gzs)))
+    out.append(
+        verdict(
+            [(lab(r), h["seconds"] / r["seconds"] >= 20) for r, h in hs],
+            ", ".join(f"{lab(r)} {h['seconds'] / r['seconds']:.1f}x" for r, h in hs),
+        )
+    )
+    out.append(
+        verdict(
+            [(lab(r), r["peak_rss_bytes"] <= r["json_bytes"]) for r in an],
+            ", ".join(f"{lab(r)} {r['peak_rss_bytes'] / r['json_bytes']:.2f}x" for r in an),
+        )
+    )
+    out.append(
+        verdict(
+            [(lab(r), r["json_bytes"] / 1e6 / r["seconds"] >= 150) for r in gzs],
+            ", ".join(f"{r['label']} .gz {r['json_bytes'] / 1e6 / r['seconds']:.0f} MB/s" for r in gzs),
+        )
+    )
     lin = [x for x in linearity(an) if x[0] == "analyze" and x[2] is not None]
     out.append(verdict([("series", x[2] <= 1.25) for x in lin], lin_line(*lin[0]) if lin else ""))
     sp = ranks_speedup(ranks)
-    out.append(verdict([("8 ranks", sp >= 1.7)] if sp else [], f"{sp:.2f}x" + (" (vs the -j 1 run)" if ranks.get(
-        "speedup_vs_one_process") else " (vs separate processes)") if sp else ""))
+    out.append(
+        verdict(
+            [("8 ranks", sp >= 1.7)] if sp else [],
+            f"{sp:.2f}x" + (" (vs the -j 1 run)" if ranks.get("speedup_vs_one_process") else " (vs separate processes)")
+            if sp
+            else "",
+        )
+    )
     return [(name, v, d) for (name, _), (v, d) in zip(TARGETS, out)]
 
 
@@ -605,8 +798,14 @@ def machine_info() -> dict:
         nproc = subprocess.run(["nproc"], capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         nproc = str(len(os.sched_getaffinity(0)))
-    return {"nproc": nproc, "cpu": cpu, "free_h": free, "python": platform.python_version(),
-            "platform": platform.platform(), "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds")}
+    return {
+        "nproc": nproc,
+        "cpu": cpu,
+        "free_h": free,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+    }
 
 
 def md_table(head: list[str], rows: list[list[str]]) -> str:
@@ -633,8 +832,10 @@ def markdown(b: Bench, command: str, machine: dict) -> str:
         "",
         "## Targets",
         "",
-        md_table(["target", "requirement", "status in this run", "measured"],
-                 [[n, req, v, d] for (n, req), (_, v, d) in zip(TARGETS, tgt)]),
+        md_table(
+            ["target", "requirement", "status in this run", "measured"],
+            [[n, req, v, d] for (n, req), (_, v, d) in zip(TARGETS, tgt)],
+        ),
         "",
         "## Run",
         "",
@@ -688,9 +889,21 @@ def report(b: Bench, command: str) -> None:
     for name, v, d in target_status(b.results, b.ranks):
         print(f"  {name}: {v}" + (f" ({d})" if d else ""))
     if b.a.json:
-        Path(b.a.json).write_text(json.dumps({"command": command, "machine": machine, "versions": b.versions,
-                                              "seed": str(b.seed_path), "results": b.results, "ranks": b.ranks,
-                                              "analyze": b.analyze_ok or b.analyze_why}, indent=1, default=str))
+        Path(b.a.json).write_text(
+            json.dumps(
+                {
+                    "command": command,
+                    "machine": machine,
+                    "versions": b.versions,
+                    "seed": str(b.seed_path),
+                    "results": b.results,
+                    "ranks": b.ranks,
+                    "analyze": b.analyze_ok or b.analyze_why,
+                },
+                indent=1,
+                default=str,
+            )
+        )
         print(f"\nraw results: {b.a.json}")
     if b.a.markdown:
         Path(b.a.markdown).write_text(markdown(b, command, machine))
@@ -704,29 +917,40 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(HERE))
     import generate as gen
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__
+    )
     ap.add_argument("--sizes", default="100M,500M,1G", help="comma separated (default 100M,500M,1G)")
     ap.add_argument("--gzip", action="store_true", help="also measure the .json.gz twin of each size")
     ap.add_argument("--gzip-level", type=int, default=1, help="gzip level of generated .gz (default 1)")
     ap.add_argument("--ranks", type=int, default=0, help="also compare `analyze DIR` on N rank files to one at a time")
     ap.add_argument("--rank-size", default="100M", help="size of each rank file (default 100M)")
-    ap.add_argument("--seq-args", default="-j 1",
-                    help="extra analyze arguments for the single-process rank run (default '-j 1'; '' to skip)")
+    ap.add_argument(
+        "--seq-args",
+        default="-j 1",
+        help="extra analyze arguments for the single-process rank run (default '-j 1'; '' to skip)",
+    )
     ap.add_argument("--skip-hta", action="store_true", help="do not run HolisticTraceAnalysis")
-    ap.add_argument("--hta-python", help="python of a venv with HolisticTraceAnalysis "
-                                         "(default: this python, else /tmp/venv-hta/bin/python)")
+    ap.add_argument(
+        "--hta-python",
+        help="python of a venv with HolisticTraceAnalysis (default: this python, else /tmp/venv-hta/bin/python)",
+    )
     ap.add_argument("--hta-max-size", default="1G", help="skip HTA on files larger than this (default 1G)")
     ap.add_argument("--tools", default=",".join(TOOLS), help=f"subset of {','.join(TOOLS)}")
-    ap.add_argument("--python", default=sys.executable, help="python that runs analyze/msgspec/orjson (default: this one)")
+    ap.add_argument(
+        "--python", default=sys.executable, help="python that runs analyze/msgspec/orjson (default: this one)"
+    )
     ap.add_argument("--analyze-args", default="", help="extra arguments for `traceinspect analyze`")
     ap.add_argument("--seed", type=Path, help="seed trace (default: sample_traces/, else a shared trace)")
-    ap.add_argument("--out", type=Path, default=Path(gen.DEFAULT_OUT), help=f"where traces go (default {gen.DEFAULT_OUT})")
+    ap.add_argument(
+        "--out", type=Path, default=Path(gen.DEFAULT_OUT), help=f"where traces go (default {gen.DEFAULT_OUT})"
+    )
     ap.add_argument("--regen", action="store_true", help="regenerate traces even if matching ones exist")
     ap.add_argument("--repeat", type=int, default=1, help="runs per measurement, best time kept (default 1)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds before a run is killed (default 900)")
-    ap.add_argument("--mem-limit", default=None,
-                    help="address-space limit per run, e.g. 16G (default: 80%% of RAM) or 0 for none")
+    ap.add_argument(
+        "--mem-limit", default=None, help="address-space limit per run, e.g. 16G (default: 80%% of RAM) or 0 for none"
+    )
     ap.add_argument("--json", help="save raw results to this file")
     ap.add_argument("--markdown", help="write a results document (e.g. docs/benchmarks.md)")
     a = ap.parse_args(argv)

@@ -9,6 +9,7 @@ golden builders (tests/test_goldens.py's inputs). A trace the CLI refuses gives 
 the one-line message and exit code, so a change in refusal is a change too. Deterministic: no wall-clock
 time and no absolute path reaches the output (paths are printed relative to the traces folder).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,24 +32,26 @@ def _inputs(root: Path) -> list[Path]:
 
 def _render_all(report, dest: Path) -> None:
     from traceinspect.render import RENDERERS
+
     dest.parent.mkdir(parents=True, exist_ok=True)
     for fmt, (render, ext) in RENDERERS.items():
         Path(str(dest) + ext).write_text(render(report, width=100), encoding="utf-8")
 
 
 def snapshot(out: Path, traces: Path | None, builders: bool) -> int:
-    try:   # the library API; the default settings (no pyproject.toml lookup), no cache
+    try:  # the library API; the default settings (no pyproject.toml lookup), no cache
         from traceinspect.api import analyze as _analyze
         from traceinspect.config import Config
 
         def build_report(path: str, use_cache: bool = False):
             return _analyze(path, Config(), cache=use_cache)
-    except ImportError:   # a checkout from before traceinspect.api
+    except ImportError:  # a checkout from before traceinspect.api
         from traceinspect.cli import build_report
     from traceinspect.errors import TraceinspectError
+
     n = 0
     if traces is not None and traces.is_dir():
-        os.chdir(traces)   # relative paths in the reports
+        os.chdir(traces)  # relative paths in the reports
         for p in _inputs(traces):
             rel = p.relative_to(traces)
             dest = out / rel
@@ -61,7 +64,7 @@ def snapshot(out: Path, traces: Path | None, builders: bool) -> int:
             _render_all(report, dest)
             n += 1
         dirs = sorted({p.parent for p in _inputs(traces)})
-        for d in dirs:   # a folder of several trace files is also analysed as one run (its rank files)
+        for d in dirs:  # a folder of several trace files is also analysed as one run (its rank files)
             if sum(1 for p in _inputs(traces) if p.parent == d) < 2:
                 continue
             rel = d.relative_to(traces)
@@ -74,13 +77,15 @@ def snapshot(out: Path, traces: Path | None, builders: bool) -> int:
                 continue
             _render_all(report, dest)
             n += 1
-    if builders:   # every builder trace (tests/builders*.py: build_* functions without arguments)
+    if builders:  # every builder trace (tests/builders*.py: build_* functions without arguments)
         import importlib
         import inspect
         import tempfile
+
         sys.path.insert(0, str(REPO / "tests"))
         from traceinspect.analyze import analyze
         from traceinspect.trace.model import load_trace
+
         for mod_path in sorted((REPO / "tests").glob("builders*.py")):
             mod = importlib.import_module(mod_path.stem)
             for name, make in sorted(vars(mod).items()):
@@ -114,11 +119,17 @@ def compare(a: Path, b: Path) -> int:
             diffs.append(f"cannot compare: {rel}{x}")
         for name, sub in c.subdirs.items():
             walk(sub, f"{rel}{name}/")
+
     walk(filecmp.dircmp(a, b), "")
     # dircmp's shallow compare uses size+mtime; confirm byte equality of the rest
     for p in a.rglob("*"):
         q = b / p.relative_to(a)
-        if p.is_file() and q.is_file() and p.read_bytes() != q.read_bytes() and f"differs: {p.relative_to(a)}" not in diffs:
+        if (
+            p.is_file()
+            and q.is_file()
+            and p.read_bytes() != q.read_bytes()
+            and f"differs: {p.relative_to(a)}" not in diffs
+        ):
             diffs.append(f"differs: {p.relative_to(a)}")
     files = sum(1 for p in a.rglob("*") if p.is_file())
     print("\n".join(sorted(set(diffs))))

@@ -7,6 +7,7 @@ is built, else msgspec + Python extraction; --python-decoder forces the latter, 
 TRACEINSPECT_NATIVE=0 does), the assembly of the tables (categoricals, links), the timeline and
 the detectors.
 """
+
 import gc
 import os
 import sys
@@ -25,7 +26,7 @@ from traceinspect.trace.model import default_jobs, from_loaded  # noqa: E402
 t0 = time.perf_counter()
 path = sys.argv[1]
 gc.disable()
-ld = S.load_streaming(path, jobs=default_jobs(path))   # as `analyze` does without -j
+ld = S.load_streaming(path, jobs=default_jobs(path))  # as `analyze` does without -j
 t1 = time.perf_counter()
 tr = from_loaded(ld)
 t2 = time.perf_counter()

@@ -20,6 +20,7 @@ Usage (from the repository root):
 Without --trace it uses the newest 100 MB .json file bench/generate.py left in /tmp/traceinspect-bench.
 Exit status 1 when a target is missed (so CI or a person sees it), 0 otherwise.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,8 +54,11 @@ def has(module: str) -> bool:
 
 def default_trace() -> Path | None:
     d = Path("/tmp/traceinspect-bench")
-    files = sorted((p for p in d.glob("*.json") if 80e6 <= p.stat().st_size <= 130e6),
-                   key=lambda p: p.stat().st_mtime) if d.is_dir() else []
+    files = (
+        sorted((p for p in d.glob("*.json") if 80e6 <= p.stat().st_size <= 130e6), key=lambda p: p.stat().st_mtime)
+        if d.is_dir()
+        else []
+    )
     return files[-1] if files else None
 
 
@@ -71,31 +75,61 @@ def main(argv=None) -> int:
     if has("torch"):
         torch = best(py("import torch"), args.runs)
         cap = best(py("import torch; import traceinspect.capture"), args.runs)
-        probe = subprocess.run(py("import sys, torch, traceinspect.capture; print(json.dumps(["
-                                  "'pandas' in sys.modules, 'traceinspect.analyze' in sys.modules]))"
-                                  .replace("json.dumps", "__import__('json').dumps")),
-                               env=ENV, capture_output=True, text=True, check=True)
+        probe = subprocess.run(
+            py(
+                "import sys, torch, traceinspect.capture; print(json.dumps(["
+                "'pandas' in sys.modules, 'traceinspect.analyze' in sys.modules]))".replace(
+                    "json.dumps", "__import__('json').dumps"
+                )
+            ),
+            env=ENV,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         pandas, analyzer = json.loads(probe.stdout)
         # the same import timed inside the process, torch already loaded: free of process start noise
-        inproc = min(float(subprocess.run(py(
-            "import time, torch; t = time.perf_counter(); import traceinspect.capture; "
-            "print(time.perf_counter() - t)"), env=ENV, capture_output=True, text=True, check=True).stdout)
-            for _ in range(args.runs))
-        rows += [("import torch", torch, ""),
-                 ("import torch; import traceinspect.capture", cap,
-                  f"+{1e3 * (cap - torch):.0f} ms over torch (target < 50 ms); pandas loaded: {pandas}, "
-                  f"analyzer loaded: {analyzer}"),
-                 ("  in-process, after import torch", inproc, f"{1e3 * inproc:.1f} ms (target < 50 ms)")]
+        inproc = min(
+            float(
+                subprocess.run(
+                    py(
+                        "import time, torch; t = time.perf_counter(); import traceinspect.capture; "
+                        "print(time.perf_counter() - t)"
+                    ),
+                    env=ENV,
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout
+            )
+            for _ in range(args.runs)
+        )
+        rows += [
+            ("import torch", torch, ""),
+            (
+                "import torch; import traceinspect.capture",
+                cap,
+                f"+{1e3 * (cap - torch):.0f} ms over torch (target < 50 ms); pandas loaded: {pandas}, "
+                f"analyzer loaded: {analyzer}",
+            ),
+            ("  in-process, after import torch", inproc, f"{1e3 * inproc:.1f} ms (target < 50 ms)"),
+        ]
         if inproc >= 0.050 or pandas or analyzer:
             missed.append("capture import")
     else:
-        rows.append(("import traceinspect.capture", best(py("import traceinspect.capture"), args.runs),
-                     "torch not installed: no torch baseline"))
+        rows.append(
+            (
+                "import traceinspect.capture",
+                best(py("import traceinspect.capture"), args.runs),
+                "torch not installed: no torch baseline",
+            )
+        )
     helps = best([sys.executable, "-m", "traceinspect", "--help"], args.runs)
     rows.append(("python -m traceinspect --help", helps, "target < 0.2 s"))
     if helps >= 0.2:
         missed.append("--help")
     import shutil
+
     script = shutil.which("traceinspect")
     if script:
         rows.append(("traceinspect --help (console script)", best([script, "--help"], args.runs), "target < 0.2 s"))
@@ -106,22 +140,37 @@ def main(argv=None) -> int:
     else:
         p = str(trace)
         raw = best(py(f"import msgspec; msgspec.json.decode(open({p!r}, 'rb').read())"), args.runs)
-        typed = best(py("import msgspec; from traceinspect.trace.load import Document; "
-                        f"msgspec.json.decode(open({p!r}, 'rb').read(), type=Document)"), args.runs)
+        typed = best(
+            py(
+                "import msgspec; from traceinspect.trace.load import Document; "
+                f"msgspec.json.decode(open({p!r}, 'rb').read(), type=Document)"
+            ),
+            args.runs,
+        )
         ana = best([sys.executable, "-m", "traceinspect", "analyze", p, "--no-cache", "-o", os.devnull], args.runs)
         mb = trace.stat().st_size / 1e6
-        rows += [(f"raw msgspec.json.decode ({mb:.0f} MB)", raw, ""),
-                 ("typed decode (trace/load.py Document)", typed, f"{typed / raw:.2f}x raw"),
-                 ("traceinspect analyze --no-cache", ana,
-                  f"{ana / raw:.2f}x raw (target < 2x), {ana / typed:.2f}x typed")]
+        rows += [
+            (f"raw msgspec.json.decode ({mb:.0f} MB)", raw, ""),
+            ("typed decode (trace/load.py Document)", typed, f"{typed / raw:.2f}x raw"),
+            ("traceinspect analyze --no-cache", ana, f"{ana / raw:.2f}x raw (target < 2x), {ana / typed:.2f}x typed"),
+        ]
         if ana / raw >= 2:
             missed.append("analyze vs raw decode")
 
     width = max(len(r[0]) for r in rows)
-    native = subprocess.run(py("from traceinspect.trace.stream import native_enabled; print(native_enabled())"),
-                            env=ENV, capture_output=True, text=True).stdout.strip() == "True"
-    print(f"best of {args.runs} fresh processes, wall seconds ({sys.version.split()[0]}, {os.cpu_count()} CPUs, "
-          f"reader: {'native scanner' if native else 'pure Python'})")
+    native = (
+        subprocess.run(
+            py("from traceinspect.trace.stream import native_enabled; print(native_enabled())"),
+            env=ENV,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        == "True"
+    )
+    print(
+        f"best of {args.runs} fresh processes, wall seconds ({sys.version.split()[0]}, {os.cpu_count()} CPUs, "
+        f"reader: {'native scanner' if native else 'pure Python'})"
+    )
     for name, t, note in rows:
         print(f"  {name:<{width}}  {t:6.3f} s  {note}")
     if missed:

@@ -13,6 +13,7 @@ seconds of each and the ratio replay / (load + analyze) for both loops.
 
     python bench/whatif.py --size 1G --no-fallback   # the native run only
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,11 +34,15 @@ def main() -> int:
     ap.add_argument("--out", default="/tmp/traceinspect-bench")
     ap.add_argument("--no-fallback", action="store_true", help="skip the run with the Python replay loop")
     a = ap.parse_args()
-    subprocess.run([sys.executable, str(REPO / "bench/generate.py"), "--size", a.size, "--out", a.out], check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, str(REPO / "bench/generate.py"), "--size", a.size, "--out", a.out],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     path = max(Path(a.out).glob(f"*{a.size}*.json"), key=lambda p: p.stat().st_mtime)
     import importlib
-    an = importlib.import_module("traceinspect.analyze")   # the module (the package exports the function)
+
+    an = importlib.import_module("traceinspect.analyze")  # the module (the package exports the function)
     from traceinspect.trace.model import load_trace
     from traceinspect.whatif import engine as E
 
@@ -45,7 +50,7 @@ def main() -> int:
     trace = load_trace(str(path))
     t1 = time.perf_counter()
     known = E.transforms
-    E.transforms = lambda: {}          # analyze without the replay (subtraction verdict)
+    E.transforms = lambda: {}  # analyze without the replay (subtraction verdict)
     try:
         rep = an.analyze(trace)
     finally:
@@ -53,8 +58,9 @@ def main() -> int:
     t2 = time.perf_counter()
     fixable = [f for f in rep.findings if not f.masked_by][:3]
     median = float(trace.steps["dur_us"].median())
-    after_analyze = dict(trace._memo)   # each replay run starts here: no graph, no order, no replay memoised
+    after_analyze = dict(trace._memo)  # each replay run starts here: no graph, no order, no replay memoised
     from traceinspect.whatif import replay as R
+
     native = R._native() is not None
 
     def run(pure: bool) -> float:
@@ -74,15 +80,26 @@ def main() -> int:
 
     base = t2 - t0
     t_main = run(pure=not native or os.environ.get("TRACEINSPECT_PURE_REPLAY") == "1")
-    out = {"file": path.name, "bytes": path.stat().st_size, "events": trace.meta.n_events,
-           "gpu_ops": int(len(trace.kernels) + len(trace.memcpy)), "runtime_calls": int(len(trace.runtime)),
-           "load_s": round(t1 - t0, 2), "analyze_s": round(t2 - t1, 2),
-           "replay_loop": "native" if R._native() is not None else "python",
-           "replay_s": round(t_main, 2), "replay_over_load_plus_analyze": round(t_main / base, 3)}
+    out = {
+        "file": path.name,
+        "bytes": path.stat().st_size,
+        "events": trace.meta.n_events,
+        "gpu_ops": int(len(trace.kernels) + len(trace.memcpy)),
+        "runtime_calls": int(len(trace.runtime)),
+        "load_s": round(t1 - t0, 2),
+        "analyze_s": round(t2 - t1, 2),
+        "replay_loop": "native" if R._native() is not None else "python",
+        "replay_s": round(t_main, 2),
+        "replay_over_load_plus_analyze": round(t_main / base, 3),
+    }
     if native and not a.no_fallback and os.environ.get("TRACEINSPECT_PURE_REPLAY") != "1":
         t_py = run(pure=True)
-        out.update({"python_fallback_replay_s": round(t_py, 2),
-                    "python_fallback_over_load_plus_analyze": round(t_py / base, 3)})
+        out.update(
+            {
+                "python_fallback_replay_s": round(t_py, 2),
+                "python_fallback_over_load_plus_analyze": round(t_py / base, 3),
+            }
+        )
     print(json.dumps(out, indent=1))
     return 0
 

@@ -12,6 +12,7 @@ launch-bound also with each variant), the subtraction it replaces (median step m
 lost per step, capped as the verdict caps it: projected_step), and the transformation's own statement.
 Prints a Markdown table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,6 +28,7 @@ def main() -> int:
     from traceinspect.detectors.base import projected_step
     from traceinspect.trace.model import load_trace
     from traceinspect.whatif import engine as E
+
     ap = argparse.ArgumentParser()
     ap.add_argument("--shared", default=str(REPO.parent / "shared" / "traces"))
     ap.add_argument("--fix", default="", help="comma-separated fix names (default: every transformation)")
@@ -40,7 +42,7 @@ def main() -> int:
             continue
         try:
             tr = load_trace(str(p))
-        except Exception:   # a trace the tool refuses has no row (bench only; analyze reports the error)
+        except Exception:  # a trace the tool refuses has no row (bench only; analyze reports the error)
             continue
         if not tr.has_gpu or not len(tr.steps):
             continue
@@ -55,8 +57,11 @@ def main() -> int:
             for n in names:
                 pr = E.predict(tr, rep.findings, (n,), with_path=False)
                 model = pr.models.get(n, "").replace("|", "/")
-                print(f"| `{p.relative_to(root)}` | {n}{' (masked)' if f.masked_by else ''} | {med / 1e3:.2f} | "
-                      f"{base / 1e3:.2f} | {pr.median_us / 1e3:.2f} | {sub / 1e3:.2f} | {model} |", flush=True)
+                print(
+                    f"| `{p.relative_to(root)}` | {n}{' (masked)' if f.masked_by else ''} | {med / 1e3:.2f} | "
+                    f"{base / 1e3:.2f} | {pr.median_us / 1e3:.2f} | {sub / 1e3:.2f} | {model} |",
+                    flush=True,
+                )
     return 0
 
 

@@ -11,6 +11,7 @@ a DataLoader (num_workers=0) over 64 synthetic sequences of 8..64 tokens padded 
 longest of each batch of 4 (attention_mask marks the real tokens). 6 steps:
 profile_steps(wait=1, warmup=1, active=3) records ProfilerStep#2..#4 with record_shapes=True.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,9 +50,17 @@ def main(argv: list[str] | None = None) -> int:
     from traceinspect.capture import profile_steps
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=4, intermediate_size=128, vocab_size=256,
-                      max_position_embeddings=128, pad_token_id=0, tie_word_embeddings=False)
+    cfg = LlamaConfig(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        intermediate_size=128,
+        vocab_size=256,
+        max_position_embeddings=128,
+        pad_token_id=0,
+        tie_word_embeddings=False,
+    )
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     gen = torch.Generator().manual_seed(0)
@@ -61,12 +70,30 @@ def main(argv: list[str] | None = None) -> int:
 
     out: Path = args.out
     out.parent.mkdir(parents=True, exist_ok=True)
-    config = {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 1,
-              "dataloader_num_workers": 0, "dataloader_pin_memory": False, "bf16": False,
-              "fp16": False, "packing": False, "padding_free": False, "group_by_length": False,
-              "max_seq_length": 64, "optim": "adamw_torch", "torch_compile": False}
-    cap = profile_steps(out.parent, wait=1, warmup=1, active=3, model=model, config=config,
-                        filename=out.name, extra={"sample": {"script": "lab/make_cpu_sample.py"}})
+    config = {
+        "per_device_train_batch_size": 4,
+        "gradient_accumulation_steps": 1,
+        "dataloader_num_workers": 0,
+        "dataloader_pin_memory": False,
+        "bf16": False,
+        "fp16": False,
+        "packing": False,
+        "padding_free": False,
+        "group_by_length": False,
+        "max_seq_length": 64,
+        "optim": "adamw_torch",
+        "torch_compile": False,
+    }
+    cap = profile_steps(
+        out.parent,
+        wait=1,
+        warmup=1,
+        active=3,
+        model=model,
+        config=config,
+        filename=out.name,
+        extra={"sample": {"script": "lab/make_cpu_sample.py"}},
+    )
     with cap:
         for step, batch in enumerate(loader):
             loss = model(**batch).loss

@@ -10,6 +10,7 @@ Each scenario writes ``OUT/<scenario>/<scenario>.<ns>.pt.trace.json.gz`` (with t
 expected finding) and adds/replaces its row in ``OUT/results.json`` and ``OUT/results.md``.
 No downloads: the model is built from a LlamaConfig with random weights, the data is synthetic.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,16 +36,17 @@ PAD_ID, EOS_ID, FIRST_TOKEN = 0, 2, 3
 # scenarios
 # ---------------------------------------------------------------------------
 
+
 @dataclasses.dataclass(frozen=True)
 class Flags:
     """One value per cause. The defaults are the healthy run (every fix on)."""
 
-    batching: str = "normal"      # normal | small (bs 1 x accum) | accum (bs N x accum)
-    data: str = "packed"          # packed (concatenated, no padding) | padded (pad to longest)
-    attn: str = "sdpa"            # sdpa | eager
-    loader: str = "fast"          # fast (workers, pin_memory, pre-tokenized) | slow (0 workers, on-the-fly)
+    batching: str = "normal"  # normal | small (bs 1 x accum) | accum (bs N x accum)
+    data: str = "packed"  # packed (concatenated, no padding) | padded (pad to longest)
+    attn: str = "sdpa"  # sdpa | eager
+    loader: str = "fast"  # fast (workers, pin_memory, pre-tokenized) | slow (0 workers, on-the-fly)
     optimizer: str = "on-device"  # on-device | cpu-offload (ZeRO-Offload style)
-    precision: str = "auto"       # bf16 (autocast) | fp32 | auto (bf16 on cuda, fp32 on cpu)
+    precision: str = "auto"  # bf16 (autocast) | fp32 | auto (bf16 on cuda, fp32 on cpu)
 
     def resolved(self, device: str) -> "Flags":
         """``auto`` precision is bf16 autocast on cuda; on a CPU (no native bf16 matmuls on most
@@ -56,30 +58,42 @@ class Flags:
 
 # name -> (flags, expected finding or None, one-line description)
 SCENARIOS: dict[str, tuple[Flags, str | None, str]] = {
-    "small-batch": (Flags(batching="small"), "launch-bound",
-                    "micro-batch 1 with many accumulation steps: tiny kernels, launch-bound"),
-    "grad-accum": (Flags(batching="accum"), None,
-                   "same effective batch as small-batch, but micro-batch N x fewer accumulation steps"),
-    "padded": (Flags(data="padded"), "padding-waste",
-               "very variable lengths padded to the longest sequence of each batch"),
+    "small-batch": (
+        Flags(batching="small"),
+        "launch-bound",
+        "micro-batch 1 with many accumulation steps: tiny kernels, launch-bound",
+    ),
+    "grad-accum": (
+        Flags(batching="accum"),
+        None,
+        "same effective batch as small-batch, but micro-batch N x fewer accumulation steps",
+    ),
+    "padded": (
+        Flags(data="padded"),
+        "padding-waste",
+        "very variable lengths padded to the longest sequence of each batch",
+    ),
     "packed": (Flags(data="packed"), None, "sequences concatenated into full rows, no padding"),
-    "eager-attn": (Flags(attn="eager"), "eager-attention",
-                   "attn_implementation='eager' (matmul + softmax + matmul)"),
+    "eager-attn": (Flags(attn="eager"), "eager-attention", "attn_implementation='eager' (matmul + softmax + matmul)"),
     "sdpa": (Flags(attn="sdpa"), None, "attn_implementation='sdpa' (fused attention)"),
-    "dataloader-slow": (Flags(loader="slow"), "dataloader-stall",
-                        "num_workers=0, tokenization + deliberate CPU cost in __getitem__"),
+    "dataloader-slow": (
+        Flags(loader="slow"),
+        "dataloader-stall",
+        "num_workers=0, tokenization + deliberate CPU cost in __getitem__",
+    ),
     "dataloader-fast": (Flags(loader="fast"), None, "workers, pin_memory, pre-tokenized data"),
-    "cpu-offload": (Flags(optimizer="cpu-offload"), "cpu-offload",
-                    "AdamW states on CPU: grads D2H, CPU AdamW step, params H2D every step"),
+    "cpu-offload": (
+        Flags(optimizer="cpu-offload"),
+        "cpu-offload",
+        "AdamW states on CPU: grads D2H, CPU AdamW step, params H2D every step",
+    ),
     "on-gpu": (Flags(optimizer="on-device"), None, "AdamW on the training device"),
-    "fp32": (Flags(precision="fp32"), "fp32-gemm",
-             "no autocast, fp32 GEMMs (TF32 off on cuda)"),
+    "fp32": (Flags(precision="fp32"), "fp32-gemm", "no autocast, fp32 GEMMs (TF32 off on cuda)"),
     "bf16": (Flags(precision="bf16"), None, "bf16 autocast"),
     "healthy": (Flags(), None, "every fix on"),
 }
 
-FINDING_NAMES = ("launch-bound", "padding-waste", "eager-attention", "dataloader-stall",
-                 "cpu-offload", "fp32-gemm")
+FINDING_NAMES = ("launch-bound", "padding-waste", "eager-attention", "dataloader-stall", "cpu-offload", "fp32-gemm")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,10 +104,10 @@ class Size:
     intermediate: int
     vocab: int
     seq_len: int
-    micro_batch: int        # micro-batch of every scenario except small-batch
-    small_accum: int        # small-batch: 1 x small_accum; grad-accum: micro_batch x accum_accum
+    micro_batch: int  # micro-batch of every scenario except small-batch
+    small_accum: int  # small-batch: 1 x small_accum; grad-accum: micro_batch x accum_accum
     accum_accum: int
-    short_len: tuple[int, int]   # padded data: 70% short docs, 30% long docs
+    short_len: tuple[int, int]  # padded data: 70% short docs, 30% long docs
     long_len: tuple[int, int]
     slow_ms_per_sample: float
     workers: int
@@ -103,14 +117,42 @@ class Size:
 
 
 SIZES = {
-    "tiny": Size(hidden=64, layers=2, heads=4, intermediate=128, vocab=256, seq_len=64,
-                 micro_batch=4, small_accum=8, accum_accum=2, short_len=(4, 16),
-                 long_len=(40, 64), slow_ms_per_sample=4.0, workers=1, warm_steps=1,
-                 timed_steps=3, active=3),
-    "full": Size(hidden=1024, layers=8, heads=16, intermediate=2816, vocab=32000, seq_len=1024,
-                 micro_batch=8, small_accum=16, accum_accum=2, short_len=(32, 192),
-                 long_len=(640, 1024), slow_ms_per_sample=20.0, workers=4, warm_steps=3,
-                 timed_steps=20, active=3),
+    "tiny": Size(
+        hidden=64,
+        layers=2,
+        heads=4,
+        intermediate=128,
+        vocab=256,
+        seq_len=64,
+        micro_batch=4,
+        small_accum=8,
+        accum_accum=2,
+        short_len=(4, 16),
+        long_len=(40, 64),
+        slow_ms_per_sample=4.0,
+        workers=1,
+        warm_steps=1,
+        timed_steps=3,
+        active=3,
+    ),
+    "full": Size(
+        hidden=1024,
+        layers=8,
+        heads=16,
+        intermediate=2816,
+        vocab=32000,
+        seq_len=1024,
+        micro_batch=8,
+        small_accum=16,
+        accum_accum=2,
+        short_len=(32, 192),
+        long_len=(640, 1024),
+        slow_ms_per_sample=20.0,
+        workers=4,
+        warm_steps=3,
+        timed_steps=20,
+        active=3,
+    ),
 }
 
 
@@ -126,6 +168,7 @@ def batching(flags: Flags, size: Size) -> tuple[int, int]:
 # ---------------------------------------------------------------------------
 # data
 # ---------------------------------------------------------------------------
+
 
 def _doc_lengths(rng, n: int, size: Size) -> list[int]:
     out = []
@@ -143,8 +186,9 @@ def tokenize(text: str, vocab: int):
     """The lab's 'tokenizer': one token per character."""
     import torch
 
-    return torch.tensor([EOS_ID if c == "\x02" else FIRST_TOKEN + (ord(c) % (vocab - FIRST_TOKEN))
-                         for c in text], dtype=torch.long)
+    return torch.tensor(
+        [EOS_ID if c == "\x02" else FIRST_TOKEN + (ord(c) % (vocab - FIRST_TOKEN)) for c in text], dtype=torch.long
+    )
 
 
 def burn_cpu(ms: float) -> None:
@@ -206,7 +250,7 @@ def make_loader(flags: Flags, size: Size, n_samples: int, device: str, seed: int
     padded = flags.data == "padded"
     if padded:  # one document per sample, very variable lengths
         texts = [_letters(rng, n) for n in _doc_lengths(rng, n_samples, size)]
-    else:       # packed: documents joined with EOS, cut into full rows of seq_len
+    else:  # packed: documents joined with EOS, cut into full rows of seq_len
         need = n_samples * size.seq_len
         parts, total = [], 0
         while total < need:
@@ -214,7 +258,7 @@ def make_loader(flags: Flags, size: Size, n_samples: int, device: str, seed: int
             parts.append(_letters(rng, n))
             total += n + 1
         stream = "\x02".join(parts)  # "\x02" becomes EOS_ID in tokenize()
-        texts = [stream[i * size.seq_len:(i + 1) * size.seq_len] for i in range(n_samples)]
+        texts = [stream[i * size.seq_len : (i + 1) * size.seq_len] for i in range(n_samples)]
     if flags.loader == "slow":
         dataset = OnTheFlyDataset(texts, size.vocab, size.slow_ms_per_sample)
         workers, pin = 0, False
@@ -226,8 +270,15 @@ def make_loader(flags: Flags, size: Size, n_samples: int, device: str, seed: int
     if workers > 0:
         kwargs.update(persistent_workers=False, prefetch_factor=4)
     loader = torch.utils.data.DataLoader(
-        dataset, batch_size=micro, shuffle=False, drop_last=True, num_workers=workers,
-        pin_memory=pin, collate_fn=functools.partial(collate, pad_to_longest=padded), **kwargs)
+        dataset,
+        batch_size=micro,
+        shuffle=False,
+        drop_last=True,
+        num_workers=workers,
+        pin_memory=pin,
+        collate_fn=functools.partial(collate, pad_to_longest=padded),
+        **kwargs,
+    )
     return loader, workers, pin
 
 
@@ -235,15 +286,23 @@ def make_loader(flags: Flags, size: Size, n_samples: int, device: str, seed: int
 # model + optimizer
 # ---------------------------------------------------------------------------
 
+
 def build_model(size: Size, attn: str, device: str):
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    cfg = LlamaConfig(hidden_size=size.hidden, num_hidden_layers=size.layers,
-                      num_attention_heads=size.heads, num_key_value_heads=size.heads,
-                      intermediate_size=size.intermediate, vocab_size=size.vocab,
-                      max_position_embeddings=max(size.seq_len, size.long_len[1]),
-                      pad_token_id=PAD_ID, eos_token_id=EOS_ID, bos_token_id=1,
-                      tie_word_embeddings=False)
+    cfg = LlamaConfig(
+        hidden_size=size.hidden,
+        num_hidden_layers=size.layers,
+        num_attention_heads=size.heads,
+        num_key_value_heads=size.heads,
+        intermediate_size=size.intermediate,
+        vocab_size=size.vocab,
+        max_position_embeddings=max(size.seq_len, size.long_len[1]),
+        pad_token_id=PAD_ID,
+        eos_token_id=EOS_ID,
+        bos_token_id=1,
+        tie_word_embeddings=False,
+    )
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn)
     return model.to(device).train()
 
@@ -272,10 +331,10 @@ class CpuOffloadAdamW:
         with torch.no_grad():
             for p, cp in zip(self.params, self.cpu_params):
                 if p.grad is not None:
-                    cp.grad.copy_(p.grad)          # D2H
-            self.inner.step()                        # CPU AdamW
+                    cp.grad.copy_(p.grad)  # D2H
+            self.inner.step()  # CPU AdamW
             for p, cp in zip(self.params, self.cpu_params):
-                p.copy_(cp)                          # H2D
+                p.copy_(cp)  # H2D
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.params:
@@ -308,6 +367,7 @@ def set_precision_flags(flags: Flags, device: str) -> bool | None:
 # one run
 # ---------------------------------------------------------------------------
 
+
 def _to_device(batch: dict, device: str, non_blocking: bool) -> dict:
     return {k: v.to(device, non_blocking=non_blocking) for k, v in batch.items()}
 
@@ -319,8 +379,9 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def run_scenario(name: str, out: Path, *, device: str, tiny: bool, steps: int | None = None,
-                 seed: int = 0) -> dict[str, Any]:
+def run_scenario(
+    name: str, out: Path, *, device: str, tiny: bool, steps: int | None = None, seed: int = 0
+) -> dict[str, Any]:
     import torch
 
     from traceinspect.capture import profile_steps
@@ -339,25 +400,50 @@ def run_scenario(name: str, out: Path, *, device: str, tiny: bool, steps: int | 
     total_steps = warm + timed + profiler_warmup + active
     loader, workers, pin = make_loader(flags, size, total_steps * micro * accum, device, seed)
     use_bf16 = flags.precision == "bf16"
-    autocast = (functools.partial(torch.autocast, device_type=device, dtype=torch.bfloat16)
-                if use_bf16 else contextlib.nullcontext)
+    autocast = (
+        functools.partial(torch.autocast, device_type=device, dtype=torch.bfloat16)
+        if use_bf16
+        else contextlib.nullcontext
+    )
     config = {
-        "per_device_train_batch_size": micro, "gradient_accumulation_steps": accum,
-        "dataloader_num_workers": workers, "dataloader_pin_memory": pin,
-        "bf16": use_bf16, "fp16": False, "tf32": tf32,
+        "per_device_train_batch_size": micro,
+        "gradient_accumulation_steps": accum,
+        "dataloader_num_workers": workers,
+        "dataloader_pin_memory": pin,
+        "bf16": use_bf16,
+        "fp16": False,
+        "tf32": tf32,
         "autocast_dtype": "bfloat16" if use_bf16 else None,
-        "attn_implementation": flags.attn, "packing": flags.data == "packed",
-        "padding_free": False, "group_by_length": False, "max_seq_length": size.seq_len,
-        "optim": optim_name, "gradient_checkpointing": False, "torch_compile": False,
+        "attn_implementation": flags.attn,
+        "packing": flags.data == "packed",
+        "padding_free": False,
+        "group_by_length": False,
+        "max_seq_length": size.seq_len,
+        "optim": optim_name,
+        "gradient_checkpointing": False,
+        "torch_compile": False,
     }
-    lab = {"scenario": name, "expected_finding": expected, "flags": dataclasses.asdict(flags),
-           "size": "tiny" if tiny else "full", "description": description}
+    lab = {
+        "scenario": name,
+        "expected_finding": expected,
+        "flags": dataclasses.asdict(flags),
+        "size": "tiny" if tiny else "full",
+        "description": description,
+    }
     times: list[float] = []
     real = padded = 0
     scen_dir = out / name
-    cap = profile_steps(scen_dir, wait=warm + timed, warmup=profiler_warmup, active=active,
-                        model=model, device=torch.device(device), config=config,
-                        worker_name=name, extra={"lab": lab})
+    cap = profile_steps(
+        scen_dir,
+        wait=warm + timed,
+        warmup=profiler_warmup,
+        active=active,
+        model=model,
+        device=torch.device(device),
+        config=config,
+        worker_name=name,
+        extra={"lab": lab},
+    )
     it = iter(loader)
     with cap:
         for step in range(total_steps):
@@ -365,7 +451,7 @@ def run_scenario(name: str, out: Path, *, device: str, tiny: bool, steps: int | 
             t0 = time.perf_counter()
             for _ in range(accum):
                 batch = next(it)
-                cap.record_batch(batch)                      # counted on the host: no sync
+                cap.record_batch(batch)  # counted on the host: no sync
                 if warm <= step < warm + timed:
                     real += int(batch["attention_mask"].sum())
                     padded += int(batch["attention_mask"].numel())
@@ -408,6 +494,7 @@ def run_scenario(name: str, out: Path, *, device: str, tiny: bool, steps: int | 
 # results table
 # ---------------------------------------------------------------------------
 
+
 def write_results(out: Path, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Merge ``rows`` into OUT/results.json (one row per scenario) and rewrite results.md."""
     path = out / "results.json"
@@ -419,35 +506,43 @@ def write_results(out: Path, rows: list[dict[str, Any]]) -> list[dict[str, Any]]
     for row in rows:
         merged[row["scenario"]] = row
     order = list(SCENARIOS)
-    final = sorted(merged.values(), key=lambda r: order.index(r["scenario"])
-                   if r["scenario"] in order else len(order))
+    final = sorted(merged.values(), key=lambda r: order.index(r["scenario"]) if r["scenario"] in order else len(order))
     path.write_text(json.dumps(final, indent=2) + "\n")
-    lines = ["| scenario | expected finding | device | micro x accum | mean step (ms) | "
-             "padding share | real tokens/s | trace |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| scenario | expected finding | device | micro x accum | mean step (ms) | "
+        "padding share | real tokens/s | trace |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for r in final:
         lines.append(
             f"| {r['scenario']} | {r['expected_finding'] or 'none'} | {r['device']} | "
             f"{r['micro_batch']} x {r['grad_accum']} | {r['mean_step_time_ms']:.1f} | "
-            f"{r['padding_share']} | {r['real_tokens_per_s']} | {r['trace']} |")
+            f"{r['padding_share']} | {r['real_tokens_per_s']} | {r['trace']} |"
+        )
     (out / "results.md").write_text("\n".join(lines) + "\n")
     return final
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scenario", action="append", default=[], metavar="NAME",
-                        help="scenario to run (repeatable, or comma separated): "
-                             + ", ".join(SCENARIOS))
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--scenario",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="scenario to run (repeatable, or comma separated): " + ", ".join(SCENARIOS),
+    )
     parser.add_argument("--all", action="store_true", help="run every scenario")
     parser.add_argument("--out", type=Path, help="output directory")
-    parser.add_argument("--device", choices=["cpu", "cuda"], default=None,
-                        help="default: cuda when available, else cpu")
-    parser.add_argument("--tiny", action="store_true",
-                        help="tiny model and data: seconds per scenario on a CPU")
-    parser.add_argument("--steps", type=int, default=None,
-                        help="timed (non-profiled) steps per scenario (default 3 tiny / 20 full)")
+    parser.add_argument(
+        "--device", choices=["cpu", "cuda"], default=None, help="default: cuda when available, else cpu"
+    )
+    parser.add_argument("--tiny", action="store_true", help="tiny model and data: seconds per scenario on a CPU")
+    parser.add_argument(
+        "--steps", type=int, default=None, help="timed (non-profiled) steps per scenario (default 3 tiny / 20 full)"
+    )
     parser.add_argument("--list", action="store_true", help="list scenarios and exit")
     args = parser.parse_args(argv)
 
@@ -455,8 +550,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, (_, expected, desc) in SCENARIOS.items():
             print(f"{name:16s} {expected or 'none':17s} {desc}")
         return 0
-    names = list(SCENARIOS) if args.all else [
-        n.strip() for arg in args.scenario for n in arg.split(",") if n.strip()]
+    names = list(SCENARIOS) if args.all else [n.strip() for arg in args.scenario for n in arg.split(",") if n.strip()]
     if not names:
         parser.error("give --scenario NAME (repeatable) or --all")
     unknown = [n for n in names if n not in SCENARIOS]
@@ -484,8 +578,11 @@ def main(argv: list[str] | None = None) -> int:
             row = run_scenario(name, args.out, device=device, tiny=args.tiny, steps=args.steps)
             rows.append(row)
             write_results(args.out, [row])  # keep results.json current after every scenario
-            print(f"{name:16s} {row['mean_step_time_ms']:10.1f} ms/step  "
-                  f"expected={row['expected_finding'] or 'none':17s} {row['trace']}", flush=True)
+            print(
+                f"{name:16s} {row['mean_step_time_ms']:10.1f} ms/step  "
+                f"expected={row['expected_finding'] or 'none':17s} {row['trace']}",
+                flush=True,
+            )
     finally:
         torch.set_num_threads(threads)
     print(f"results: {args.out / 'results.json'}")

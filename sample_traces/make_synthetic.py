@@ -4,6 +4,7 @@
 
 Deterministic: the builders use no randomness, so the files are byte-identical on every run.
 """
+
 from __future__ import annotations
 
 import sys
@@ -23,6 +24,7 @@ SAMPLES = {
 if __name__ == "__main__":
     import gzip
     import json
+
     for name, make in SAMPLES.items():
         data = json.dumps(make().build()).encode()
         # mtime=0 keeps the gzip bytes reproducible

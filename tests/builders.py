@@ -12,6 +12,7 @@ Times are microseconds. The host clock (`t.now`) advances as ops are issued; eac
 both its launch has happened and the previous kernel on its stream has finished (one stream by
 default), which reproduces launch-bound and idle gaps naturally.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -23,23 +24,58 @@ PID = 4242
 TID = 4242
 
 DEVICE_PROPS = {
-    "H100": {"id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85_000_000_000, "computeMajor": 9,
-             "computeMinor": 0, "maxThreadsPerBlock": 1024, "maxThreadsPerMultiprocessor": 2048,
-             "regsPerBlock": 65536, "warpSize": 32, "sharedMemPerBlock": 49152, "numSms": 132},
-    "A100": {"id": 0, "name": "NVIDIA A100-SXM4-80GB", "totalGlobalMem": 85_000_000_000, "computeMajor": 8,
-             "computeMinor": 0, "numSms": 108},
-    "V100": {"id": 0, "name": "Tesla V100-SXM2-32GB", "totalGlobalMem": 34_000_000_000, "computeMajor": 7,
-             "computeMinor": 0, "numSms": 80},
-    "MI300X": {"id": 0, "name": "AMD Instinct MI300X", "totalGlobalMem": 205_000_000_000, "computeMajor": 9,
-               "computeMinor": 4, "numSms": 304},
+    "H100": {
+        "id": 0,
+        "name": "NVIDIA H100 80GB HBM3",
+        "totalGlobalMem": 85_000_000_000,
+        "computeMajor": 9,
+        "computeMinor": 0,
+        "maxThreadsPerBlock": 1024,
+        "maxThreadsPerMultiprocessor": 2048,
+        "regsPerBlock": 65536,
+        "warpSize": 32,
+        "sharedMemPerBlock": 49152,
+        "numSms": 132,
+    },
+    "A100": {
+        "id": 0,
+        "name": "NVIDIA A100-SXM4-80GB",
+        "totalGlobalMem": 85_000_000_000,
+        "computeMajor": 8,
+        "computeMinor": 0,
+        "numSms": 108,
+    },
+    "V100": {
+        "id": 0,
+        "name": "Tesla V100-SXM2-32GB",
+        "totalGlobalMem": 34_000_000_000,
+        "computeMajor": 7,
+        "computeMinor": 0,
+        "numSms": 80,
+    },
+    "MI300X": {
+        "id": 0,
+        "name": "AMD Instinct MI300X",
+        "totalGlobalMem": 205_000_000_000,
+        "computeMajor": 9,
+        "computeMinor": 4,
+        "numSms": 304,
+    },
 }
 
 
 class TraceBuilder:
-    def __init__(self, gpu: str = "H100", *, launch_us: float = 5.0, rocm: bool = False,
-                 rank: int | None = None, world_size: int | None = None):
+    def __init__(
+        self,
+        gpu: str = "H100",
+        *,
+        launch_us: float = 5.0,
+        rocm: bool = False,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ):
         self.events: list[dict] = []
-        self.now = 1000.0                 # host clock
+        self.now = 1000.0  # host clock
         self.stream_free: dict[int, float] = {}
         self.gpu = gpu
         self.launch_us = launch_us
@@ -55,8 +91,15 @@ class TraceBuilder:
     # --- host-side spans -------------------------------------------------------------------------
     @contextlib.contextmanager
     def span(self, name: str, cat: str = "cpu_op", args: dict | None = None):
-        ev = {"ph": "X", "cat": cat, "name": name, "pid": PID, "tid": TID, "ts": self.now,
-              "args": {"External id": self._next_ext(), **(args or {})}}
+        ev = {
+            "ph": "X",
+            "cat": cat,
+            "name": name,
+            "pid": PID,
+            "tid": TID,
+            "ts": self.now,
+            "args": {"External id": self._next_ext(), **(args or {})},
+        }
         self.events.append(ev)
         self._stack.append(ev)
         try:
@@ -85,8 +128,17 @@ class TraceBuilder:
             self.now += us
         return self
 
-    def op(self, name: str, *, kernels=(), cpu_us: float = 10.0, input_dims=None, input_type=None,
-           args: dict | None = None, stream: int = 7) -> "TraceBuilder":
+    def op(
+        self,
+        name: str,
+        *,
+        kernels=(),
+        cpu_us: float = 10.0,
+        input_dims=None,
+        input_type=None,
+        args: dict | None = None,
+        stream: int = 7,
+    ) -> "TraceBuilder":
         """A CPU op that spends cpu_us of host time, then launches each (kernel_name, dur_us)."""
         a = dict(args or {})
         if input_dims is not None:
@@ -106,8 +158,16 @@ class TraceBuilder:
         args = {"cbid": cbid, "correlation": c}
         if external_id is not None:
             args["External id"] = external_id
-        ev = {"ph": "X", "cat": "cuda_runtime", "name": name, "pid": PID, "tid": TID, "ts": self.now,
-              "dur": dur, "args": args}
+        ev = {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": name,
+            "pid": PID,
+            "tid": TID,
+            "ts": self.now,
+            "dur": dur,
+            "args": args,
+        }
         self.events.append(ev)
         self.now += dur
         return ev
@@ -115,24 +175,50 @@ class TraceBuilder:
     def _gpu_start(self, stream: int, launch_ts: float) -> float:
         return max(launch_ts + 2.0, self.stream_free.get(stream, 0.0))
 
-    def kernel(self, name: str, dur_us: float, *, stream: int = 7, external_id: int | None = None,
-               args: dict | None = None) -> "TraceBuilder":
+    def kernel(
+        self, name: str, dur_us: float, *, stream: int = 7, external_id: int | None = None, args: dict | None = None
+    ) -> "TraceBuilder":
         if external_id is None and self._stack:
             external_id = self._stack[-1]["args"]["External id"]
         rt_name = "hipLaunchKernel" if self.rocm else "cudaLaunchKernel"
         rt = self._runtime(rt_name, self.launch_us, 211, external_id)
         start = self._gpu_start(stream, rt["ts"])
         self.stream_free[stream] = start + dur_us
-        kargs = {"device": 0, "stream": stream, "correlation": rt["args"]["correlation"],
-                 "grid": [132, 1, 1], "block": [256, 1, 1], **(args or {})}
+        kargs = {
+            "device": 0,
+            "stream": stream,
+            "correlation": rt["args"]["correlation"],
+            "grid": [132, 1, 1],
+            "block": [256, 1, 1],
+            **(args or {}),
+        }
         if external_id is not None:
             kargs["External id"] = external_id
-        self.events.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream,
-                            "ts": start, "dur": dur_us, "args": kargs})
+        self.events.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": name,
+                "pid": 0,
+                "tid": stream,
+                "ts": start,
+                "dur": dur_us,
+                "args": kargs,
+            }
+        )
         return self
 
-    def memcpy(self, kind: str = "HtoD", src: str = "Pageable", dst: str = "Device", nbytes: int = 1 << 20,
-               dur_us: float = 100.0, *, stream: int = 7, blocking: bool | None = None) -> "TraceBuilder":
+    def memcpy(
+        self,
+        kind: str = "HtoD",
+        src: str = "Pageable",
+        dst: str = "Device",
+        nbytes: int = 1 << 20,
+        dur_us: float = 100.0,
+        *,
+        stream: int = 7,
+        blocking: bool | None = None,
+    ) -> "TraceBuilder":
         """A copy; pageable HtoD and any DtoH block the host until the copy is done (CUDA semantics)."""
         if self.rocm:
             src = "Host" if src in ("Pageable", "Pinned") else src
@@ -141,12 +227,27 @@ class TraceBuilder:
         rt = self._runtime("hipMemcpyAsync" if self.rocm else "cudaMemcpyAsync", 5.0, 41, ext)
         start = self._gpu_start(stream, rt["ts"])
         self.stream_free[stream] = start + dur_us
-        args = {"device": 0, "stream": stream, "correlation": rt["args"]["correlation"], "bytes": nbytes,
-                "memory bandwidth (GB/s)": nbytes / (dur_us * 1e3)}
+        args = {
+            "device": 0,
+            "stream": stream,
+            "correlation": rt["args"]["correlation"],
+            "bytes": nbytes,
+            "memory bandwidth (GB/s)": nbytes / (dur_us * 1e3),
+        }
         if ext is not None:
             args["External id"] = ext
-        self.events.append({"ph": "X", "cat": "gpu_memcpy", "name": f"Memcpy {kind} ({src} -> {dst})",
-                            "pid": 0, "tid": stream, "ts": start, "dur": dur_us, "args": args})
+        self.events.append(
+            {
+                "ph": "X",
+                "cat": "gpu_memcpy",
+                "name": f"Memcpy {kind} ({src} -> {dst})",
+                "pid": 0,
+                "tid": stream,
+                "ts": start,
+                "dur": dur_us,
+                "args": args,
+            }
+        )
         if blocking is None:
             blocking = (kind == "HtoD" and src == "Pageable") or kind == "DtoH"
         if blocking:
@@ -190,7 +291,14 @@ class TraceBuilder:
         doc["baseTimeNanoseconds"] = 1_700_000_000_000_000_000
         doc["traceEvents"] = [
             {"name": "process_name", "ph": "M", "ts": 0, "pid": PID, "tid": 0, "args": {"name": "python3"}},
-            {"name": "thread_name", "ph": "M", "ts": 0, "pid": PID, "tid": TID, "args": {"name": "thread 4242 (python3)"}},
+            {
+                "name": "thread_name",
+                "ph": "M",
+                "ts": 0,
+                "pid": PID,
+                "tid": TID,
+                "args": {"name": "thread 4242 (python3)"},
+            },
         ] + [dict(e) for e in self.events]
         return doc
 
@@ -212,10 +320,20 @@ ELEMENTWISE = "void at::native::vectorized_elementwise_kernel<4, at::native::CUD
 
 
 def _healthy_layer(t: TraceBuilder, scale: float = 1.0) -> None:
-    t.op("aten::linear", kernels=[(GEMM_BF16, 800 * scale)], cpu_us=15,
-         input_dims=[[8, 1024, 2048], [2048, 2048], [2048]], input_type=["c10::BFloat16"] * 3)
-    t.op("aten::scaled_dot_product_attention", kernels=[(FLASH_FWD, 600 * scale)], cpu_us=15,
-         input_dims=[[8, 16, 1024, 128]] * 3, input_type=["c10::BFloat16"] * 3)
+    t.op(
+        "aten::linear",
+        kernels=[(GEMM_BF16, 800 * scale)],
+        cpu_us=15,
+        input_dims=[[8, 1024, 2048], [2048, 2048], [2048]],
+        input_type=["c10::BFloat16"] * 3,
+    )
+    t.op(
+        "aten::scaled_dot_product_attention",
+        kernels=[(FLASH_FWD, 600 * scale)],
+        cpu_us=15,
+        input_dims=[[8, 16, 1024, 128]] * 3,
+        input_type=["c10::BFloat16"] * 3,
+    )
     t.op("aten::add", kernels=[(ELEMENTWISE, 100 * scale)], cpu_us=8)
 
 

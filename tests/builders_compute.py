@@ -3,6 +3,7 @@
 Every step ends with a device synchronise (step(wait_gpu=True)) so the GPU work of a step lies inside
 its ProfilerStep span; the tests derive their expected numbers from the constants below.
 """
+
 from __future__ import annotations
 
 from builders import ELEMENTWISE, FLASH_FWD, GEMM_BF16, TraceBuilder
@@ -10,35 +11,55 @@ from builders import ELEMENTWISE, FLASH_FWD, GEMM_BF16, TraceBuilder
 # --- fp32-gemm ----------------------------------------------------------------------------------------
 SGEMM_AMPERE = "ampere_sgemm_128x64_tn"
 SGEMM_VOLTA = "volta_sgemm_128x64_nt"
-GEMM_TF32 = ("sm80_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_stage3_warpsize2x2x1_tensor16x8x8_"
-             "execute_kernel__5x_cublas")
-GEMM_UNNAMED = "void gemm_kernel_impl<128, 64, 8>(GemmParams)"      # a name that tells no precision
-ELEMENTWISE_F32 = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
-                   "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)")
+GEMM_TF32 = (
+    "sm80_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_stage3_warpsize2x2x1_tensor16x8x8_"
+    "execute_kernel__5x_cublas"
+)
+GEMM_UNNAMED = "void gemm_kernel_impl<128, 64, 8>(GemmParams)"  # a name that tells no precision
+ELEMENTWISE_F32 = (
+    "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
+    "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)"
+)
 GEMM_STEPS = 4
 GEMM_LAYERS = 12
-GEMM_US = 1000.0          # one fp32 GEMM kernel
-ADD_US = 100.0            # the elementwise kernel after it
-PASCAL = {"id": 0, "name": "Tesla P100-PCIE-16GB", "totalGlobalMem": 17_000_000_000, "computeMajor": 6,
-          "computeMinor": 0, "numSms": 56}
+GEMM_US = 1000.0  # one fp32 GEMM kernel
+ADD_US = 100.0  # the elementwise kernel after it
+PASCAL = {
+    "id": 0,
+    "name": "Tesla P100-PCIE-16GB",
+    "totalGlobalMem": 17_000_000_000,
+    "computeMajor": 6,
+    "computeMinor": 0,
+    "numSms": 56,
+}
 
 # --- eager-attention ------------------------------------------------------------------------------------
 ATT_STEPS = 3
 ATT_LAYERS = 6
 ATT_B, ATT_H, ATT_L, ATT_D = 8, 12, 1024, 64
-BMM_BF16 = ("void cutlass::Kernel2<cutlass_75_tensorop_bf16_s1688gemm_bf16_128x128_nn_align1>"
-            "(cutlass_75_tensorop_bf16_s1688gemm_bf16_128x128_nn_align1::Params)")
-SOFTMAX_FWD = ("void (anonymous namespace)::softmax_warp_forward<c10::BFloat16, c10::BFloat16, float, 10, false, false>"
-               "(c10::BFloat16*, c10::BFloat16 const*, int, int, int, bool const*, int, bool)")
-LOG_SOFTMAX_FWD = ("void (anonymous namespace)::softmax_warp_forward<float, float, float, 10, true, false>"
-                   "(float*, float const*, int, int, int, bool const*, int, bool)")
-DROPOUT = ("void at::native::(anonymous namespace)::fused_dropout_kernel_vec<c10::BFloat16, float, unsigned int, 1, 4, "
-           "bool>(at::cuda::detail::TensorInfo<c10::BFloat16, unsigned int>)")
-MUL_BF16 = ("void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<c10::BFloat16, c10::BFloat16, "
-            "c10::BFloat16, at::native::binary_internal::MulFunctor<float> >, at::detail::Array<char*, 2> >(int)")
-QKV_US = 300.0            # the projection GEMMs around attention (not part of it)
-BMM_US = 200.0            # each attention bmm (Q.K^T and P.V)
-SCALE_US = 50.0           # the scale multiply
+BMM_BF16 = (
+    "void cutlass::Kernel2<cutlass_75_tensorop_bf16_s1688gemm_bf16_128x128_nn_align1>"
+    "(cutlass_75_tensorop_bf16_s1688gemm_bf16_128x128_nn_align1::Params)"
+)
+SOFTMAX_FWD = (
+    "void (anonymous namespace)::softmax_warp_forward<c10::BFloat16, c10::BFloat16, float, 10, false, false>"
+    "(c10::BFloat16*, c10::BFloat16 const*, int, int, int, bool const*, int, bool)"
+)
+LOG_SOFTMAX_FWD = (
+    "void (anonymous namespace)::softmax_warp_forward<float, float, float, 10, true, false>"
+    "(float*, float const*, int, int, int, bool const*, int, bool)"
+)
+DROPOUT = (
+    "void at::native::(anonymous namespace)::fused_dropout_kernel_vec<c10::BFloat16, float, unsigned int, 1, 4, "
+    "bool>(at::cuda::detail::TensorInfo<c10::BFloat16, unsigned int>)"
+)
+MUL_BF16 = (
+    "void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<c10::BFloat16, c10::BFloat16, "
+    "c10::BFloat16, at::native::binary_internal::MulFunctor<float> >, at::detail::Array<char*, 2> >(int)"
+)
+QKV_US = 300.0  # the projection GEMMs around attention (not part of it)
+BMM_US = 200.0  # each attention bmm (Q.K^T and P.V)
+SCALE_US = 50.0  # the scale multiply
 SOFTMAX_US = 400.0
 DROPOUT_US = 100.0
 
@@ -46,16 +67,20 @@ DROPOUT_US = 100.0
 PAD_STEPS = 4
 PAD_LAYERS = 8
 PAD_B, PAD_L = 8, 512
-PAD_REAL = 1536            # real tokens per step out of PAD_B * PAD_L = 4096
+PAD_REAL = 1536  # real tokens per step out of PAD_B * PAD_L = 4096
 LINEAR_US = 600.0
 SDPA_US = 300.0
-OPT_US = 800.0             # optimizer kernel: does not scale with tokens
-EFFICIENT_FWD = ("fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<cutlass::bfloat16_t, "
-                 "cutlass::arch::Sm80, true, 64, 64, 64, true, true>::Params)")
-FUSED_ADAMW = ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
-               "FusedOptimizerTensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4>>")
+OPT_US = 800.0  # optimizer kernel: does not scale with tokens
+EFFICIENT_FWD = (
+    "fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<cutlass::bfloat16_t, "
+    "cutlass::arch::Sm80, true, 64, 64, 64, true, true>::Params)"
+)
+FUSED_ADAMW = (
+    "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+    "FusedOptimizerTensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4>>"
+)
 VARYING_L = (173, 301, 256, 419)
-VARLEN_Q = 2500           # real tokens per step seen by the varlen attention kernel (of PAD_B * PAD_L)
+VARLEN_Q = 2500  # real tokens per step seen by the varlen attention kernel (of PAD_B * PAD_L)
 
 
 def _gemm_steps(gpu: str, kname: str, in_type: str = "float") -> TraceBuilder:
@@ -63,10 +88,18 @@ def _gemm_steps(gpu: str, kname: str, in_type: str = "float") -> TraceBuilder:
     for _ in range(GEMM_STEPS):
         with t.step(wait_gpu=True):
             for _ in range(GEMM_LAYERS):
-                t.op("aten::mm", kernels=[(kname, GEMM_US)], input_dims=[[4096, 4096], [4096, 4096]],
-                     input_type=[in_type, in_type])
-                t.op("aten::add", kernels=[(ELEMENTWISE_F32, ADD_US)], input_dims=[[4096, 4096], [4096, 4096], []],
-                     input_type=[in_type, in_type, "Scalar"])
+                t.op(
+                    "aten::mm",
+                    kernels=[(kname, GEMM_US)],
+                    input_dims=[[4096, 4096], [4096, 4096]],
+                    input_type=[in_type, in_type],
+                )
+                t.op(
+                    "aten::add",
+                    kernels=[(ELEMENTWISE_F32, ADD_US)],
+                    input_dims=[[4096, 4096], [4096, 4096], []],
+                    input_type=[in_type, in_type, "Scalar"],
+                )
     return t
 
 
@@ -104,19 +137,25 @@ def build_fp32_gemm_pascal() -> TraceBuilder:
 
 # --- eager attention ----------------------------------------------------------------------------------
 
+
 def _eager_layer(t: TraceBuilder, shapes: bool = True) -> None:
     b, h, l, d = ATT_B, ATT_H, ATT_L, ATT_D
 
     def dims(x):
         return x if shapes else None
+
     bf = ["c10::BFloat16"] * 2
     t.op("aten::linear", kernels=[(GEMM_BF16, QKV_US)], input_dims=dims([[b, l, h * d], [3 * h * d, h * d]]))
     with t.span("aten::matmul", args={"Input Dims": [[b, h, l, d], [b, h, d, l]]} if shapes else None):
         t.op("aten::bmm", kernels=[(BMM_BF16, BMM_US)], input_dims=dims([[b * h, l, d], [b * h, d, l]]), input_type=bf)
     t.op("aten::mul", kernels=[(MUL_BF16, SCALE_US)], input_dims=dims([[b, h, l, l], []]))
     with t.span("aten::softmax"):
-        t.op("aten::_softmax", kernels=[(SOFTMAX_FWD, SOFTMAX_US)], input_dims=dims([[b, h, l, l], [], []]),
-             input_type=["c10::BFloat16", "Scalar", "Scalar"])
+        t.op(
+            "aten::_softmax",
+            kernels=[(SOFTMAX_FWD, SOFTMAX_US)],
+            input_dims=dims([[b, h, l, l], [], []]),
+            input_type=["c10::BFloat16", "Scalar", "Scalar"],
+        )
     with t.span("aten::dropout"):
         t.op("aten::native_dropout", kernels=[(DROPOUT, DROPOUT_US)], input_dims=dims([[b, h, l, l], [], []]))
     with t.span("aten::matmul"):
@@ -130,7 +169,11 @@ def _classifier(t: TraceBuilder, shapes: bool = True) -> None:
     with t.span("aten::softmax"):
         t.op("aten::_softmax", kernels=[(SOFTMAX_FWD, 20)], input_dims=[[ATT_B, 1000], [], []] if shapes else None)
     with t.span("aten::log_softmax"):
-        t.op("aten::_log_softmax", kernels=[(LOG_SOFTMAX_FWD, 20)], input_dims=[[ATT_B, 1000], [], []] if shapes else None)
+        t.op(
+            "aten::_log_softmax",
+            kernels=[(LOG_SOFTMAX_FWD, 20)],
+            input_dims=[[ATT_B, 1000], [], []] if shapes else None,
+        )
 
 
 def build_eager_attention(shapes: bool = True) -> TraceBuilder:
@@ -144,8 +187,10 @@ def build_eager_attention(shapes: bool = True) -> TraceBuilder:
     return t
 
 
-SOFTMAX_BWD = ("void (anonymous namespace)::softmax_warp_backward<c10::BFloat16, c10::BFloat16, float, 10, false, false>"
-               "(c10::BFloat16*, c10::BFloat16 const*, c10::BFloat16 const*, int, int, int, bool const*)")
+SOFTMAX_BWD = (
+    "void (anonymous namespace)::softmax_warp_backward<c10::BFloat16, c10::BFloat16, float, 10, false, false>"
+    "(c10::BFloat16*, c10::BFloat16 const*, c10::BFloat16 const*, int, int, int, bool const*)"
+)
 
 
 def _eager_layer_backward(t: TraceBuilder) -> None:
@@ -156,10 +201,17 @@ def _eager_layer_backward(t: TraceBuilder) -> None:
         t.op("aten::bmm", kernels=[(BMM_BF16, BMM_US)], input_dims=[[b * h, l, d], [b * h, d, l]])
         t.op("aten::bmm", kernels=[(BMM_BF16, BMM_US)], input_dims=[[b * h, l, l], [b * h, l, d]])
     with t.span("autograd::engine::evaluate_function: NativeDropoutBackward0"):
-        t.op("aten::native_dropout_backward", kernels=[(MUL_BF16, DROPOUT_US)], input_dims=[[b, h, l, l], [b, h, l, l], []])
+        t.op(
+            "aten::native_dropout_backward",
+            kernels=[(MUL_BF16, DROPOUT_US)],
+            input_dims=[[b, h, l, l], [b, h, l, l], []],
+        )
     with t.span("autograd::engine::evaluate_function: SoftmaxBackward0"):
-        t.op("aten::_softmax_backward_data", kernels=[(SOFTMAX_BWD, SOFTMAX_US)],
-             input_dims=[[b, h, l, l], [b, h, l, l], [], []])
+        t.op(
+            "aten::_softmax_backward_data",
+            kernels=[(SOFTMAX_BWD, SOFTMAX_US)],
+            input_dims=[[b, h, l, l], [b, h, l, l], [], []],
+        )
     with t.span("autograd::engine::evaluate_function: MulBackward0"):
         t.op("aten::mul", kernels=[(MUL_BF16, SCALE_US)], input_dims=[[b, h, l, l], []])
     with t.span("autograd::engine::evaluate_function: BmmBackward0"):
@@ -204,8 +256,10 @@ def build_sdpa_flash() -> TraceBuilder:
         with t.step(wait_gpu=True):
             for _ in range(ATT_LAYERS):
                 t.op("aten::linear", kernels=[(GEMM_BF16, QKV_US)])
-                with t.span("aten::scaled_dot_product_attention",
-                            args={"Input Dims": [[ATT_B, ATT_H, ATT_L, ATT_D]] * 3 + [[], [], []]}):
+                with t.span(
+                    "aten::scaled_dot_product_attention",
+                    args={"Input Dims": [[ATT_B, ATT_H, ATT_L, ATT_D]] * 3 + [[], [], []]},
+                ):
                     with t.span("aten::_scaled_dot_product_flash_attention"):
                         t.op("aten::_flash_attention_forward", kernels=[(FLASH_FWD, 500)])
                 t.op("aten::linear", kernels=[(GEMM_BF16, QKV_US)])
@@ -227,18 +281,28 @@ def build_classifier_softmax() -> TraceBuilder:
 
 # --- padding waste --------------------------------------------------------------------------------------
 
+
 def _lm_step(t: TraceBuilder, b: int, l: int, *, mask: bool, varlen_q: int | None = None) -> None:
-    t.op("aten::embedding", kernels=[(ELEMENTWISE, 20)], input_dims=[[32000, 1024], [b, l], [], [], []],
-         input_type=["c10::BFloat16", "long int", "Scalar", "Scalar", "Scalar"])
+    t.op(
+        "aten::embedding",
+        kernels=[(ELEMENTWISE, 20)],
+        input_dims=[[32000, 1024], [b, l], [], [], []],
+        input_type=["c10::BFloat16", "long int", "Scalar", "Scalar", "Scalar"],
+    )
     for _ in range(PAD_LAYERS):
         t.op("aten::linear", kernels=[(GEMM_BF16, LINEAR_US)], input_dims=[[b, l, 1024], [3072, 1024]])
         if varlen_q is not None:
-            t.op("flash_attn::_flash_attn_varlen_forward", kernels=[(FLASH_FWD, SDPA_US)],
-                 input_dims=[[varlen_q, 16, 64], [varlen_q, 16, 64], [varlen_q, 16, 64], [b + 1], [b + 1]])
+            t.op(
+                "flash_attn::_flash_attn_varlen_forward",
+                kernels=[(FLASH_FWD, SDPA_US)],
+                input_dims=[[varlen_q, 16, 64], [varlen_q, 16, 64], [varlen_q, 16, 64], [b + 1], [b + 1]],
+            )
         else:
             q = [b, 16, l, 64]
-            with t.span("aten::scaled_dot_product_attention",
-                        args={"Input Dims": [q, q, q, [b, 1, l, l] if mask else [], [], [], [], []]}):
+            with t.span(
+                "aten::scaled_dot_product_attention",
+                args={"Input Dims": [q, q, q, [b, 1, l, l] if mask else [], [], [], [], []]},
+            ):
                 if mask:
                     t.op("aten::_scaled_dot_product_efficient_attention", kernels=[(EFFICIENT_FWD, SDPA_US)])
                 else:
@@ -249,9 +313,13 @@ def _lm_step(t: TraceBuilder, b: int, l: int, *, mask: bool, varlen_q: int | Non
 
 
 def _run_config(steps: list[dict] | None, **config) -> dict:
-    return {"schema_version": 1, "source": "hf_trainer", "framework": {"torch": "2.5.1", "transformers": "4.46.0"},
-            "config": {"per_device_train_batch_size": PAD_B, "packing": None, "padding_free": None, **config},
-            "steps": steps or []}
+    return {
+        "schema_version": 1,
+        "source": "hf_trainer",
+        "framework": {"torch": "2.5.1", "transformers": "4.46.0"},
+        "config": {"per_device_train_batch_size": PAD_B, "packing": None, "padding_free": None, **config},
+        "steps": steps or [],
+    }
 
 
 def build_padding_metadata() -> TraceBuilder:
@@ -259,8 +327,15 @@ def build_padding_metadata() -> TraceBuilder:
     t = TraceBuilder("H100")
     steps = []
     for _ in range(PAD_STEPS):
-        steps.append({"step": t.step_no, "batch_size": PAD_B, "seq_len": PAD_L, "real_tokens": PAD_REAL,
-                      "padded_tokens": PAD_B * PAD_L})
+        steps.append(
+            {
+                "step": t.step_no,
+                "batch_size": PAD_B,
+                "seq_len": PAD_L,
+                "real_tokens": PAD_REAL,
+                "padded_tokens": PAD_B * PAD_L,
+            }
+        )
         with t.step(wait_gpu=True):
             _lm_step(t, PAD_B, PAD_L, mask=True)
     t.meta["traceinspect"] = _run_config(steps, max_seq_length=PAD_L)
@@ -290,8 +365,15 @@ def build_packed() -> TraceBuilder:
     t = TraceBuilder("H100")
     steps = []
     for _ in range(PAD_STEPS):
-        steps.append({"step": t.step_no, "batch_size": 1, "seq_len": PAD_B * PAD_L, "real_tokens": PAD_B * PAD_L,
-                      "padded_tokens": PAD_B * PAD_L})
+        steps.append(
+            {
+                "step": t.step_no,
+                "batch_size": 1,
+                "seq_len": PAD_B * PAD_L,
+                "real_tokens": PAD_B * PAD_L,
+                "padded_tokens": PAD_B * PAD_L,
+            }
+        )
         with t.step(wait_gpu=True):
             _lm_step(t, 1, PAD_B * PAD_L, mask=False, varlen_q=PAD_B * PAD_L)
     t.meta["traceinspect"] = _run_config(steps, packing=True)

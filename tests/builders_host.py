@@ -3,6 +3,7 @@
 Each function returns a TraceBuilder (see builders.py). HostTraceBuilder adds the few host calls the
 base builder lacks: a blocking cudaFree, a torch.nonzero-style sync, an optimizer step annotation.
 """
+
 from __future__ import annotations
 
 from builders import ELEMENTWISE, GEMM_BF16, TraceBuilder, _healthy_layer
@@ -38,8 +39,13 @@ class HostTraceBuilder(TraceBuilder):
         return self
 
     def run_config(self, **config) -> "HostTraceBuilder":
-        self.meta["traceinspect"] = {"schema_version": 1, "source": "hf_trainer", "framework": {},
-                                     "config": config, "steps": []}
+        self.meta["traceinspect"] = {
+            "schema_version": 1,
+            "source": "hf_trainer",
+            "framework": {},
+            "config": config,
+            "steps": [],
+        }
         return self
 
 
@@ -49,6 +55,7 @@ def _forward_backward(t: TraceBuilder, layers: int) -> None:
 
 
 # --- launch-bound ----------------------------------------------------------------------------------
+
 
 def build_launch_bound_hf(steps: int = 3, kernels_per_step: int = 400) -> TraceBuilder:
     """builders.build_launch_bound with HF Trainer run_config: batch 1 x accumulation 16."""
@@ -79,6 +86,7 @@ def build_busy_short_kernels(steps: int = 3) -> TraceBuilder:
 
 
 # --- host-sync ---------------------------------------------------------------------------------------
+
 
 def build_item_sync(steps: int = 4, layers: int = 12, gemm_us: float = 300.0, after_us: float = 50.0) -> TraceBuilder:
     """`.item()` after every layer (e.g. logging a per-layer statistic), then after_us of Python.
@@ -124,8 +132,8 @@ def build_end_of_step_sync(steps: int = 4) -> TraceBuilder:
 
 # --- unfused optimizer --------------------------------------------------------------------------------
 
-OPT_CPU_US = 15.0     # host time of one per-parameter op before its launch
-OPT_KERNEL_US = 2.5   # each per-parameter kernel
+OPT_CPU_US = 15.0  # host time of one per-parameter op before its launch
+OPT_KERNEL_US = 2.5  # each per-parameter kernel
 
 
 def _optimizer_prologue(t: TraceBuilder, layers: int) -> None:
@@ -156,8 +164,9 @@ def build_unfused_optimizer(steps: int = 4, params: int = 200, layers: int = 6) 
 def build_unfused_optimizer_hf(steps: int = 4, params: int = 200) -> TraceBuilder:
     """build_unfused_optimizer with HF run_config: optim="adamw_torch", 1e8 parameters (H100)."""
     t = build_unfused_optimizer(steps, params)
-    HostTraceBuilder.run_config(t, per_device_train_batch_size=8, gradient_accumulation_steps=1,
-                                optim="adamw_torch", num_parameters=100_000_000)
+    HostTraceBuilder.run_config(
+        t, per_device_train_batch_size=8, gradient_accumulation_steps=1, optim="adamw_torch", num_parameters=100_000_000
+    )
     return t
 
 
@@ -174,8 +183,10 @@ def build_fused_optimizer(steps: int = 4, layers: int = 6) -> TraceBuilder:
 
 # --- allocator churn ----------------------------------------------------------------------------------
 
-def build_allocator_churn(steps: int = 4, layers: int = 6, free_us: float = 400.0, malloc_us: float = 200.0,
-                          gpu: str = "H100") -> TraceBuilder:
+
+def build_allocator_churn(
+    steps: int = 4, layers: int = 6, free_us: float = 400.0, malloc_us: float = 200.0, gpu: str = "H100"
+) -> TraceBuilder:
     """Dynamic shapes without a warm cache: every layer of every step frees (cudaFree waits for the
     device, then free_us) and re-allocates (cudaMalloc, malloc_us) while the GPU sits idle."""
     t = HostTraceBuilder(gpu)
@@ -203,8 +214,8 @@ def build_allocator_warmup(steps: int = 4, layers: int = 6) -> TraceBuilder:
 # --- host-bound ------------------------------------------------------------------------------------
 
 HOST_BOUND_STEPS = 4
-HOST_BOUND_CPU_US = 6000.0        # CPU-side tensor work on the launching thread, every step
-HOST_BOUND_OP = "aten::cat"       # ... done by an op that launches no kernel (CPU tensors)
+HOST_BOUND_CPU_US = 6000.0  # CPU-side tensor work on the launching thread, every step
+HOST_BOUND_OP = "aten::cat"  # ... done by an op that launches no kernel (CPU tensors)
 
 
 def build_host_bound(steps: int = HOST_BOUND_STEPS, cpu_us: float = HOST_BOUND_CPU_US) -> TraceBuilder:
@@ -222,9 +233,9 @@ def build_host_bound(steps: int = HOST_BOUND_STEPS, cpu_us: float = HOST_BOUND_C
 # --- eager attention masked behind launch-bound ------------------------------------------------------
 
 MASKED_ATT_STEPS = 3
-MASKED_ATT_CALLS = 20             # eager attention blocks per step
-MASKED_ATT_ADDS = 300             # other tiny ops per step
-MASKED_ATT_CPU_US = 20.0          # host time per op before its launch (plus the builder's 5 us launch call)
+MASKED_ATT_CALLS = 20  # eager attention blocks per step
+MASKED_ATT_ADDS = 300  # other tiny ops per step
+MASKED_ATT_CPU_US = 20.0  # host time per op before its launch (plus the builder's 5 us launch call)
 MASKED_ATT_KERNELS = (("bmm", 4.0), ("mul", 3.0), ("softmax", 4.0), ("dropout", 3.0), ("bmm", 4.0))
 
 
@@ -232,6 +243,7 @@ def build_launch_bound_eager_attention(steps: int = MASKED_ATT_STEPS) -> TraceBu
     """Batch 1: tiny kernels behind ~25 us of host time each (launch-bound), with eager attention
     (bmm -> mul -> softmax -> dropout -> bmm, 3-4 us kernels) MASKED_ATT_CALLS times per step."""
     from builders_compute import BMM_BF16, DROPOUT, MUL_BF16, SOFTMAX_FWD
+
     names = {"bmm": BMM_BF16, "mul": MUL_BF16, "softmax": SOFTMAX_FWD, "dropout": DROPOUT}
     b, h, l, d = 1, 12, 64, 64
     bf = ["c10::BFloat16"] * 2
@@ -244,16 +256,35 @@ def build_launch_bound_eager_attention(steps: int = MASKED_ATT_STEPS) -> TraceBu
                 if i % (MASKED_ATT_ADDS // MASKED_ATT_CALLS) == 0:
                     (_, bmm_us), (_, mul_us), (_, soft_us), (_, drop_us), _ = MASKED_ATT_KERNELS
                     with t.span("aten::matmul"):
-                        t.op("aten::bmm", kernels=[(names["bmm"], bmm_us)], cpu_us=c,
-                             input_dims=[[b * h, l, d], [b * h, d, l]], input_type=bf)
+                        t.op(
+                            "aten::bmm",
+                            kernels=[(names["bmm"], bmm_us)],
+                            cpu_us=c,
+                            input_dims=[[b * h, l, d], [b * h, d, l]],
+                            input_type=bf,
+                        )
                     t.op("aten::mul", kernels=[(names["mul"], mul_us)], cpu_us=c, input_dims=[[b, h, l, l], []])
                     with t.span("aten::softmax"):
-                        t.op("aten::_softmax", kernels=[(names["softmax"], soft_us)], cpu_us=c,
-                             input_dims=[[b, h, l, l], [], []], input_type=["c10::BFloat16", "Scalar", "Scalar"])
+                        t.op(
+                            "aten::_softmax",
+                            kernels=[(names["softmax"], soft_us)],
+                            cpu_us=c,
+                            input_dims=[[b, h, l, l], [], []],
+                            input_type=["c10::BFloat16", "Scalar", "Scalar"],
+                        )
                     with t.span("aten::dropout"):
-                        t.op("aten::native_dropout", kernels=[(names["dropout"], drop_us)], cpu_us=c,
-                             input_dims=[[b, h, l, l], [], []])
+                        t.op(
+                            "aten::native_dropout",
+                            kernels=[(names["dropout"], drop_us)],
+                            cpu_us=c,
+                            input_dims=[[b, h, l, l], [], []],
+                        )
                     with t.span("aten::matmul"):
-                        t.op("aten::bmm", kernels=[(names["bmm"], bmm_us)], cpu_us=c,
-                             input_dims=[[b * h, l, l], [b * h, l, d]], input_type=bf)
+                        t.op(
+                            "aten::bmm",
+                            kernels=[(names["bmm"], bmm_us)],
+                            cpu_us=c,
+                            input_dims=[[b * h, l, l], [b * h, l, d]],
+                            input_type=bf,
+                        )
     return t

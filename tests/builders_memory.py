@@ -6,6 +6,7 @@ Kineto (PyTorch >= 1.10) writes one instant per allocator call:
 `Bytes` is negative for a free; the totals are the allocator's counters after the call; Device Type 0
 is the CPU (Device Id -1), 1 is CUDA (also on ROCm builds). See SIGNATURES.md section 1.2.
 """
+
 from __future__ import annotations
 
 from builders import ELEMENTWISE, PID, TID, TraceBuilder
@@ -19,7 +20,7 @@ class MemoryTraceBuilder(HostTraceBuilder):
 
     def __init__(self, *args, fixed_bytes: float = 0, reserved_extra: float = 0, **kw):
         super().__init__(*args, **kw)
-        self.allocated = float(fixed_bytes)     # weights, grads, optimizer states: allocated before the window
+        self.allocated = float(fixed_bytes)  # weights, grads, optimizer states: allocated before the window
         self.reserved_extra = float(reserved_extra)
         self.addr = 0x7F0000000000
 
@@ -28,19 +29,40 @@ class MemoryTraceBuilder(HostTraceBuilder):
         if device_type != 0:
             self.allocated += nbytes
         self.addr += 512
-        self.events.append({"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": PID,
-                            "tid": TID, "ts": self.now,
-                            "args": {"Total Reserved": int(self.allocated + self.reserved_extra) if device_type else 0,
-                                     "Total Allocated": int(self.allocated) if device_type else int(abs(nbytes)),
-                                     "Bytes": int(nbytes), "Addr": self.addr,
-                                     "Device Id": device if device_type else -1, "Device Type": device_type}})
+        self.events.append(
+            {
+                "ph": "i",
+                "cat": "cpu_instant_event",
+                "s": "t",
+                "name": "[memory]",
+                "pid": PID,
+                "tid": TID,
+                "ts": self.now,
+                "args": {
+                    "Total Reserved": int(self.allocated + self.reserved_extra) if device_type else 0,
+                    "Total Allocated": int(self.allocated) if device_type else int(abs(nbytes)),
+                    "Bytes": int(nbytes),
+                    "Addr": self.addr,
+                    "Device Id": device if device_type else -1,
+                    "Device Type": device_type,
+                },
+            }
+        )
         self.now += 0.5
         return self
 
 
-def build_launch_bound_memory(steps: int = 3, kernels_per_step: int = 400, *, fixed_bytes: float = 60e9,
-                              act_bytes: float = 4e9, chunks: int = 4, batch: int = 1, accumulation: int = 16,
-                              gpu: str = "H100") -> MemoryTraceBuilder:
+def build_launch_bound_memory(
+    steps: int = 3,
+    kernels_per_step: int = 400,
+    *,
+    fixed_bytes: float = 60e9,
+    act_bytes: float = 4e9,
+    chunks: int = 4,
+    batch: int = 1,
+    accumulation: int = 16,
+    gpu: str = "H100",
+) -> MemoryTraceBuilder:
     """builders_host.build_launch_bound_hf with profile_memory=True: `fixed_bytes` allocated before the
     window (weights + grads + states), each step allocates `act_bytes` of activations in `chunks`
     pieces during the forward, and frees them in the backward; a small CPU allocation per step."""
@@ -51,11 +73,11 @@ def build_launch_bound_memory(steps: int = 3, kernels_per_step: int = 400, *, fi
     for _ in range(steps):
         with t.step():
             t.mem(4096, device_type=0)
-            for _ in range(chunks):                       # forward: activations pile up
+            for _ in range(chunks):  # forward: activations pile up
                 t.mem(act_bytes / chunks)
                 for _ in range(per):
                     t.op("aten::add", kernels=[(ELEMENTWISE, 3.0)], cpu_us=20)
-            for _ in range(chunks):                       # backward: they are freed
+            for _ in range(chunks):  # backward: they are freed
                 for _ in range(per):
                     t.op("aten::add", kernels=[(ELEMENTWISE, 3.0)], cpu_us=20)
                 t.mem(-act_bytes / chunks)
@@ -65,4 +87,5 @@ def build_launch_bound_memory(steps: int = 3, kernels_per_step: int = 400, *, fi
 def build_launch_bound_no_memory() -> TraceBuilder:
     """builders_host.build_launch_bound_hf: captured without profile_memory."""
     from builders_host import build_launch_bound_hf
+
     return build_launch_bound_hf()

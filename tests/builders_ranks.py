@@ -7,41 +7,67 @@ host launches it; the slowed rank's host spends SLOW_US in the DataLoader first,
 after the others, and NCCL keeps every other rank's kernel spinning until it arrives: their kernels
 last SLOW_US + XFER_US, its own XFER_US, and all end together.
 """
+
 from __future__ import annotations
 
 from builders_transfer import ALLREDUCE, TransferBuilder, _gemm
 
-SLOW_US = 3000.0        # the slowed rank's extra host time before collective #1 of each step
-XFER_US = 400.0         # an all-reduce's own transfer time, the same on every rank
-NUMEL = 4_000_000       # elements per all-reduce (bf16, the kernel name says so)
+SLOW_US = 3000.0  # the slowed rank's extra host time before collective #1 of each step
+XFER_US = 400.0  # an all-reduce's own transfer time, the same on every rank
+NUMEL = 4_000_000  # elements per all-reduce (bf16, the kernel name says so)
 COLLECTIVES_PER_STEP = 2
-HOST_OFFSET_US = 250_000.0   # clock of host 1 minus clock of host 0
+HOST_OFFSET_US = 250_000.0  # clock of host 1 minus clock of host 0
 
 
-def build_rank(rank: int, world: int, *, slow_rank: int | None, steps: int = 3, slow_at: int = 1,
-               gpus_per_host: int | None = None, offset_us: float = 0.0) -> TransferBuilder:
+def build_rank(
+    rank: int,
+    world: int,
+    *,
+    slow_rank: int | None,
+    steps: int = 3,
+    slow_at: int = 1,
+    gpus_per_host: int | None = None,
+    offset_us: float = 0.0,
+) -> TransferBuilder:
     t = TransferBuilder(rank=rank, world_size=world, node_gpus=gpus_per_host or world)
     for _ in range(steps):
         with t.step(wait_gpu=True):
             for c in range(COLLECTIVES_PER_STEP):
                 for _ in range(4):
                     _gemm(t, "aten::linear", 1000)
-                t.sync()                                  # the host waits for the GPU, then launches
+                t.sync()  # the host waits for the GPU, then launches
                 late = rank == slow_rank and c == slow_at
                 if late:
                     t.dataloader(SLOW_US)
                 wait = 0.0 if late or slow_rank is None or c != slow_at else SLOW_US
                 with t.span("record_param_comms", args={"Collective name": "allreduce"}):
-                    t.kernel(ALLREDUCE, wait + XFER_US, stream=20,
-                             args={"Collective name": "allreduce", "In msg nelems": NUMEL,
-                                   "Out msg nelems": NUMEL, "Group size": world, "dtype": "BFloat16"})
+                    t.kernel(
+                        ALLREDUCE,
+                        wait + XFER_US,
+                        stream=20,
+                        args={
+                            "Collective name": "allreduce",
+                            "In msg nelems": NUMEL,
+                            "Out msg nelems": NUMEL,
+                            "Group size": world,
+                            "dtype": "BFloat16",
+                        },
+                    )
                 t.sync()
     t.offset_us = offset_us
     return t
 
 
-def write_run(d, world: int = 4, *, slow_rank: int | None = 2, steps: int = 3, gpus_per_host: int = 2,
-              host_offset_us: float = HOST_OFFSET_US, skip: tuple[int, ...] = ()) -> list:
+def write_run(
+    d,
+    world: int = 4,
+    *,
+    slow_rank: int | None = 2,
+    steps: int = 3,
+    gpus_per_host: int = 2,
+    host_offset_us: float = HOST_OFFSET_US,
+    skip: tuple[int, ...] = (),
+) -> list:
     """One run's folder: rank r lives on host r // gpus_per_host, whose clock is that many times
     host_offset_us ahead of host 0's. Returns the written paths."""
     paths = []

@@ -3,29 +3,32 @@
 TransferBuilder adds cross-stream waits (cudaStreamWaitEvent semantics) and collective kernels to
 TraceBuilder, so overlap between a communication / copy stream and the compute stream can be modelled.
 """
+
 from __future__ import annotations
 
 from builders import ELEMENTWISE, GEMM_BF16, TraceBuilder, _healthy_layer
 
 MiB = 1 << 20
 ALLREDUCE = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
-FUSED_ADAM = ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
-              "FusedOptimizerTensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4>>")
+FUSED_ADAM = (
+    "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+    "FusedOptimizerTensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4>>"
+)
 
 # cpu-offload builder inputs (the tests derive expected numbers from these)
-OFFLOAD_CHUNK = 64 * MiB          # one gradient / parameter chunk
-OFFLOAD_CHUNKS = 16               # chunks per direction per step
-OFFLOAD_COPY_US = 6400.0          # pageable PCIe copy of one chunk (~10.5 GB/s)
-CPU_ADAM_US = 100_000.0           # DeepSpeedCPUAdam.step on the host
+OFFLOAD_CHUNK = 64 * MiB  # one gradient / parameter chunk
+OFFLOAD_CHUNKS = 16  # chunks per direction per step
+OFFLOAD_COPY_US = 6400.0  # pageable PCIe copy of one chunk (~10.5 GB/s)
+CPU_ADAM_US = 100_000.0  # DeepSpeedCPUAdam.step on the host
 
 # exposed-communication builder inputs
 NCCL_BUCKETS = 4
 NCCL_US = 3000.0
 
 # pageable-memcpy builder inputs
-INPUT_BYTES = 20_000_000          # one pageable input batch copy: 20 MB in 2 ms = 10 GB/s
+INPUT_BYTES = 20_000_000  # one pageable input batch copy: 20 MB in 2 ms = 10 GB/s
 INPUT_COPY_US = 2000.0
-OUTPUT_BYTES = 50_000_000         # logits to pageable host memory: 50 MB in 5 ms = 10 GB/s
+OUTPUT_BYTES = 50_000_000  # logits to pageable host memory: 50 MB in 5 ms = 10 GB/s
 OUTPUT_COPY_US = 5000.0
 
 
@@ -36,7 +39,7 @@ class TransferBuilder(TraceBuilder):
 
     def build(self) -> dict:
         doc = super().build()
-        if self.node_gpus > 1:   # one node's GPUs, as Kineto lists every visible device
+        if self.node_gpus > 1:  # one node's GPUs, as Kineto lists every visible device
             doc["deviceProperties"] = [dict(doc["deviceProperties"][0], id=i) for i in range(self.node_gpus)]
         return doc
 
@@ -46,8 +49,9 @@ class TransferBuilder(TraceBuilder):
         self.stream_free[waiter] = max(self.stream_free.get(waiter, 0.0), self.stream_free.get(on, 0.0))
         return self
 
-    def collective(self, coll: str, dur_us: float, *, stream: int = 20, kernel: str = ALLREDUCE,
-                   numel: int | None = None) -> "TransferBuilder":
+    def collective(
+        self, coll: str, dur_us: float, *, stream: int = 20, kernel: str = ALLREDUCE, numel: int | None = None
+    ) -> "TransferBuilder":
         """record_param_comms launching one NCCL kernel that carries the 'Collective name' arg; numel
         records the flattened bucket's shape (record_shapes=True)."""
         args = {"Collective name": coll}
@@ -72,7 +76,7 @@ def build_cpu_offload(steps: int = 3) -> TransferBuilder:
         with t.step(wait_gpu=True):
             t.dataloader(50, workers=True)
             with t.span("aten::to"):
-                t.memcpy("HtoD", "Pinned", "Device", nbytes=MiB, dur_us=40)   # the input batch
+                t.memcpy("HtoD", "Pinned", "Device", nbytes=MiB, dur_us=40)  # the input batch
             for _ in range(12):
                 _gemm(t, "aten::linear", 2000)
             for _ in range(12):
@@ -105,19 +109,20 @@ def build_fsdp_param_offload(steps: int = 3) -> TransferBuilder:
                     t.wait_stream(7, 9)
                     if i + 1 < layers:
                         with t.span(f"FSDP::pre_{phase}", cat="user_annotation"):
-                            t.memcpy("HtoD", "Pinned", "Device", nbytes=32 * MiB, dur_us=1400, stream=9,
-                                     blocking=False)
-                    _gemm(t, "aten::linear" if phase == "forward" else "autograd::engine::evaluate_function: "
-                          "MmBackward0", 1000)
+                            t.memcpy("HtoD", "Pinned", "Device", nbytes=32 * MiB, dur_us=1400, stream=9, blocking=False)
+                    _gemm(
+                        t,
+                        "aten::linear" if phase == "forward" else "autograd::engine::evaluate_function: MmBackward0",
+                        1000,
+                    )
                     if phase == "backward":
                         t.wait_stream(9, 7)
                         with t.span("FSDP::post_backward_reduce", cat="user_annotation"):
-                            t.memcpy("DtoH", "Device", "Pinned", nbytes=32 * MiB, dur_us=1400, stream=9,
-                                     blocking=False)
+                            t.memcpy("DtoH", "Device", "Pinned", nbytes=32 * MiB, dur_us=1400, stream=9, blocking=False)
             t.sync("cudaStreamSynchronize")
             with t.span("Optimizer.step#AdamW.step", cat="user_annotation"):
                 for _ in range(40):
-                    t.op("aten::_foreach_add_", cpu_us=1000)       # CPU tensors: no kernels
+                    t.op("aten::_foreach_add_", cpu_us=1000)  # CPU tensors: no kernels
     return t
 
 
@@ -164,8 +169,13 @@ def build_pageable_outputs(steps: int = 4) -> TransferBuilder:
     return t
 
 
-def _ddp_step(t: TransferBuilder, overlapped: bool, bucket_us: float = NCCL_US, numel: int | None = None,
-              buckets: int = NCCL_BUCKETS) -> None:
+def _ddp_step(
+    t: TransferBuilder,
+    overlapped: bool,
+    bucket_us: float = NCCL_US,
+    numel: int | None = None,
+    buckets: int = NCCL_BUCKETS,
+) -> None:
     t.dataloader(50, workers=True)
     t.memcpy("HtoD", "Pinned", "Device", nbytes=MiB, dur_us=40)
     for _ in range(12):
@@ -173,12 +183,12 @@ def _ddp_step(t: TransferBuilder, overlapped: bool, bucket_us: float = NCCL_US, 
     for i in range(12):
         _gemm(t, "autograd::engine::evaluate_function: MmBackward0", 1000)
         if overlapped and i % 3 == 2 and i < 11:
-            t.collective("allreduce", 500)          # a bucket is ready: reduced while backward continues
+            t.collective("allreduce", 500)  # a bucket is ready: reduced while backward continues
     if overlapped:
         t.wait_stream(20, 7)
-        t.collective("allreduce", 200)              # the last bucket cannot overlap
+        t.collective("allreduce", 200)  # the last bucket cannot overlap
     else:
-        t.wait_stream(20, 7)                        # all buckets reduced only after backward
+        t.wait_stream(20, 7)  # all buckets reduced only after backward
         for _ in range(buckets):
             t.collective("allreduce", bucket_us, numel=numel)
     t.wait_stream(7, 20)
@@ -206,8 +216,8 @@ def build_overlapped_nccl(steps: int = 3) -> TransferBuilder:
     return t
 
 
-STRAGGLER_NUMEL = 2_873_320        # elements of one gradient bucket
-STRAGGLER_US = 8000.0              # its all-reduce kernel: mostly spinning until the slow rank arrives
+STRAGGLER_NUMEL = 2_873_320  # elements of one gradient bucket
+STRAGGLER_US = 8000.0  # its all-reduce kernel: mostly spinning until the slow rank arrives
 
 
 def build_straggler_nccl(steps: int = 3) -> TransferBuilder:

@@ -1,5 +1,6 @@
 """Builders for the what-if replay: each comes in a before and an after form, so the step time a fix
 should give is known by construction (the after trace is built, not guessed)."""
+
 from __future__ import annotations
 
 from builders import ELEMENTWISE, GEMM_BF16, GEMM_FP32_SIMT, TraceBuilder
@@ -7,8 +8,9 @@ from builders import ELEMENTWISE, GEMM_BF16, GEMM_FP32_SIMT, TraceBuilder
 STEPS = 4
 
 
-def build_stall_and_host_bound(load_us: float = 5000.0, cpu_us: float = 900.0, kernel_us: float = 400.0,
-                               steps: int = STEPS) -> TraceBuilder:
+def build_stall_and_host_bound(
+    load_us: float = 5000.0, cpu_us: float = 900.0, kernel_us: float = 400.0, steps: int = STEPS
+) -> TraceBuilder:
     """Each step: the DataLoader holds the host load_us, then 20 launches each behind cpu_us of other host
     work (kernel_us of GPU each, so the GPU idles cpu_us + 10 + 5 - kernel_us between kernels), then a
     device sync. The fixed run is the same loop with load_us=100 (prefetched) and cpu_us=0."""
@@ -30,8 +32,13 @@ def build_host_bound_fp32(kernel_us: float = 400.0, steps: int = STEPS) -> Trace
         with t.step(wait_gpu=True):
             for _ in range(20):
                 t.cpu(900)
-                t.op("aten::mm", kernels=[(GEMM_FP32_SIMT, kernel_us)], cpu_us=10,
-                     input_dims=[[2048, 2048], [2048, 2048]], input_type=["float", "float"])
+                t.op(
+                    "aten::mm",
+                    kernels=[(GEMM_FP32_SIMT, kernel_us)],
+                    cpu_us=10,
+                    input_dims=[[2048, 2048], [2048, 2048]],
+                    input_type=["float", "float"],
+                )
     return t
 
 
@@ -42,7 +49,7 @@ def build_stream_wait(first_us: float = 3000.0, steps: int = STEPS) -> TraceBuil
     for _ in range(steps):
         with t.step(wait_gpu=True):
             t.op("aten::mm", kernels=[(GEMM_BF16, first_us)], stream=7)
-            t.stream_free[8] = max(t.stream_free.get(8, 0.0), t.stream_free[7])   # the event wait
+            t.stream_free[8] = max(t.stream_free.get(8, 0.0), t.stream_free[7])  # the event wait
             t.op("aten::add", kernels=[(GEMM_BF16, 500.0)], stream=8)
     return t
 
@@ -65,20 +72,29 @@ def build_item_syncs(item: bool = True, steps: int = STEPS) -> TraceBuilder:
 # Each comes with its fixed form: the same loop built with the fix, so the replay of the fix on the first
 # has a known answer.
 
+
 def build_offload_loop(offload: bool = True, steps: int = 3):
     """ZeRO-Offload on an H100 (builders_transfer.build_cpu_offload's loop): 12 + 12 bf16 GEMMs of 2 ms,
     16 x 64 MiB gradient chunks device-to-host, DeepSpeedCPUAdam 100 ms on the host, 16 x 64 MiB parameter
     chunks back. offload=False: the state on the GPU, one fused Adam kernel after backward that reads and
     writes the mixed-precision Adam state once, 2 x 16 B per parameter at the H100's 3350 GB/s, the
     parameters being the gradient bytes at 2 B each (OFFLOAD_OPT_US)."""
-    from builders_transfer import (CPU_ADAM_US, FUSED_ADAM, OFFLOAD_CHUNK, OFFLOAD_CHUNKS, OFFLOAD_COPY_US,
-                                   TransferBuilder, _gemm)
+    from builders_transfer import (
+        CPU_ADAM_US,
+        FUSED_ADAM,
+        OFFLOAD_CHUNK,
+        OFFLOAD_CHUNKS,
+        OFFLOAD_COPY_US,
+        TransferBuilder,
+        _gemm,
+    )
+
     t = TransferBuilder()
     for _ in range(steps):
         with t.step(wait_gpu=True):
             t.dataloader(50, workers=True)
             with t.span("aten::to"):
-                t.memcpy("HtoD", "Pinned", "Device", nbytes=1 << 20, dur_us=40)   # the input batch
+                t.memcpy("HtoD", "Pinned", "Device", nbytes=1 << 20, dur_us=40)  # the input batch
             for _ in range(12):
                 _gemm(t, "aten::linear", 2000)
             for _ in range(12):
@@ -100,8 +116,8 @@ def build_offload_loop(offload: bool = True, steps: int = 3):
 # 16 x 64 MiB of bf16 gradients = 536.9 M parameters; x 2 x 16 B / 3350 GB/s (H100 SXM HBM3)
 OFFLOAD_OPT_US = 16 * (64 << 20) / 2 * 2 * 16 / (3350 * 1e3)
 
-PAGEABLE_BYTES = 20_000_000       # the input batch: 20 MB
-PAGEABLE_US = 2000.0              # at 10 GB/s pageable
+PAGEABLE_BYTES = 20_000_000  # the input batch: 20 MB
+PAGEABLE_US = 2000.0  # at 10 GB/s pageable
 PINNED_US = PAGEABLE_US * 10 / 50  # at the H100's 50 GB/s practical pinned PCIe (hardware.py)
 
 
@@ -110,6 +126,7 @@ def build_pageable_input(pinned: bool = False, steps: int = 4) -> TraceBuilder:
     the copy, then launches 12 layers. pinned=True: the same copy from pinned memory with
     non_blocking=True at 50 GB/s (400 us): the host goes on launching while it runs."""
     from builders import _healthy_layer
+
     t = TraceBuilder()
     for _ in range(steps):
         with t.step(wait_gpu=True):
@@ -129,6 +146,7 @@ def build_comm_then_compute(overlap: bool = False, steps: int = 3, comm_us: floa
     then 5 more GEMMs of 1 ms that wait for the all-reduce (exposed), then a final 50 us op that needs it.
     overlap=True: the 5 GEMMs run under the all-reduce; only the final op waits for it."""
     from builders_transfer import TransferBuilder, _gemm
+
     t = TransferBuilder(rank=0, world_size=8)
     for _ in range(steps):
         with t.step(wait_gpu=True):
@@ -152,9 +170,10 @@ def build_churn(churn: bool = True, steps: int = 4):
     (the caching allocator warm after it)."""
     from builders import _healthy_layer
     from builders_host import HostTraceBuilder
+
     t = HostTraceBuilder()
     for i in range(steps):
-        with t.step(wait_gpu=True):      # the step ends when its GPU work does, so both runs measure it
+        with t.step(wait_gpu=True):  # the step ends when its GPU work does, so both runs measure it
             for _ in range(6):
                 _healthy_layer(t)
                 if churn or i == 0:
@@ -163,12 +182,13 @@ def build_churn(churn: bool = True, steps: int = 4):
     return t
 
 
-GEMM_M, GEMM_N, GEMM_K = 8192, 2048, 2048     # one bf16 aten::mm per layer
+GEMM_M, GEMM_N, GEMM_K = 8192, 2048, 2048  # one bf16 aten::mm per layer
 GEMM_FLOPS = 2 * GEMM_M * GEMM_N * GEMM_K
 
 
-def build_gemm_flops(flops_factor: float = 1.0, layers: int = 8, steps: int = STEPS,
-                     with_flops: bool = True) -> TraceBuilder:
+def build_gemm_flops(
+    flops_factor: float = 1.0, layers: int = 8, steps: int = STEPS, with_flops: bool = True
+) -> TraceBuilder:
     """Per step `layers` bf16 aten::mm ops of [8192, 2048] x [2048, 2048] (record_shapes), each carrying the
     profiler's `flops` arg (with_flops=True) of flops_factor x 2*M*N*K, the GEMM's true FLOPs."""
     t = TraceBuilder()
@@ -177,13 +197,19 @@ def build_gemm_flops(flops_factor: float = 1.0, layers: int = 8, steps: int = ST
     for _ in range(steps):
         with t.step(wait_gpu=True):
             for _ in range(layers):
-                t.op("aten::mm", kernels=[(GEMM_BF16, 800.0)], cpu_us=15,
-                     input_dims=[[GEMM_M, GEMM_K], [GEMM_K, GEMM_N]], input_type=["c10::BFloat16"] * 2,
-                     args={"flops": int(flops_factor * GEMM_FLOPS)} if with_flops else None)
+                t.op(
+                    "aten::mm",
+                    kernels=[(GEMM_BF16, 800.0)],
+                    cpu_us=15,
+                    input_dims=[[GEMM_M, GEMM_K], [GEMM_K, GEMM_N]],
+                    input_type=["c10::BFloat16"] * 2,
+                    args={"flops": int(flops_factor * GEMM_FLOPS)} if with_flops else None,
+                )
     return t
 
 
 # --- eager-attention, padding-waste, launch-bound (larger batch), unfused-optimizer -----------------------
+
 
 def build_attention_host_work(eager: bool = True, cpu_us: float = 1000.0, steps: int = STEPS) -> TraceBuilder:
     """Each layer: cpu_us of host work, then attention between two 300 us projections. eager=True: the
@@ -193,6 +219,7 @@ def build_attention_host_work(eager: bool = True, cpu_us: float = 1000.0, steps:
     about 1105 us of host); fused, the host does (800 us of GPU against about 1045 us)."""
     from builders import FLASH_FWD
     from builders_compute import ATT_B, ATT_H, ATT_L, ATT_D, ATT_LAYERS, BMM_US, QKV_US, _eager_layer
+
     t = TraceBuilder("H100")
     for _ in range(steps):
         with t.step(wait_gpu=True):
@@ -202,15 +229,18 @@ def build_attention_host_work(eager: bool = True, cpu_us: float = 1000.0, steps:
                     _eager_layer(t)
                     continue
                 t.op("aten::linear", kernels=[(GEMM_BF16, QKV_US)])
-                with t.span("aten::scaled_dot_product_attention",
-                            args={"Input Dims": [[ATT_B, ATT_H, ATT_L, ATT_D]] * 3 + [[], [], []]}):
+                with t.span(
+                    "aten::scaled_dot_product_attention",
+                    args={"Input Dims": [[ATT_B, ATT_H, ATT_L, ATT_D]] * 3 + [[], [], []]},
+                ):
                     t.op("aten::_flash_attention_forward", kernels=[(FLASH_FWD, 0.5 * 2 * BMM_US)])
                 t.op("aten::linear", kernels=[(GEMM_BF16, QKV_US)])
     return t
 
 
-def build_padded_host_work(ratio: float = 1.0, real_frac: float = 0.375, cpu_us: float = 400.0,
-                           steps: int = STEPS) -> TraceBuilder:
+def build_padded_host_work(
+    ratio: float = 1.0, real_frac: float = 0.375, cpu_us: float = 400.0, steps: int = STEPS
+) -> TraceBuilder:
     """Eight layers of a 600 us linear and a 300 us attention kernel (token-proportional) behind cpu_us
     of host work each, then an optimizer step of one 800 us kernel (not token-proportional). The capture
     metadata says real_frac of the tokens are real. ratio scales the token-proportional kernels: the fixed
@@ -218,11 +248,19 @@ def build_padded_host_work(ratio: float = 1.0, real_frac: float = 0.375, cpu_us:
     against about 430 us of host); packed, the host does (337.5 us against 430 us)."""
     from builders import FLASH_FWD
     from builders_compute import _run_config
+
     t = TraceBuilder("H100")
     meta = []
     for _ in range(steps):
-        meta.append({"step": t.step_no, "batch_size": 8, "seq_len": 512, "real_tokens": int(4096 * real_frac),
-                     "padded_tokens": 4096})
+        meta.append(
+            {
+                "step": t.step_no,
+                "batch_size": 8,
+                "seq_len": 512,
+                "real_tokens": int(4096 * real_frac),
+                "padded_tokens": 4096,
+            }
+        )
         with t.step(wait_gpu=True):
             for _ in range(8):
                 t.cpu(cpu_us)
@@ -234,8 +272,9 @@ def build_padded_host_work(ratio: float = 1.0, real_frac: float = 0.375, cpu_us:
     return t
 
 
-def build_small_batch(batch: int = 1, kernels: int = 400, fixed_us: float = 2.0, per_sample_us: float = 6.0,
-                      steps: int = 3) -> TraceBuilder:
+def build_small_batch(
+    batch: int = 1, kernels: int = 400, fixed_us: float = 2.0, per_sample_us: float = 6.0, steps: int = 3
+) -> TraceBuilder:
     """A launch-bound loop: `kernels` launches per step, each behind 20 us of host dispatch (+5 us launch),
     each kernel fixed_us + batch x per_sample_us long. batch=1: 8 us kernels every 25 us, the GPU busy
     about a third of the time (the detector recommends 2x). The fixed run is batch=2: the same host work
@@ -253,8 +292,16 @@ def build_optimizer(fused: bool = False, params: int = 200, steps: int = STEPS) 
     three 2.5 us kernels per parameter, each behind 15 us of host time. fused=True, the fixed run: one
     aten::_fused_adamw_ launching 4 kernels that keep the work above 2 us per kernel:
     (3 x params x 0.5 + 4 x 2) / 4 us each."""
-    from builders_host import (ADD_KERNEL, ADDCDIV_KERNEL, FUSED_ADAMW_KERNEL, MUL_KERNEL, OPT_CPU_US,
-                               OPT_KERNEL_US, _optimizer_prologue)
+    from builders_host import (
+        ADD_KERNEL,
+        ADDCDIV_KERNEL,
+        FUSED_ADAMW_KERNEL,
+        MUL_KERNEL,
+        OPT_CPU_US,
+        OPT_KERNEL_US,
+        _optimizer_prologue,
+    )
+
     t = TraceBuilder()
     for _ in range(steps):
         with t.step(wait_gpu=True):

@@ -1,4 +1,5 @@
 """Shared fixtures: the builders, and the real-trace folder ../shared/traces when it is present."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """Acceptance over the real traces in ../shared/traces and their EXPECTED.json (skipped where absent)."""
+
 from __future__ import annotations
 
 import json
@@ -18,9 +19,15 @@ pytestmark = pytest.mark.skipif(not shared_available(), reason="../shared/traces
 
 _EXP = json.loads((SHARED / "EXPECTED.json").read_text()) if shared_available() else {"traces": [], "directories": []}
 _JUDGED = [t for t in _EXP["traces"] if not t.get("load_only")]
-_ALL_FILES = sorted(str(p.relative_to(SHARED)) for p in SHARED.rglob("*")
-                    if p.is_file() and (p.name.endswith(".json") or p.name.endswith(".gz"))
-                    and p.name != "EXPECTED.json") if shared_available() else []
+_ALL_FILES = (
+    sorted(
+        str(p.relative_to(SHARED))
+        for p in SHARED.rglob("*")
+        if p.is_file() and (p.name.endswith(".json") or p.name.endswith(".gz")) and p.name != "EXPECTED.json"
+    )
+    if shared_available()
+    else []
+)
 
 _cache: dict = {}
 
@@ -55,15 +62,18 @@ def test_expected_conclusions(case):
     for must in case.get("must", []):
         assert must in names, f"{must} not reported; got {names}"
     for must_not in case.get("must_not", []):
-        assert must_not not in names, f"{must_not} reported but must not be: {[(f.name, f.title) for f in rep.findings]}"
+        assert must_not not in names, (
+            f"{must_not} reported but must not be: {[(f.name, f.title) for f in rep.findings]}"
+        )
     if case.get("top"):
         assert names and names[0] == case["top"], f"top is {names[:3]}, expected {case['top']}"
     if case.get("not_top"):
         assert not names or names[0] != case["not_top"]
 
 
-@pytest.mark.parametrize("case", [t for t in _EXP["traces"] if t.get("load_only")],
-                         ids=lambda t: t["path"].split("/")[-1])
+@pytest.mark.parametrize(
+    "case", [t for t in _EXP["traces"] if t.get("load_only")], ids=lambda t: t["path"].split("/")[-1]
+)
 def test_load_only_traces(case):
     """No findings are promised for these, only a report: one analysed without a detector failing, or a
     one-line input error (exit 3) naming the file."""
@@ -79,11 +89,16 @@ def test_load_only_traces(case):
 
 def test_resnet50_num_workers_0_dataloader_share_per_step():
     """The DataLoader annotations cover 38 to 42 percent of each of the 6 steps (issue acceptance)."""
-    tr = load_trace(SHARED / "pytorch__kineto/tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz")
+    tr = load_trace(
+        SHARED / "pytorch__kineto/tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
+    )
     st = tr.steps
     assert len(st) == 6
     dl = tr.cpu_ops[is_dataloader(tr.cpu_ops["name"])]
-    share = iv.per_window(iv.union(dl["ts_us"], dl["end_us"]), st["start_us"].to_numpy(), st["end_us"].to_numpy()) / st["dur_us"].to_numpy()
+    share = (
+        iv.per_window(iv.union(dl["ts_us"], dl["end_us"]), st["start_us"].to_numpy(), st["end_us"].to_numpy())
+        / st["dur_us"].to_numpy()
+    )
     assert ((share >= 0.38) & (share <= 0.42)).all(), share
     rep = report_for("pytorch__kineto/tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz")
     f = next(f for f in rep.findings if f.name == "dataloader-stall")

@@ -1,6 +1,7 @@
 """annotate: the trace with findings drawn in as a "traceinspect" process. The result is Chrome-trace JSON,
 the original events are kept (bytes where possible), the analyzer ignores the additions, and the slices
 of each finding add up to the time lost it claims."""
+
 from __future__ import annotations
 
 import gzip
@@ -29,8 +30,11 @@ def _annotate(builder: TraceBuilder, tmp_path, out="out.json.gz"):
 
 
 def _ours(doc: dict) -> list[dict]:
-    pid = next(e["pid"] for e in doc["traceEvents"]
-               if e.get("ph") == "M" and e.get("name") == "process_name" and e["args"]["name"] == PROCESS)
+    pid = next(
+        e["pid"]
+        for e in doc["traceEvents"]
+        if e.get("ph") == "M" and e.get("name") == "process_name" and e["args"]["name"] == PROCESS
+    )
     return [e for e in doc["traceEvents"] if e.get("pid") == pid]
 
 
@@ -44,9 +48,11 @@ def _comparable(report) -> dict:
 ITEMISED = {"dataloader-stall", "launch-bound", "fp32-gemm", "host-sync", "allocator-churn"}
 
 
-@pytest.mark.parametrize("builder", [build_dataloader_stall, build_launch_bound, build_fp32_gemm, build_item_sync,
-                                     build_allocator_churn],
-                         ids=lambda b: b.__name__)
+@pytest.mark.parametrize(
+    "builder",
+    [build_dataloader_stall, build_launch_bound, build_fp32_gemm, build_item_sync, build_allocator_churn],
+    ids=lambda b: b.__name__,
+)
 def test_slices_of_each_finding_add_up_to_its_time_lost(builder, tmp_path):
     _, report, data = _annotate(builder(), tmp_path)
     ours = _ours(json.loads(data))
@@ -56,7 +62,7 @@ def test_slices_of_each_finding_add_up_to_its_time_lost(builder, tmp_path):
         assert tracks[f"{i}. {f.name} ({f.code})"] == i
         slices = [e for e in ours if e.get("ph") == "X" and e["tid"] == i]
         assert slices and all(s["name"] == f.name and s["args"]["fix"] == f.fix for s in slices)
-        if "time_lost_us" in slices[0]["args"]:                  # claimed intervals, not examples
+        if "time_lost_us" in slices[0]["args"]:  # claimed intervals, not examples
             lost = sum(s["args"]["time_lost_us"] for s in slices)
             # the idle a finding claims is at most its time lost (Detector.finding scales it down to fit)
             assert lost <= f.time_lost_us * (1 + 1e-9) + 1e-3
@@ -74,8 +80,10 @@ def test_the_named_findings_are_itemised_over_their_exact_intervals(tmp_path):
     i = [f.name for f in report.findings].index("dataloader-stall") + 1
     slices = [e for e in ours if e.get("ph") == "X" and e["tid"] == i]
     assert len(slices) == 4
-    assert all(s["dur"] == pytest.approx(30_000, abs=50) and s["args"]["time_lost_us"] == pytest.approx(s["dur"])
-               for s in slices)
+    assert all(
+        s["dur"] == pytest.approx(30_000, abs=50) and s["args"]["time_lost_us"] == pytest.approx(s["dur"])
+        for s in slices
+    )
 
 
 def test_one_marker_per_step_with_its_breakdown(tmp_path):
@@ -84,17 +92,19 @@ def test_one_marker_per_step_with_its_breakdown(tmp_path):
     assert len(marks) == report.steps["count"] == 4
     for m in marks:
         parts = m["args"]["breakdown_us"]
-        assert sum(parts.values()) == pytest.approx(m["args"]["dur_us"], abs=0.01)   # every us in one part
+        assert sum(parts.values()) == pytest.approx(m["args"]["dur_us"], abs=0.01)  # every us in one part
 
 
 def test_original_events_are_kept_byte_for_byte_and_the_report_is_the_same(tmp_path):
     src, report, data = _annotate(build_dataloader_stall(), tmp_path, out="out.json")
     orig = src.read_bytes()
     at = orig.index(b'"traceEvents": [') + len(b'"traceEvents": [')
-    assert data.startswith(orig[:at]) and data.endswith(orig[at:])     # only an insertion
+    assert data.startswith(orig[:at]) and data.endswith(orig[at:])  # only an insertion
     doc, before = json.loads(data), json.loads(orig)
-    assert doc["traceEvents"][-len(before["traceEvents"]):] == before["traceEvents"]
-    assert {k: v for k, v in doc.items() if k != "traceEvents"} == {k: v for k, v in before.items() if k != "traceEvents"}
+    assert doc["traceEvents"][-len(before["traceEvents"]) :] == before["traceEvents"]
+    assert {k: v for k, v in doc.items() if k != "traceEvents"} == {
+        k: v for k, v in before.items() if k != "traceEvents"
+    }
     again = analyze(load_trace(tmp_path / "out.json"))
     assert _comparable(again) == _comparable(report)
 
@@ -113,7 +123,7 @@ def test_markup_from_the_trace_stays_inert(tmp_path):
     _, report, data = _annotate(crafted(), tmp_path, out="out.json")
     orig_len = len((tmp_path / "t.pt.trace.json").read_bytes())
     added = data[: len(data) - orig_len]
-    assert b"<" not in added and b">" not in added          # escaped as \u003c, still the same JSON string
+    assert b"<" not in added and b">" not in added  # escaped as \u003c, still the same JSON string
     # the exemplar names reach the args intact once decoded (escaping changes bytes, not values)
     whats = " ".join(e["args"].get("what", "") for e in _ours(json.loads(data)) if e.get("ph") == "X")
     assert report.findings and "<" in XSS_KERNEL
@@ -130,18 +140,22 @@ def test_a_top_level_array_and_an_ambiguous_key_are_annotated_too(tmp_path):
     amb.write_text(json.dumps({"meta": {"traceEvents": [1]}, **doc}))
     # the top-level key spelled with a JSON escape: the only textual match is the nested one
     esc = tmp_path / "esc.json"
-    esc.write_text(json.dumps({"meta": {"traceEvents": [1]}, **{k: v for k, v in doc.items() if k != "traceEvents"}})[:-1]
-                   + ', "trace\\u0045vents": ' + json.dumps(doc["traceEvents"]) + "}")
+    esc.write_text(
+        json.dumps({"meta": {"traceEvents": [1]}, **{k: v for k, v in doc.items() if k != "traceEvents"}})[:-1]
+        + ', "trace\\u0045vents": '
+        + json.dumps(doc["traceEvents"])
+        + "}"
+    )
     assert json.loads(esc.read_text())["meta"] == {"traceEvents": [1]}
     for src in (arr, amb, esc):
         trace = load_trace(src)
         annotate_file(str(src), str(tmp_path / "o.json"), trace, analyze(trace))
         out = json.loads((tmp_path / "o.json").read_text())
         events = out if isinstance(out, list) else out["traceEvents"]
-        assert events[-len(doc["traceEvents"]):] == doc["traceEvents"]
+        assert events[-len(doc["traceEvents"]) :] == doc["traceEvents"]
         assert any(e.get("cat") == CATEGORY for e in events)
         if not isinstance(out, list):
-            assert out["meta"] == {"traceEvents": [1]}          # the nested key is left alone
+            assert out["meta"] == {"traceEvents": [1]}  # the nested key is left alone
 
 
 def test_cli_annotate_and_analyze_annotate(tmp_path):
@@ -174,8 +188,10 @@ def test_cli_annotate_bad_input_is_one_line_not_a_traceback(case, code, tmp_path
 
 # --- real traces (skipped where ../shared/traces is absent) ------------------------------------------
 
+
 def _real_cases():
     from conftest import SHARED, shared_available
+
     if not shared_available():
         return []
     judged = [t for t in json.loads((SHARED / "EXPECTED.json").read_text())["traces"] if not t.get("load_only")]
@@ -194,7 +210,7 @@ def test_real_traces_annotate_with_claims_that_add_up(rel, shared_dir, tmp_path)
     src = shared_dir / rel
     trace = load_trace(src)
     report = analyze(trace)
-    out = tmp_path / (src.name if src.name.endswith(".gz") else src.name + ".gz")   # the rank comes from the name
+    out = tmp_path / (src.name if src.name.endswith(".gz") else src.name + ".gz")  # the rank comes from the name
     annotate_file(str(src), str(out), trace, report)
     ours = _ours(json.loads(gzip.decompress(out.read_bytes())))
     for i, f in enumerate(report.findings, 1):

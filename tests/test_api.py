@@ -1,5 +1,6 @@
 """The library API (traceinspect.api, docs/api.md): the same reports as the command line, every
 config form, errors that name parameters (not flags), and docs/api.md's code blocks run."""
+
 from __future__ import annotations
 
 import json
@@ -55,8 +56,10 @@ def test_config_forms_agree(traces, tmp_path):
     stall, _ = traces
     toml = tmp_path / "ti.toml"
     toml.write_text('ignore = ["dataloader-stall"]\n')
-    reports = [ti.analyze(stall, c) for c in
-               (ti.Config(ignore=("dataloader-stall",)), {"ignore": ["dataloader-stall"]}, toml, str(toml))]
+    reports = [
+        ti.analyze(stall, c)
+        for c in (ti.Config(ignore=("dataloader-stall",)), {"ignore": ["dataloader-stall"]}, toml, str(toml))
+    ]
     for r in reports:
         assert "dataloader-stall" not in [f.name for f in r.findings]
         assert r.settings["ignore"] == ["dataloader-stall"]
@@ -136,14 +139,18 @@ def test_library_error_messages_name_no_flag():
     """Outside cli.py, no UsageError / TraceError message (its first argument) spells a command-line flag:
     a parameter at fault is UsageError(param=...), which the CLI words as its flag."""
     import ast
+
     pkg = Path(api.__file__).parent
     bad = []
     for f in pkg.rglob("*.py"):
         if f.name == "cli.py":
             continue
         for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
-            if (isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("UsageError", "TraceError")
-                    and node.args):
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "id", None) in ("UsageError", "TraceError")
+                and node.args
+            ):
                 msg = node.args[-1] if node.func.id == "TraceError" else node.args[0]
                 parts = [c.value for c in ast.walk(msg) if isinstance(c, ast.Constant) and isinstance(c.value, str)]
                 if any(re.search(r"(^|\s)--[a-z]", p) for p in parts):
@@ -153,7 +160,8 @@ def test_library_error_messages_name_no_flag():
 
 def test_analyzing_one_trace_twice_gives_the_same_report(tmp_path):
     from builders import TraceBuilder
-    t = TraceBuilder()              # one step of about 0.1 ms: analyze warns that the window is under 1 ms
+
+    t = TraceBuilder()  # one step of about 0.1 ms: analyze warns that the window is under 1 ms
     with t.step():
         t.kernel("k", 50)
     trace = ti.load(t.write(tmp_path / "short.pt.trace.json"))

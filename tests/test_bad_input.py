@@ -2,6 +2,7 @@
 partial data. Each case asserts the exit code and that the one-line error names the file and the
 problem. Big inputs (gzip bombs, absurd names, cut traces) are generated here; tests/corpus holds
 the small files (see its README)."""
+
 from __future__ import annotations
 
 import gzip
@@ -35,9 +36,14 @@ def _env(tmp_path, **extra) -> dict:
 
 
 def cli(tmp_path, path, *args, preexec_fn=None, timeout=120, **env):
-    r = subprocess.run([sys.executable, "-m", "traceinspect", "analyze", str(path), *map(str, args)],
-                       capture_output=True, text=True, env=_env(tmp_path, **env), timeout=timeout,
-                       preexec_fn=preexec_fn)
+    r = subprocess.run(
+        [sys.executable, "-m", "traceinspect", "analyze", str(path), *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path, **env),
+        timeout=timeout,
+        preexec_fn=preexec_fn,
+    )
     return r.returncode, r.stdout, r.stderr
 
 
@@ -46,25 +52,30 @@ def assert_error(tmp_path, path, code: int, problem: str, *args, **kw) -> str:
     assert "Traceback" not in err, err
     lines = err.strip().splitlines()
     assert rc == code, (rc, err)
-    assert lines[0].startswith("error: ") and str(path) in lines[0], err   # names the file
-    assert re.search(problem, lines[0]), err                               # and the problem
-    assert lines[1].startswith("hint: "), err                              # and what to do
+    assert lines[0].startswith("error: ") and str(path) in lines[0], err  # names the file
+    assert re.search(problem, lines[0]), err  # and the problem
+    assert lines[1].startswith("hint: "), err  # and what to do
     return lines[0]
 
 
 # --- not a trace: exit 3, never a report of zeros ---------------------------------------------------
 
-@pytest.mark.parametrize("name, problem", [
-    ("empty_events.json", "has no trace events"),
-    ("ints.json", "none of its 3 events .* not a torch.profiler trace"),
-    ("memory_timeline.json", "none of its 2 events .* not a torch.profiler trace"),
-    ("nul_prefix.json", "is not JSON"),
-])
+
+@pytest.mark.parametrize(
+    "name, problem",
+    [
+        ("empty_events.json", "has no trace events"),
+        ("ints.json", "none of its 3 events .* not a torch.profiler trace"),
+        ("memory_timeline.json", "none of its 2 events .* not a torch.profiler trace"),
+        ("nul_prefix.json", "is not JSON"),
+    ],
+)
 def test_corpus_file_is_exit_3(tmp_path, name, problem):
     assert_error(tmp_path, CORPUS / name, 3, problem)
 
 
 # --- non-regular files: exit 3 at once, never a blocking open ----------------------------------------
+
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
 def test_fifo_is_refused_not_read(tmp_path):
@@ -83,18 +94,20 @@ def test_character_device_is_refused(tmp_path):
 # --- gzip bombs ----------------------------------------------------------------------------------------
 
 
-
 def test_bomb_generator_is_a_real_bomb(tmp_path):
     """The generator's output is what it claims: a gzip that inflates to exactly its stated content."""
     p = tmp_path / "small_bomb.json.gz"
     size = write_bomb(p, b"[", b" ", 32 << 20)
-    data = gzip.decompress(p.read_bytes())   # also checks the CRC and size trailer
+    data = gzip.decompress(p.read_bytes())  # also checks the CRC and size trailer
     assert len(data) == size == 1 + (32 << 20) and data[:1] == b"[" and data[1:].strip() == b""
     assert size / p.stat().st_size > 500
 
 
-@pytest.mark.parametrize("prefix, fill", [(b'{"traceEvents": [', b"\0"), (b"", b" "), (b"[", b" ")],
-                         ids=["nul-after-array", "leading-spaces", "spaces-in-array"])
+@pytest.mark.parametrize(
+    "prefix, fill",
+    [(b'{"traceEvents": [', b"\0"), (b"", b" "), (b"[", b" ")],
+    ids=["nul-after-array", "leading-spaces", "spaces-in-array"],
+)
 def test_gzip_bomb_is_stopped_by_the_inflation_bound(tmp_path, prefix, fill):
     p = tmp_path / "bomb.json.gz"
     write_bomb(p, prefix, fill, 256 << 20)
@@ -105,52 +118,75 @@ def test_gzip_bomb_is_stopped_by_the_inflation_bound(tmp_path, prefix, fill):
 def _limit_address_space(limit: int):
     def apply():
         import resource
+
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
     return apply
 
 
-AS_LIMIT = 1536 << 20   # 1.5 GiB of address space for the whole CLI process
+AS_LIMIT = 1536 << 20  # 1.5 GiB of address space for the whole CLI process
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_AS is enforced as documented on Linux")
-@pytest.mark.parametrize("prefix, fill, bound", [
-    (b'{"traceEvents": [', b"\0", {}),                              # the inflation bound stops it
-    (b'{"traceEvents": [', b"\0", {"TRACEINSPECT_MAX_INFLATE": 0}),  # bound off: the per-event bound
-    (b"", b" ", {"TRACEINSPECT_MAX_INFLATE": 0}),                   # bound off: whitespace is dropped
-], ids=["nul-bounded", "nul-ratio-off", "spaces-ratio-off"])
+@pytest.mark.parametrize(
+    "prefix, fill, bound",
+    [
+        (b'{"traceEvents": [', b"\0", {}),  # the inflation bound stops it
+        (b'{"traceEvents": [', b"\0", {"TRACEINSPECT_MAX_INFLATE": 0}),  # bound off: the per-event bound
+        (b"", b" ", {"TRACEINSPECT_MAX_INFLATE": 0}),  # bound off: whitespace is dropped
+    ],
+    ids=["nul-bounded", "nul-ratio-off", "spaces-ratio-off"],
+)
 def test_bomb_under_an_address_space_limit(tmp_path, prefix, fill, bound):
     """Peak memory follows the events kept, not the inflated bytes: a bomb that inflates to 2 GiB is
     refused (exit 3, never MemoryError / exit 5 / a kill) inside 1.5 GiB of address space, even with
     the ratio bound turned off. The control, a real trace, analyses fine under the same limit."""
     control = build_healthy(steps=3).write(tmp_path / "control.json.gz")
-    rc, out, err = cli(tmp_path, control, "--no-cache", preexec_fn=_limit_address_space(AS_LIMIT),
-                       MALLOC_ARENA_MAX=2)
+    rc, out, err = cli(tmp_path, control, "--no-cache", preexec_fn=_limit_address_space(AS_LIMIT), MALLOC_ARENA_MAX=2)
     assert rc == 0, err
     p = tmp_path / "bomb.json.gz"
     assert write_bomb(p, prefix, fill, 2 << 30) >= 2 << 30 > AS_LIMIT
-    problem = "TRACEINSPECT_MAX_INFLATE" if not bound else (
-        "TRACEINSPECT_MAX_EVENT_BYTES" if prefix else "contains only whitespace")
-    assert_error(tmp_path, p, 3, problem, "--no-cache", preexec_fn=_limit_address_space(AS_LIMIT),
-                 MALLOC_ARENA_MAX=2, timeout=300, **bound)
+    problem = (
+        "TRACEINSPECT_MAX_INFLATE"
+        if not bound
+        else ("TRACEINSPECT_MAX_EVENT_BYTES" if prefix else "contains only whitespace")
+    )
+    assert_error(
+        tmp_path,
+        p,
+        3,
+        problem,
+        "--no-cache",
+        preexec_fn=_limit_address_space(AS_LIMIT),
+        MALLOC_ARENA_MAX=2,
+        timeout=300,
+        **bound,
+    )
 
 
 def test_bounds_are_overridable_and_validated(tmp_path):
     p = tmp_path / "bomb.json.gz"
     write_bomb(p, b"[", b" ", 64 << 20)
     # a higher ratio lets this one through to the next bound: the per-event bound, set low here
-    assert_error(tmp_path, p, 3, "TRACEINSPECT_MAX_EVENT_BYTES=1048576",
-                 TRACEINSPECT_MAX_INFLATE=5000, TRACEINSPECT_MAX_EVENT_BYTES=1 << 20)
+    assert_error(
+        tmp_path,
+        p,
+        3,
+        "TRACEINSPECT_MAX_EVENT_BYTES=1048576",
+        TRACEINSPECT_MAX_INFLATE=5000,
+        TRACEINSPECT_MAX_EVENT_BYTES=1 << 20,
+    )
     rc, _, err = cli(tmp_path, p, TRACEINSPECT_MAX_INFLATE="lots")
     assert rc == 2 and "TRACEINSPECT_MAX_INFLATE='lots'" in err and "Traceback" not in err
 
 
 def test_plain_file_over_the_size_bound(tmp_path):
     p = build_healthy(steps=2).write(tmp_path / "t.json")
-    assert_error(tmp_path, p, 3, "beyond the bound TRACEINSPECT_MAX_JSON_BYTES=1000 ",
-                 TRACEINSPECT_MAX_JSON_BYTES=1000)
+    assert_error(tmp_path, p, 3, "beyond the bound TRACEINSPECT_MAX_JSON_BYTES=1000 ", TRACEINSPECT_MAX_JSON_BYTES=1000)
 
 
 # --- absurd names --------------------------------------------------------------------------------------
+
 
 def _with_kernel_name(tmp_path, name: str, file: str) -> Path:
     b = build_healthy(steps=3)
@@ -162,8 +198,14 @@ def test_event_over_the_event_bound_is_exit_3(tmp_path):
     """One 3 MiB kernel name against a 1 MiB event bound (the default is 32 MiB; the mechanism is the
     same): the reader stops after the bound, not after the name."""
     p = _with_kernel_name(tmp_path, "k" * (3 << 20), "huge_name.json")
-    assert_error(tmp_path, p, 3, r"holds more than 1\.0 MiB with no event boundary.*"
-                                 "TRACEINSPECT_MAX_EVENT_BYTES=1048576", TRACEINSPECT_MAX_EVENT_BYTES=1 << 20)
+    assert_error(
+        tmp_path,
+        p,
+        3,
+        r"holds more than 1\.0 MiB with no event boundary.*"
+        "TRACEINSPECT_MAX_EVENT_BYTES=1048576",
+        TRACEINSPECT_MAX_EVENT_BYTES=1 << 20,
+    )
 
 
 def test_long_name_is_cut_and_said(tmp_path):
@@ -171,6 +213,7 @@ def test_long_name_is_cut_and_said(tmp_path):
     over names is then bounded); the text made of 'cutlass' repeats is the input that made the old
     `cutlass.*tensorop` pattern quadratic."""
     from traceinspect.trace.model import MAX_NAME_CHARS
+
     name = "cutlass" * (3 * MAX_NAME_CHARS // 7)
     tr = load_trace(_with_kernel_name(tmp_path, name, "long.json"))
     names = [str(n) for n in tr.kernels["name"].cat.categories]
@@ -184,6 +227,7 @@ def test_kernel_patterns_are_linear_on_adversarial_names():
     """No timing here (bench/ has it): the inputs are ones that made the replaced patterns quadratic
     (hours at this size); with linear ones this returns at once, so a regression hangs the suite."""
     from traceinspect.facts.kernels import classify_name
+
     for unit in ("cutlass", "compute", "cutlass_compute_<a, ", "<  ,"):
         classify_name.cache_clear()
         assert classify_name(unit * (200_000 // len(unit))).kind
@@ -193,15 +237,19 @@ def test_kernel_patterns_are_linear_on_adversarial_names():
     assert classify_name("void gemm_kernel<" + "  ," * 60_000 + " x>(int)").kind == "gemm"
 
 
-@pytest.mark.parametrize("name, first", [
-    ("k<int, float, double>", "float"),
-    ("k<int, 4, c10::BFloat16>", "c10::BFloat16"),
-    ("k<  ,  ,  , x>", None),
-    ("k<int, 4>", None),
-    ("k<Params<128, 64>, __half>", None),   # an argument with its own list ends the scan, as before
-])
+@pytest.mark.parametrize(
+    "name, first",
+    [
+        ("k<int, float, double>", "float"),
+        ("k<int, 4, c10::BFloat16>", "c10::BFloat16"),
+        ("k<  ,  ,  , x>", None),
+        ("k<int, 4>", None),
+        ("k<Params<128, 64>, __half>", None),  # an argument with its own list ends the scan, as before
+    ],
+)
 def test_first_float_template_argument(name, first):
     from traceinspect.facts.kernels import _first_float_template
+
     assert _first_float_template(name) == first
 
 
@@ -268,7 +316,7 @@ def test_truncated_trace_keeps_complete_steps_and_says_what_was_lost(tmp_path, g
     if gz:
         whole = gzip.compress(body)
         p.write_bytes(whole[: int(len(whole) * cut_at / len(body))])
-        readable = zlib.decompressobj(31).decompress(p.read_bytes())   # what any reader can get back
+        readable = zlib.decompressobj(31).decompress(p.read_bytes())  # what any reader can get back
     else:
         p.write_bytes(body[:cut_at])
         readable = body[:cut_at]
@@ -284,20 +332,20 @@ def test_truncated_trace_keeps_complete_steps_and_says_what_was_lost(tmp_path, g
     assert r["steps"]["count"] == len(complete)
     assert f"{len(complete)} of {len(complete) + len(dropped)} kept ({_ranges(complete)})" in w
     assert f"dropped because the cut reaches into them: {_ranges(dropped)}" in w
-    assert "not recorded" in w                       # what is not known is said, not guessed
+    assert "not recorded" in w  # what is not known is said, not guessed
     if gz:
         assert "size trailer is gone" in w
     lost_true = len(events) - kept_events
     m = re.search(r"an estimated ([\d,]+) events .*estimate", w)
     assert m, w
     est = int(m.group(1).replace(",", ""))
-    assert 0.75 * lost_true <= est <= 1.25 * lost_true, (est, lost_true)   # uniform steps: close
+    assert 0.75 * lost_true <= est <= 1.25 * lost_true, (est, lost_true)  # uniform steps: close
 
 
 def test_cut_before_the_gpu_section_is_exit_3_and_names_the_lost_gpu(tmp_path):
     body, events, ends, n_host = kineto_ordered(steps=4)
     p = tmp_path / "early_cut.json"
-    p.write_bytes(body[: ends[n_host // 2] - 10])   # half the host ops, no GPU event
+    p.write_bytes(body[: ends[n_host // 2] - 10])  # half the host ops, no GPU event
     line = assert_error(tmp_path, p, 3, r"is truncated and none of its \d+ steps is complete")
     assert "H100" in line and "lost, not absent" in line and "ProfilerActivity" not in line
 
@@ -332,6 +380,7 @@ def test_headline_never_says_no_gpu_activity_when_a_gpu_is_named(tmp_path):
     """A complete trace that names a GPU but has no GPU events: the verdict and the warnings say the
     GPU events are absent, never 'No GPU activity: capture with ProfilerActivity.CUDA'."""
     from builders import TraceBuilder
+
     t = TraceBuilder("V100")
     for _ in range(3):
         with t.step():

@@ -1,5 +1,6 @@
 """The report cache: a second analyze of the same file is served from it, and it never serves a
 report for a changed file, other options, or when asked not to."""
+
 import json
 import os
 
@@ -69,10 +70,10 @@ import subprocess
 import sys
 
 
-
 def _key(p):
     """The key api.analyze(cache=True) uses for a plain `analyze p` (no --steps)."""
     from traceinspect.api import cache_options
+
     return cache.key_for(p, cache_options(None))
 
 
@@ -134,39 +135,58 @@ def _poison(entry, key, good):
     }[entry]
 
 
-@pytest.mark.parametrize("entry", ["a list", "report not wrapped", "another key", "rank as raw HTML",
-                                   "findings of the wrong type", "missing breakdown", "truncated JSON"])
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "a list",
+        "report not wrapped",
+        "another key",
+        "rank as raw HTML",
+        "findings of the wrong type",
+        "missing breakdown",
+        "truncated JSON",
+    ],
+)
 def test_an_entry_of_the_wrong_shape_is_a_miss(tmp_path, cached, entry):
     p = build_dataloader_stall().write(tmp_path / "t.pt.trace.json")
     good = json.loads(_run("analyze", p, "--format", "json"))
     path = cached / f"{_key(p)}.json"
-    path.write_text('{"format": 1, "key": "' if entry == "truncated JSON" else json.dumps(_poison(entry, _key(p), good)))
-    assert json.loads(_run("analyze", p, "--format", "json")) == good   # analysed again, no error
-    assert json.loads(path.read_text())["report"] == good                # and the entry was rewritten
+    path.write_text(
+        '{"format": 1, "key": "' if entry == "truncated JSON" else json.dumps(_poison(entry, _key(p), good))
+    )
+    assert json.loads(_run("analyze", p, "--format", "json")) == good  # analysed again, no error
+    assert json.loads(path.read_text())["report"] == good  # and the entry was rewritten
 
 
 def test_a_fifo_planted_as_the_entry_does_not_hang(tmp_path, cached):
     p = build_dataloader_stall().write(tmp_path / "t.pt.trace.json")
     cached.mkdir(mode=0o700)
     os.mkfifo(cached / f"{_key(p)}.json")
-    code = ("import sys; from traceinspect import cache; cache.MIN_BYTES = 0; "
-            "from traceinspect.cli import main; sys.argv = ['traceinspect', 'analyze', sys.argv[1]]; main()")
-    proc = subprocess.run([sys.executable, "-c", code, str(p)], capture_output=True, text=True, timeout=60,
-                          env=dict(os.environ, TRACEINSPECT_CACHE_DIR=str(cached)))
+    code = (
+        "import sys; from traceinspect import cache; cache.MIN_BYTES = 0; "
+        "from traceinspect.cli import main; sys.argv = ['traceinspect', 'analyze', sys.argv[1]]; main()"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(p)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, TRACEINSPECT_CACHE_DIR=str(cached)),
+    )
     assert proc.returncode == 0 and "dataloader-stall" in proc.stdout, proc.stderr
 
 
 def test_a_change_that_keeps_size_mtime_and_both_ends_is_a_miss(tmp_path, cached):
     """The events sit between two 1.5 MiB padding keys (ignored by the reader), so the first and last
     MiB, the size and the mtime stay the same when the first step is renumbered in the middle."""
-    doc = build_dataloader_stall(steps=4).build()   # steps ProfilerStep#10..#13
+    doc = build_dataloader_stall(steps=4).build()  # steps ProfilerStep#10..#13
     pad = "x" * (3 << 19)
     text = json.dumps({"padA": pad, **doc, "padZ": pad})
     p = tmp_path / "t.pt.trace.json"
     p.write_text(text)
     first = json.loads(_run("analyze", p, "--format", "json"))
     st = p.stat()
-    changed = text.replace('"ProfilerStep#10"', '"ProfilerStep#20"')   # same length
+    changed = text.replace('"ProfilerStep#10"', '"ProfilerStep#20"')  # same length
     assert changed != text and len(changed) == len(text)
     p.write_text(changed)
     os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))

@@ -2,6 +2,7 @@
 
 The first tests need neither torch nor transformers; the capture tests skip without them
 (install: pip install torch==2.13.0 transformers accelerate)."""
+
 from __future__ import annotations
 
 import gzip
@@ -21,6 +22,7 @@ SAMPLE = REPO / "sample_traces" / "cpu_train_loop.pt.trace.json.gz"
 # schema helpers (no torch)
 # ---------------------------------------------------------------------------
 
+
 class _Exploding:
     """Every attribute read raises: a bad piece of config must never raise."""
 
@@ -29,15 +31,15 @@ class _Exploding:
 
 
 def test_config_readers_never_raise_and_fill_every_key():
-    cfg = meta.merge_config(meta.config_from_training_args(_Exploding()),
-                            meta.config_from_model(_Exploding()))
+    cfg = meta.merge_config(meta.config_from_training_args(_Exploding()), meta.config_from_model(_Exploding()))
     assert set(meta.CONFIG_KEYS) <= set(cfg)
     assert all(cfg[k] is None for k in meta.CONFIG_KEYS)
 
 
 def test_normalize_config_coerces_and_keeps_extras():
-    cfg = meta.normalize_config({"per_device_train_batch_size": "8", "bf16": "true",
-                                 "max_seq_length": 1.5, "optim": object, "my_key": {1, 2}})
+    cfg = meta.normalize_config(
+        {"per_device_train_batch_size": "8", "bf16": "true", "max_seq_length": 1.5, "optim": object, "my_key": {1, 2}}
+    )
     assert cfg["per_device_train_batch_size"] == 8
     assert cfg["bf16"] is True
     assert cfg["max_seq_length"] is None
@@ -47,10 +49,12 @@ def test_normalize_config_coerces_and_keeps_extras():
 
 
 def test_build_metadata_has_the_schema_fields():
-    m = meta.build_metadata(source="loop", config={"gradient_accumulation_steps": 4},
-                            steps=[{"step": 3, "batch_size": 2, "seq_len": 8,
-                                    "real_tokens": 10, "padded_tokens": 16}],
-                            extra={"schema_version": 99, "lab": {"scenario": "x"}})
+    m = meta.build_metadata(
+        source="loop",
+        config={"gradient_accumulation_steps": 4},
+        steps=[{"step": 3, "batch_size": 2, "seq_len": 8, "real_tokens": 10, "padded_tokens": 16}],
+        extra={"schema_version": 99, "lab": {"scenario": "x"}},
+    )
     assert m["schema_version"] == 1 and m["source"] == "loop"
     assert set(m) >= {"framework", "device", "config", "steps", "lab"}
     assert "python" in m["framework"]
@@ -61,11 +65,12 @@ def test_build_metadata_has_the_schema_fields():
 
 
 def test_combine_counts_sums_micro_batches():
-    parts = [{"batch_size": 2, "seq_len": 8, "real_tokens": 9, "padded_tokens": 16},
-             {"batch_size": 2, "seq_len": 5, "real_tokens": 7, "padded_tokens": 10}]
+    parts = [
+        {"batch_size": 2, "seq_len": 8, "real_tokens": 9, "padded_tokens": 16},
+        {"batch_size": 2, "seq_len": 5, "real_tokens": 7, "padded_tokens": 10},
+    ]
     c = meta.combine_counts(parts)
-    assert c == {"batch_size": 4, "seq_len": 8, "real_tokens": 16, "padded_tokens": 26,
-                 "micro_batches": 2}
+    assert c == {"batch_size": 4, "seq_len": 8, "real_tokens": 16, "padded_tokens": 26, "micro_batches": 2}
     parts[1]["real_tokens"] = None
     assert meta.combine_counts(parts)["real_tokens"] is None
     assert meta.combine_counts([]) is None
@@ -73,8 +78,10 @@ def test_combine_counts_sums_micro_batches():
 
 def test_device_tensor_counts_are_resolved_later():
     torch = pytest.importorskip("torch")
-    parts = [{"batch_size": 2, "seq_len": 4, "real_tokens": torch.tensor(5), "padded_tokens": 8},
-             {"batch_size": 2, "seq_len": 4, "real_tokens": torch.tensor(6), "padded_tokens": 8}]
+    parts = [
+        {"batch_size": 2, "seq_len": 4, "real_tokens": torch.tensor(5), "padded_tokens": 8},
+        {"batch_size": 2, "seq_len": 4, "real_tokens": torch.tensor(6), "padded_tokens": 8},
+    ]
     steps = [dict(step=7, **meta.combine_counts(parts))]
     resolved = meta.resolve_counts(steps)
     assert resolved[0]["real_tokens"] == 11 and isinstance(resolved[0]["real_tokens"], int)
@@ -94,6 +101,7 @@ def test_inject_and_read_metadata_roundtrip(tmp_path):
 # helpers for the torch tests
 # ---------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def hf():
     """transformers, imported once (its import is the slowest part of these tests)."""
@@ -108,9 +116,15 @@ def _tiny_llama(attn="sdpa"):
     transformers = pytest.importorskip("transformers")
     torch = pytest.importorskip("torch")
     torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                   num_key_value_heads=4, intermediate_size=128,
-                                   vocab_size=256, max_position_embeddings=64)
+    cfg = transformers.LlamaConfig(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        intermediate_size=128,
+        vocab_size=256,
+        max_position_embeddings=64,
+    )
     return transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=attn)
 
 
@@ -130,8 +144,7 @@ def _load(path):
 
 
 def _step_names(doc):
-    return sorted({e["name"] for e in doc["traceEvents"]
-                   if str(e.get("name", "")).startswith("ProfilerStep#")})
+    return sorted({e["name"] for e in doc["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")})
 
 
 def _has_input_dims(doc):
@@ -142,11 +155,11 @@ def _has_input_dims(doc):
 # plain loop
 # ---------------------------------------------------------------------------
 
+
 def test_token_counts_of_a_batch():
     pytest.importorskip("torch")
     b = _padded_batch([3, 8, 1], 8)
-    assert meta.token_counts(b) == {"batch_size": 3, "seq_len": 8, "real_tokens": 12,
-                                    "padded_tokens": 24}
+    assert meta.token_counts(b) == {"batch_size": 3, "seq_len": 8, "real_tokens": 12, "padded_tokens": 24}
     import torch
 
     ids = torch.ones(1, 10, dtype=torch.long)
@@ -162,11 +175,15 @@ def test_loop_capture_writes_trace_with_metadata(hf, tmp_path):
     from traceinspect.capture import profile_steps
 
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    lengths = [[5, 16, 3, 9], [16, 16, 2, 1], [7, 7, 7, 7], [1, 2, 3, 4], [12, 16, 10, 14],
-               [4, 4, 4, 4]]
+    lengths = [[5, 16, 3, 9], [16, 16, 2, 1], [7, 7, 7, 7], [1, 2, 3, 4], [12, 16, 10, 14], [4, 4, 4, 4]]
     batches = [_padded_batch(ls, 16) for ls in lengths]
-    config = {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 1,
-              "dataloader_num_workers": 0, "optim": "adamw_torch", "my_extra": "kept"}
+    config = {
+        "per_device_train_batch_size": 4,
+        "gradient_accumulation_steps": 1,
+        "dataloader_num_workers": 0,
+        "optim": "adamw_torch",
+        "my_extra": "kept",
+    }
     with profile_steps(tmp_path, wait=1, warmup=1, active=3, model=model, config=config) as cap:
         for batch in cap.wrap(batches):
             model(**batch).loss.backward()
@@ -203,24 +220,29 @@ def test_loop_cut_short_still_writes_trace_with_metadata(tmp_path):
     from traceinspect.capture import profile_steps
 
     lin = torch.nn.Linear(8, 8)
-    with profile_steps(tmp_path, wait=0, warmup=1, active=5, model=lin,
-                       config={"per_device_train_batch_size": 2}) as cap:
+    with profile_steps(
+        tmp_path, wait=0, warmup=1, active=5, model=lin, config={"per_device_train_batch_size": 2}
+    ) as cap:
         for _ in range(3):  # window needs 6 steps; stop after 3
             x = torch.randn(2, 8)
             lin(x).sum().backward()
-            cap.step({"input_ids": torch.zeros(2, 8, dtype=torch.long),
-                      "attention_mask": torch.tensor([[1] * 8, [1] * 3 + [0] * 5])})
+            cap.step(
+                {
+                    "input_ids": torch.zeros(2, 8, dtype=torch.long),
+                    "attention_mask": torch.tensor([[1] * 8, [1] * 3 + [0] * 5]),
+                }
+            )
     m = meta.read_metadata(cap.trace_path)
     assert m is not None and m["config"]["per_device_train_batch_size"] == 2
     assert m["config"]["num_parameters"] == 72
-    assert [(s["step"], s["real_tokens"], s["padded_tokens"]) for s in m["steps"]] == [
-        (1, 11, 16), (2, 11, 16)]
+    assert [(s["step"], s["real_tokens"], s["padded_tokens"]) for s in m["steps"]] == [(1, 11, 16), (2, 11, 16)]
     assert cap.done
 
 
 # ---------------------------------------------------------------------------
 # HF Trainer
 # ---------------------------------------------------------------------------
+
 
 def test_trainer_callback_writes_trace_with_metadata(hf, tmp_path):
     model = _tiny_llama("eager")
@@ -242,14 +264,23 @@ def test_trainer_callback_writes_trace_with_metadata(hf, tmp_path):
             ids[row, : len(f["input_ids"])] = torch.tensor(f["input_ids"])
             mask[row, : len(f["input_ids"])] = 1
         collated.append(mask.clone())
-        return {"input_ids": ids, "attention_mask": mask,
-                "labels": ids.masked_fill(mask == 0, -100)}
+        return {"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)}
 
     args = TrainingArguments(
-        output_dir=str(tmp_path), per_device_train_batch_size=2, gradient_accumulation_steps=2,
-        max_steps=4, use_cpu=True, report_to="none", save_strategy="no", logging_steps=1000,
-        dataloader_num_workers=0, dataloader_pin_memory=False, learning_rate=1e-3,
-        optim="adamw_torch", disable_tqdm=True)
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=2,
+        max_steps=4,
+        use_cpu=True,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1000,
+        dataloader_num_workers=0,
+        dataloader_pin_memory=False,
+        learning_rate=1e-3,
+        optim="adamw_torch",
+        disable_tqdm=True,
+    )
     cb = TraceinspectCallback(start_step=1, num_steps=2, config={"packing": False})
     trainer = Trainer(model=model, args=args, train_dataset=dataset, data_collator=collate)
     cb.attach(trainer)
@@ -275,7 +306,7 @@ def test_trainer_callback_writes_trace_with_metadata(hf, tmp_path):
     # optimizer steps 1 and 2, two micro-batches each: collator calls 2,3 and 4,5
     assert [s["step"] for s in m["steps"]] == [1, 2]
     for s in m["steps"]:
-        masks = collated[2 * s["step"]: 2 * s["step"] + 2]
+        masks = collated[2 * s["step"] : 2 * s["step"] + 2]
         assert s["global_step"] == s["step"] and s["micro_batches"] == 2
         assert s["batch_size"] == 4
         assert s["real_tokens"] == sum(int(mk.sum()) for mk in masks)
@@ -288,6 +319,7 @@ def test_trainer_callback_writes_trace_with_metadata(hf, tmp_path):
 # ---------------------------------------------------------------------------
 # the committed sample
 # ---------------------------------------------------------------------------
+
 
 def test_committed_cpu_sample_carries_metadata():
     if not SAMPLE.exists():

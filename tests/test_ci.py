@@ -1,5 +1,6 @@
 """CI's optional suites (.ci/optional.sh, sourced by .ci/run): a failed install is a visible skip, and a
 failure of a suite that .ci/expected-optional lists (it installed before) fails CI. Run with a fake pip."""
+
 from __future__ import annotations
 
 import os
@@ -21,27 +22,39 @@ def _ci(tmp_path: Path, expected: str, script: str) -> subprocess.CompletedProce
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     pip = bin_dir / "pip"
-    pip.write_text('#!/bin/sh\nfor a in "$@"; do case "$a" in broken-*) echo "no $a" >&2; exit 1;; esac; done\n'
-                   'echo installed "$@"\n')
+    pip.write_text(
+        '#!/bin/sh\nfor a in "$@"; do case "$a" in broken-*) echo "no $a" >&2; exit 1;; esac; done\n'
+        'echo installed "$@"\n'
+    )
     pip.chmod(0o755)
     (tmp_path / "expected").write_text(expected)
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-           "EXPECTED_OPTIONAL": str(tmp_path / "expected")}
-    return subprocess.run(["bash", "-c", f"set -euo pipefail; . {CI / 'optional.sh'}; {script}"],
-                          capture_output=True, text=True, env=env)
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "EXPECTED_OPTIONAL": str(tmp_path / "expected"),
+    }
+    return subprocess.run(
+        ["bash", "-c", f"set -euo pipefail; . {CI / 'optional.sh'}; {script}"], capture_output=True, text=True, env=env
+    )
 
 
 def test_a_failed_install_of_a_new_suite_is_a_counted_skip(tmp_path):
-    r = _ci(tmp_path, "# none yet\n", "optional torch pip install torch; optional hta pip install broken-hta; "
-                                      "optional_summary")
+    r = _ci(
+        tmp_path,
+        "# none yet\n",
+        "optional torch pip install torch; optional hta pip install broken-hta; optional_summary",
+    )
     assert r.returncode == 0, r.stderr
     assert "optional suite 'hta' not installed" in r.stderr
     assert "CI: 1 optional suite(s) skipped: hta" in r.stderr
 
 
 def test_a_failed_install_of_an_expected_suite_fails_ci(tmp_path):
-    r = _ci(tmp_path, "# installs in CI\nhta   # the cross-check\ntorch\n",
-            "optional torch pip install torch; optional hta pip install broken-hta; optional_summary")
+    r = _ci(
+        tmp_path,
+        "# installs in CI\nhta   # the cross-check\ntorch\n",
+        "optional torch pip install torch; optional hta pip install broken-hta; optional_summary",
+    )
     assert r.returncode == 1
     assert "CI: 0 optional suite(s) skipped" in r.stderr
     assert "FAILED: 1 optional suite(s) that installed before failed to install: hta" in r.stderr

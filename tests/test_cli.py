@@ -1,4 +1,5 @@
 """CLI exit codes and one-line errors (no traceback reaches the user)."""
+
 import json
 import os
 import subprocess
@@ -117,6 +118,7 @@ def test_healthy_trace_has_no_findings(tmp_path):
 
 def test_a_window_under_a_millisecond_is_not_judged(tmp_path):
     from builders import TraceBuilder
+
     t = TraceBuilder()
     with t.step():  # a step of about 5 us (one op, one launch): a unit-test trace, not a training step
         t.op("aten::add", kernels=[("k", 0.3)], cpu_us=0.1)
@@ -132,5 +134,5 @@ def test_output_names_and_formats(stall, tmp_path):
     assert code == 2 and "report.htm" in out and ".html" in out and not (tmp_path / "report.htm").exists()
     assert run("analyze", stall, "-o", tmp_path / "report.htm", "--format", "md")[0] == 0
     assert (tmp_path / "report.htm").read_text().startswith("## traceinspect")
-    assert run("analyze", stall, "-o", os.devnull)[0] == 0          # no extension: text, as without -o
+    assert run("analyze", stall, "-o", os.devnull)[0] == 0  # no extension: text, as without -o
     assert run("analyze", stall, "--steps", "0:3:0")[0] == 2

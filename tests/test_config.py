@@ -1,5 +1,6 @@
 """Configuration as ruff does it (traceinspect/config.py): discovery, select/ignore, typed thresholds,
 overrides, and an error naming the file and key for every bad setting. One test per knob."""
+
 from __future__ import annotations
 
 import pytest
@@ -48,42 +49,49 @@ def test_thresholds_from_the_file_reach_the_detector(tmp_path):
     assert cfg.non_default() == {"launch-bound.min_idle_frac": 0.99, "source": str(p)}
     trace = load_trace(build_launch_bound().write(tmp_path / "lb.json"))
     assert "launch-bound" in [f.name for f in analyze(trace).findings]
-    rep = analyze(trace, config=cfg)       # a threshold nobody can reach: the detector declines
+    rep = analyze(trace, config=cfg)  # a threshold nobody can reach: the detector declines
     assert "launch-bound" not in [f.name for f in rep.findings]
 
 
 def test_settings_override_typed_from_the_declared_option():
-    cfg = C.override(C.Config(), settings=["TI101.min_idle_frac=0.2", "launch-bound.max_busy_frac=1"],
-                     select=["launch-bound"])
+    cfg = C.override(
+        C.Config(), settings=["TI101.min_idle_frac=0.2", "launch-bound.max_busy_frac=1"], select=["launch-bound"]
+    )
     assert cfg.options == {"launch-bound": {"min_idle_frac": 0.2, "max_busy_frac": 1.0}}
     assert isinstance(cfg.options["launch-bound"]["max_busy_frac"], float)
     assert cfg.detectors() == (LaunchBound,)
 
 
-@pytest.mark.parametrize("toml, words", [
-    ("[tool.traceinspect]\nselct = []\n", "unknown key 'selct'"),
-    ("[tool.traceinspect]\nselect = [\"no-such\"]\n", "unknown detector 'no-such'"),
-    ("[tool.traceinspect]\nselect = \"TI101\"\nignore = 3\n", "ignore must be a list"),
-    ("[tool.traceinspect.launch-bound]\nmin_frac = 0.1\n", "unknown option 'launch-bound.min_frac'"),
-    ("[tool.traceinspect.launch-bound]\nmin_idle_frac = \"lots\"\n", "launch-bound.min_idle_frac must be a float"),
-    ("[tool.traceinspect.launch-bound]\nmin_idle_frac = true\n", "launch-bound.min_idle_frac must be a float"),
-    ("[tool.traceinspect.no-such]\nx = 1\n", "unknown key 'no-such'"),
-    ("[tool.traceinspect\n", "not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "toml, words",
+    [
+        ("[tool.traceinspect]\nselct = []\n", "unknown key 'selct'"),
+        ('[tool.traceinspect]\nselect = ["no-such"]\n', "unknown detector 'no-such'"),
+        ('[tool.traceinspect]\nselect = "TI101"\nignore = 3\n', "ignore must be a list"),
+        ("[tool.traceinspect.launch-bound]\nmin_frac = 0.1\n", "unknown option 'launch-bound.min_frac'"),
+        ('[tool.traceinspect.launch-bound]\nmin_idle_frac = "lots"\n', "launch-bound.min_idle_frac must be a float"),
+        ("[tool.traceinspect.launch-bound]\nmin_idle_frac = true\n", "launch-bound.min_idle_frac must be a float"),
+        ("[tool.traceinspect.no-such]\nx = 1\n", "unknown key 'no-such'"),
+        ("[tool.traceinspect\n", "not valid TOML"),
+    ],
+)
 def test_bad_settings_are_usage_errors_naming_the_file_and_key(tmp_path, toml, words):
     p = _write(tmp_path / "pyproject.toml", toml)
     with pytest.raises(UsageError) as e:
         C.load(p)
     msg = str(e.value)
     assert e.value.exit_code == 2 and words in msg and str(p) in msg and "\n" not in msg
-    assert "--" not in msg + e.value.hint   # library errors never name command-line flags
+    assert "--" not in msg + e.value.hint  # library errors never name command-line flags
 
 
-@pytest.mark.parametrize("setting, words", [
-    ("launch-bound.min_idle_frac", "is not detector.option=value"),
-    ("nope.x=1", "unknown detector 'nope'"),
-    ("launch-bound.min_idle_frac=abc", "must be a float"),
-])
+@pytest.mark.parametrize(
+    "setting, words",
+    [
+        ("launch-bound.min_idle_frac", "is not detector.option=value"),
+        ("nope.x=1", "unknown detector 'nope'"),
+        ("launch-bound.min_idle_frac=abc", "must be a float"),
+    ],
+)
 def test_bad_overrides_are_usage_errors(setting, words):
     with pytest.raises(UsageError, match=words):
         C.override(C.Config(), settings=[setting])
@@ -97,11 +105,13 @@ def test_a_missing_config_file_is_a_usage_error(tmp_path):
 def _cli(*args):
     from click.testing import CliRunner
     from traceinspect.cli import cli
+
     return CliRunner().invoke(cli, ["analyze", *args, "--format", "json", "--no-cache"])
 
 
 def test_cli_set_select_ignore_and_the_discovered_pyproject(tmp_path):
     import json
+
     (tmp_path / "run").mkdir()
     trace = build_launch_bound().write(tmp_path / "run" / "lb.json")
     names = lambda r: [f["name"] for f in json.loads(r.output)["findings"]]  # noqa: E731
@@ -119,8 +129,9 @@ def test_the_report_names_its_non_default_settings_in_every_format(tmp_path):
     import json
     from traceinspect.render import RENDERERS
     from traceinspect.report import Report
+
     trace = load_trace(build_launch_bound().write(tmp_path / "lb.json"))
-    assert "settings" not in analyze(trace).to_dict()          # defaults: the report keeps its shape
+    assert "settings" not in analyze(trace).to_dict()  # defaults: the report keeps its shape
     cfg = C.override(C.Config(), settings=["launch-bound.min_idle_frac=0.5"], ignore=["host-sync"])
     rep = analyze(trace, config=cfg)
     d = json.loads(json.dumps(rep.to_dict()))

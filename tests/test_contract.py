@@ -1,4 +1,5 @@
 """Contracts: the detector registry, each detector's doc page and builders, generated docs, layering."""
+
 from __future__ import annotations
 
 import ast
@@ -25,7 +26,12 @@ def _all_detector_classes():
     for m in pkgutil.iter_modules([str(PKG)]):
         mod = importlib.import_module(f"traceinspect.detectors.{m.name}")
         for obj in vars(mod).values():
-            if isinstance(obj, type) and issubclass(obj, Detector) and obj is not Detector and obj.__module__ == mod.__name__:
+            if (
+                isinstance(obj, type)
+                and issubclass(obj, Detector)
+                and obj is not Detector
+                and obj.__module__ == mod.__name__
+            ):
                 found.add(obj)
     return found
 
@@ -60,8 +66,9 @@ def _builder(ref: str):
     return getattr(importlib.import_module(mod), fn)
 
 
-_CASES = [(d, ref, True) for d in registry.ALL for ref in d.fires_on] + \
-         [(d, ref, False) for d in registry.ALL for ref in d.silent_on]
+_CASES = [(d, ref, True) for d in registry.ALL for ref in d.fires_on] + [
+    (d, ref, False) for d in registry.ALL for ref in d.silent_on
+]
 
 
 def test_every_detector_lists_builders_both_ways():
@@ -70,7 +77,9 @@ def test_every_detector_lists_builders_both_ways():
         assert d.silent_on, f"{d.name} lists no builder it stays silent on"
 
 
-@pytest.mark.parametrize("det,ref,fires", _CASES, ids=[f"{d.name}-{r}-{'fires' if f else 'silent'}" for d, r, f in _CASES])
+@pytest.mark.parametrize(
+    "det,ref,fires", _CASES, ids=[f"{d.name}-{r}-{'fires' if f else 'silent'}" for d, r, f in _CASES]
+)
 def test_builders_fire_or_stay_silent(det, ref, fires, tmp_path):
     trace = load_trace(_builder(ref)().write(tmp_path / "b.json"))
     rep = analyze(trace, detectors=[det], strict=True)
@@ -93,12 +102,32 @@ def test_generated_docs_are_up_to_date(det):
 
 LAYERS = ["trace", "facts", "detectors", "analyze", "report", "render", "cli"]
 # module (relative to the package) -> layer; lower index may not import a higher one
-_LAYER_OF = {"trace": 0, "findings": 0, "errors": 0, "facts": 0.5, "detectors": 1, "analyze": 2, "report": 2,
-             "diff": 3, "docs": 3, "tensorboard": 3, "distributed": 3, "render": 4, "cli": 5,
-             "capture": 0, "__init__": 5, "__main__": 5, "timeline_sample": 2, "cache": 3,
-             "annotate": 3, "tb_plugin": 5,
-             "whatif": 1.5, "inert": 0,  # whatif: above the detectors (it applies their fixes), below analyze
-             "config": 1.5, "api": 4.5}  # config: detector options; api: the library calls the CLI makes
+_LAYER_OF = {
+    "trace": 0,
+    "findings": 0,
+    "errors": 0,
+    "facts": 0.5,
+    "detectors": 1,
+    "analyze": 2,
+    "report": 2,
+    "diff": 3,
+    "docs": 3,
+    "tensorboard": 3,
+    "distributed": 3,
+    "render": 4,
+    "cli": 5,
+    "capture": 0,
+    "__init__": 5,
+    "__main__": 5,
+    "timeline_sample": 2,
+    "cache": 3,
+    "annotate": 3,
+    "tb_plugin": 5,
+    "whatif": 1.5,
+    "inert": 0,  # whatif: above the detectors (it applies their fixes), below analyze
+    "config": 1.5,
+    "api": 4.5,
+}  # config: detector options; api: the library calls the CLI makes
 # facts: derived facts shared by detectors (device selection, kernel classes, claims), below them
 
 
@@ -114,7 +143,7 @@ def _layer(rel: Path) -> str:
 def test_layering_imports_flow_one_way():
     pkg = REPO / "traceinspect"
     bad = []
-    between = set()   # (detector module, detector module it imports)
+    between = set()  # (detector module, detector module it imports)
     for f in pkg.rglob("*.py"):
         rel = f.relative_to(pkg)
         me = _layer(rel)
@@ -132,14 +161,17 @@ def test_layering_imports_flow_one_way():
             elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("traceinspect."):
                 targets = [node.module.removeprefix("traceinspect.")]
             elif isinstance(node, ast.ImportFrom) and node.module == "traceinspect":
-                targets = [a.name for a in node.names]   # the package root: a submodule or a root name
+                targets = [a.name for a in node.names]  # the package root: a submodule or a root name
             elif isinstance(node, ast.Import):
-                targets = [a.name.removeprefix("traceinspect.").removeprefix("traceinspect")
-                           for a in node.names if a.name == "traceinspect" or a.name.startswith("traceinspect.")]
+                targets = [
+                    a.name.removeprefix("traceinspect.").removeprefix("traceinspect")
+                    for a in node.names
+                    if a.name == "traceinspect" or a.name.startswith("traceinspect.")
+                ]
             for t in targets:
                 other = t.split(".")[0] if t else "__init__"
                 if not ((pkg / f"{other}.py").exists() or (pkg / other).is_dir()) and other != "__version__":
-                    other = "__init__"   # a name the package root re-exports (analyze, Report, ...)
+                    other = "__init__"  # a name the package root re-exports (analyze, Report, ...)
                 if me == "detectors" and other == "detectors":
                     between.add((rel.stem, t.split(".")[1] if "." in t else t))
                 if other == "cli" and me not in ("cli", "__main__"):

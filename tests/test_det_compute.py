@@ -1,4 +1,5 @@
 """fp32-gemm, eager-attention, padding-waste and the kernel-name classifier, on synthetic traces."""
+
 from __future__ import annotations
 
 import pytest
@@ -27,52 +28,91 @@ def only(rep):
 
 # --- kernel-name classification ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name,kind,prec", [
-    ("volta_sgemm_128x64_nt", K.GEMM, K.FP32),
-    ("ampere_sgemm_32x32_sliced1x4_tn", K.GEMM, K.FP32),
-    ("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4_alignc4_execute_kernel__5x_cublas",
-     K.GEMM, K.FP32),
-    ("void cutlass::Kernel2<cutlass_80_simt_sgemm_128x32_8x5_nn_align1>(cutlass_80_simt_sgemm_128x32_8x5_nn_align1::Params)",
-     K.GEMM, K.FP32),
-    ("void gemmSN_TN_kernel<float, 128, 16, 2, 4, 8, 9, false, cublasGemvTensorStridedBatched<float const> >(x)",
-     K.GEMM, K.FP32),
-    ("void implicit_convolve_sgemm<float, float, 1024, 6, 7, 3, 3, 5, 1, false, true, true>(int, int)", K.CONV, K.FP32),
-    ("volta_scudnn_128x64_relu_interior_nn_v1", K.CONV, K.FP32),
-    ("void cudnn::detail::dgrad_engine<float, 512, 6, 5, 3, 3, 3, false>(int, int, int)", K.CONV, K.FP32),
-    ("void cudnn::winograd_nonfused::winogradForwardData4x4<float, float>(cudnn::winograd_nonfused::WinogradDataParams<float, float>)",
-     K.CONV, K.FP32),
-    # ROCm Tensile: the type token right after the index groups; "_HA_S_SAV" later in the name is not the type
-    ("Cijk_Ailk_Bljk_S_B_Bias_HA_S_SAV_UserArgs_MT16x16x128_MI16x16x1_SN_LDSB1", K.GEMM, K.FP32),
-    ("Cijk_Ailk_Bljk_SB_MT64x64x16_SN", K.GEMM, K.FP32),
-    ("Cijk_Alik_Bljk_B_BS_BH_Bias_HA_S_SAV_UserArgs_MT256x128x64_MI16x16x1_SN", K.GEMM, K.HALF),
-    ("Cijk_Ailk_Bljk_BBS_BH_MT64x64x64_MI16x16x16x1_SN_1LDSB0", K.GEMM, K.HALF),
-    ("Cijk_Ailk_Bljk_HHS_BH_MT64x64x64_SN", K.GEMM, K.HALF),
-    ("igemm_fwd_gtcx3_nhwc_bf16_bx0_ex1_bt128x128x32_wt32x32x8", K.CONV, K.HALF),
-    ("sm80_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize32x32x64_stage3_warpsize2x1x2_tensor16x8x8", K.GEMM, K.TF32),
-    ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_tn_align4>(cutlass_80_tensorop_s1688gemm_256x64_16x4_tn_align4::Params)",
-     K.GEMM, K.TF32),
-    ("nvjet_sss_tf32_128x256_TNT", K.GEMM, K.TF32),
-    ("volta_fp16_s884gemm_fp16_128x128_ldg8_f2f_nn", K.GEMM, K.HALF),
-    ("turing_h1688gemm_128x128_ldg8_nt", K.GEMM, K.HALF),
-    ("ampere_bf16_s16816gemm_bf16_128x256_ldg8_f2f_stages_64x3_nn", K.GEMM, K.HALF),
-    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
-     K.GEMM, K.HALF),
-    ("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT", K.GEMM, K.HALF),
-    ("bmm_MxE4m3_MxE2m1MxE4m3_Fp32_t128x16x256u2_s3_sm100f", K.GEMM, K.FP8),
-    ("ampere_gcgemm_64x64_nt", K.GEMM, K.COMPLEX),
-    ("void gemv2T_kernel_val<int, int, float, float, float, float, 128, 16, 4, 4, false, false>(x)", K.GEMV, K.FP32),
-    ("void fbgemm_gpu::permute_2D_data_kernel<true, int, int, float>(int, int)", K.OTHER, K.UNKNOWN),
-    ("std::enable_if<vllm::_typeConvert<c10::BFloat16>::exists, void>::type vllm::fused_add_rms_norm_kernel<c10::BFloat16, 8>(x)",
-     K.OTHER, K.UNKNOWN),
-    ("void (anonymous namespace)::softmax_warp_forward<float, float, float, 10, true, false>(float*, float const*)",
-     K.SOFTMAX, K.UNKNOWN),
-    ("void at::native::(anonymous namespace)::cunn_SoftMaxForwardReg<c10::BFloat16, float, c10::BFloat16>(x)",
-     K.SOFTMAX, K.UNKNOWN),
-    (B.FLASH_FWD, K.ATTENTION, K.UNKNOWN),
-    ("attn_fwd", K.ATTENTION, K.UNKNOWN),
-    (B.EFFICIENT_FWD, K.ATTENTION, K.UNKNOWN),
-    ("triton_red_fused__to_copy_add_addmm_fmha_v3_fwd_mean_24", K.OTHER, K.UNKNOWN),
-])
+
+@pytest.mark.parametrize(
+    "name,kind,prec",
+    [
+        ("volta_sgemm_128x64_nt", K.GEMM, K.FP32),
+        ("ampere_sgemm_32x32_sliced1x4_tn", K.GEMM, K.FP32),
+        (
+            "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4_alignc4_execute_kernel__5x_cublas",
+            K.GEMM,
+            K.FP32,
+        ),
+        (
+            "void cutlass::Kernel2<cutlass_80_simt_sgemm_128x32_8x5_nn_align1>(cutlass_80_simt_sgemm_128x32_8x5_nn_align1::Params)",
+            K.GEMM,
+            K.FP32,
+        ),
+        (
+            "void gemmSN_TN_kernel<float, 128, 16, 2, 4, 8, 9, false, cublasGemvTensorStridedBatched<float const> >(x)",
+            K.GEMM,
+            K.FP32,
+        ),
+        (
+            "void implicit_convolve_sgemm<float, float, 1024, 6, 7, 3, 3, 5, 1, false, true, true>(int, int)",
+            K.CONV,
+            K.FP32,
+        ),
+        ("volta_scudnn_128x64_relu_interior_nn_v1", K.CONV, K.FP32),
+        ("void cudnn::detail::dgrad_engine<float, 512, 6, 5, 3, 3, 3, false>(int, int, int)", K.CONV, K.FP32),
+        (
+            "void cudnn::winograd_nonfused::winogradForwardData4x4<float, float>(cudnn::winograd_nonfused::WinogradDataParams<float, float>)",
+            K.CONV,
+            K.FP32,
+        ),
+        # ROCm Tensile: the type token right after the index groups; "_HA_S_SAV" later in the name is not the type
+        ("Cijk_Ailk_Bljk_S_B_Bias_HA_S_SAV_UserArgs_MT16x16x128_MI16x16x1_SN_LDSB1", K.GEMM, K.FP32),
+        ("Cijk_Ailk_Bljk_SB_MT64x64x16_SN", K.GEMM, K.FP32),
+        ("Cijk_Alik_Bljk_B_BS_BH_Bias_HA_S_SAV_UserArgs_MT256x128x64_MI16x16x1_SN", K.GEMM, K.HALF),
+        ("Cijk_Ailk_Bljk_BBS_BH_MT64x64x64_MI16x16x16x1_SN_1LDSB0", K.GEMM, K.HALF),
+        ("Cijk_Ailk_Bljk_HHS_BH_MT64x64x64_SN", K.GEMM, K.HALF),
+        ("igemm_fwd_gtcx3_nhwc_bf16_bx0_ex1_bt128x128x32_wt32x32x8", K.CONV, K.HALF),
+        ("sm80_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize32x32x64_stage3_warpsize2x1x2_tensor16x8x8", K.GEMM, K.TF32),
+        (
+            "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_tn_align4>(cutlass_80_tensorop_s1688gemm_256x64_16x4_tn_align4::Params)",
+            K.GEMM,
+            K.TF32,
+        ),
+        ("nvjet_sss_tf32_128x256_TNT", K.GEMM, K.TF32),
+        ("volta_fp16_s884gemm_fp16_128x128_ldg8_f2f_nn", K.GEMM, K.HALF),
+        ("turing_h1688gemm_128x128_ldg8_nt", K.GEMM, K.HALF),
+        ("ampere_bf16_s16816gemm_bf16_128x256_ldg8_f2f_stages_64x3_nn", K.GEMM, K.HALF),
+        (
+            "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
+            K.GEMM,
+            K.HALF,
+        ),
+        ("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT", K.GEMM, K.HALF),
+        ("bmm_MxE4m3_MxE2m1MxE4m3_Fp32_t128x16x256u2_s3_sm100f", K.GEMM, K.FP8),
+        ("ampere_gcgemm_64x64_nt", K.GEMM, K.COMPLEX),
+        (
+            "void gemv2T_kernel_val<int, int, float, float, float, float, 128, 16, 4, 4, false, false>(x)",
+            K.GEMV,
+            K.FP32,
+        ),
+        ("void fbgemm_gpu::permute_2D_data_kernel<true, int, int, float>(int, int)", K.OTHER, K.UNKNOWN),
+        (
+            "std::enable_if<vllm::_typeConvert<c10::BFloat16>::exists, void>::type vllm::fused_add_rms_norm_kernel<c10::BFloat16, 8>(x)",
+            K.OTHER,
+            K.UNKNOWN,
+        ),
+        (
+            "void (anonymous namespace)::softmax_warp_forward<float, float, float, 10, true, false>(float*, float const*)",
+            K.SOFTMAX,
+            K.UNKNOWN,
+        ),
+        (
+            "void at::native::(anonymous namespace)::cunn_SoftMaxForwardReg<c10::BFloat16, float, c10::BFloat16>(x)",
+            K.SOFTMAX,
+            K.UNKNOWN,
+        ),
+        (B.FLASH_FWD, K.ATTENTION, K.UNKNOWN),
+        ("attn_fwd", K.ATTENTION, K.UNKNOWN),
+        (B.EFFICIENT_FWD, K.ATTENTION, K.UNKNOWN),
+        ("triton_red_fused__to_copy_add_addmm_fmha_v3_fwd_mean_24", K.OTHER, K.UNKNOWN),
+    ],
+)
 def test_classify_name(name, kind, prec):
     c = K.classify_name(name)
     assert (c.kind, c.precision) == (kind, prec)
@@ -80,11 +120,14 @@ def test_classify_name(name, kind, prec):
 
 def test_classify_is_row_aligned_and_arch_floor_reads_prefixes():
     import pandas as pd
-    names = pd.Series(pd.Categorical(["volta_sgemm_128x64_nt", "x", "volta_sgemm_128x64_nt", "turing_fp16_s1688gemm_fp16_x"]))
+
+    names = pd.Series(
+        pd.Categorical(["volta_sgemm_128x64_nt", "x", "volta_sgemm_128x64_nt", "turing_fp16_s1688gemm_fp16_x"])
+    )
     c = K.classify(names)
     assert list(c["kind"]) == [K.GEMM, K.OTHER, K.GEMM, K.GEMM]
     assert list(c["precision"]) == [K.FP32, K.UNKNOWN, K.FP32, K.HALF]
-    assert K.arch_floor(names) == 75       # the newest kernel arch: the device is at least sm75
+    assert K.arch_floor(names) == 75  # the newest kernel arch: the device is at least sm75
 
 
 # --- fp32-gemm ---------------------------------------------------------------------------------------------
@@ -115,7 +158,7 @@ def test_fp32_gemm_counts_unnamed_kernels_from_the_op_input_type(tmp_path):
     _, rep = run(B.build_fp32_unknown_name(), Fp32Gemm, tmp_path)
     f = only(rep)
     assert f.time_lost_us == pytest.approx(N_GEMMS * B.GEMM_US * 0.75)
-    assert f.confidence == "low"       # only the recorded Input type says fp32
+    assert f.confidence == "low"  # only the recorded Input type says fp32
     assert any("Input type" in e.label for e in f.evidence)
 
 
@@ -203,8 +246,13 @@ def test_eager_attention_names_the_sdpa_math_fallback(tmp_path):
 
 def test_fp32_gemm_with_mixed_precision_on_points_at_layers_outside_autocast(tmp_path):
     t = B.build_fp32_gemm()
-    t.meta["traceinspect"] = {"schema_version": 1, "source": "hf_trainer", "framework": {"transformers": "4.46"},
-                              "config": {"bf16": True}, "steps": []}
+    t.meta["traceinspect"] = {
+        "schema_version": 1,
+        "source": "hf_trainer",
+        "framework": {"transformers": "4.46"},
+        "config": {"bf16": True},
+        "steps": [],
+    }
     _, rep = run(t, Fp32Gemm, tmp_path)
     f = only(rep)
     assert "Mixed precision is on" in f.fix
@@ -229,7 +277,7 @@ def test_padding_waste_exact_from_capture_metadata(tmp_path):
     share = 1 - B.PAD_REAL / (B.PAD_B * B.PAD_L)
     assert f.time_lost_us == pytest.approx(share * TOKEN_US)
     assert f.confidence == "high" and not f.upper_bound
-    assert "DataCollatorWithFlattening" in f.fix        # the run config says HF Trainer
+    assert "DataCollatorWithFlattening" in f.fix  # the run config says HF Trainer
 
 
 def test_padding_waste_from_varlen_attention(tmp_path):
@@ -244,7 +292,7 @@ def test_padding_waste_from_varlen_attention(tmp_path):
 def test_padding_waste_shape_only_is_a_low_confidence_upper_bound(tmp_path):
     _, rep = run(B.build_padded_shapes(), PaddingWaste, tmp_path)
     f = only(rep)
-    share = (B.PAD_B - 1) / (2 * B.PAD_B)      # lengths spread evenly up to each batch's longest
+    share = (B.PAD_B - 1) / (2 * B.PAD_B)  # lengths spread evenly up to each batch's longest
     assert f.time_lost_us == pytest.approx(share * TOKEN_US)
     assert f.confidence == "low" and f.upper_bound
     assert "173..419" in f.title
@@ -256,10 +304,16 @@ def test_padding_waste_silent(builder, tmp_path):
     assert not rep.findings
 
 
-@pytest.mark.parametrize("steps", [
-    "not a list", [None, 3, "x"], [{"step": 10, "real_tokens": "many", "padded_tokens": 4096}],
-    [{"step": 10, "real_tokens": 5000, "padded_tokens": 4096}], [{"step": 10, "real_tokens": None, "padded_tokens": 0}],
-])
+@pytest.mark.parametrize(
+    "steps",
+    [
+        "not a list",
+        [None, 3, "x"],
+        [{"step": 10, "real_tokens": "many", "padded_tokens": 4096}],
+        [{"step": 10, "real_tokens": 5000, "padded_tokens": 4096}],
+        [{"step": 10, "real_tokens": None, "padded_tokens": 0}],
+    ],
+)
 def test_padding_waste_survives_bad_metadata(steps, tmp_path):
     t = B.build_fixed_length()
     t.meta["traceinspect"] = {"schema_version": 1, "source": "loop", "config": "oops", "steps": steps}
@@ -269,7 +323,7 @@ def test_padding_waste_survives_bad_metadata(steps, tmp_path):
 
 def test_cpu_only_trace_is_skipped(tmp_path):
     t = TraceBuilder()
-    for _ in range(3):   # 3 x 5 ms: past run_detectors' 1 ms window guard, so the detectors themselves run
+    for _ in range(3):  # 3 x 5 ms: past run_detectors' 1 ms window guard, so the detectors themselves run
         with t.step():
             t.op("aten::linear", cpu_us=5_000)
     trace = load_trace(t.write(tmp_path / "cpu.json"))

@@ -1,5 +1,6 @@
 """launch-bound (TI101), host-sync (TI201), unfused-optimizer (TI202), allocator-churn (TI205):
 on builders whose timings are known, then on the real traces of EXPECTED.json."""
+
 from __future__ import annotations
 
 import json
@@ -36,6 +37,7 @@ def _raw(trace, det):
 
 # --- launch-bound ------------------------------------------------------------------------------------
 
+
 def test_launch_bound_claims_the_launch_gaps(tmp_path):
     tr = _load(builders.build_launch_bound(steps=3, kernels_per_step=400), tmp_path)
     (f,) = _findings(tr, LaunchBound)
@@ -58,12 +60,27 @@ def test_launch_bound_fix_keeps_the_effective_batch_from_run_config(tmp_path):
     assert 'optim="adamw_torch_fused"' in f.fix
 
 
-@pytest.mark.parametrize("config,factor,expect", [
-    ({"per_device_train_batch_size": 2, "gradient_accumulation_steps": 8}, 4, "2 x gradient_accumulation_steps 8 -> 8 x 2"),
-    ({"per_device_train_batch_size": 4, "gradient_accumulation_steps": 3}, 2, "4 x gradient_accumulation_steps 3 -> 12 x 1"),
-    ({"per_device_train_batch_size": 4, "gradient_accumulation_steps": 1}, 4, "per_device_train_batch_size 4 -> 16"),
-    ({"per_device_train_batch_size": "4", "gradient_accumulation_steps": None}, 2, "e.g. 1 x 16 -> 2 x 8"),
-])
+@pytest.mark.parametrize(
+    "config,factor,expect",
+    [
+        (
+            {"per_device_train_batch_size": 2, "gradient_accumulation_steps": 8},
+            4,
+            "2 x gradient_accumulation_steps 8 -> 8 x 2",
+        ),
+        (
+            {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 3},
+            2,
+            "4 x gradient_accumulation_steps 3 -> 12 x 1",
+        ),
+        (
+            {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 1},
+            4,
+            "per_device_train_batch_size 4 -> 16",
+        ),
+        ({"per_device_train_batch_size": "4", "gradient_accumulation_steps": None}, 2, "e.g. 1 x 16 -> 2 x 8"),
+    ],
+)
 def test_batch_arithmetic(config, factor, expect):
     assert expect in batch_arithmetic({"config": config}, factor, "hf_trainer")
 
@@ -89,6 +106,7 @@ def test_launch_bound_leaves_optimizer_and_allocator_gaps_to_their_detectors(tmp
 
 
 # --- host-sync ---------------------------------------------------------------------------------------
+
 
 def test_host_sync_item_every_layer(tmp_path):
     tr = _load(bh.build_item_sync(steps=4, layers=12, gemm_us=300, after_us=50), tmp_path)
@@ -131,6 +149,7 @@ def test_host_sync_silent(make, tmp_path):
 
 # --- unfused-optimizer ---------------------------------------------------------------------------------
 
+
 def test_unfused_optimizer_claims_the_gaps_between_its_kernels(tmp_path):
     tr = _load(bh.build_unfused_optimizer(steps=4, params=200), tmp_path)
     opt = optimizer_steps(tr)
@@ -165,7 +184,10 @@ def test_unfused_optimizer_skips_without_optimizer_spans(tmp_path):
 
 # --- allocator-churn -------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("gpu,names", [("H100", "cudaFree 6.0, cudaMalloc 6.0"), ("MI300X", "hipFree 6.0, hipMalloc 6.0")])
+
+@pytest.mark.parametrize(
+    "gpu,names", [("H100", "cudaFree 6.0, cudaMalloc 6.0"), ("MI300X", "hipFree 6.0, hipMalloc 6.0")]
+)
 def test_allocator_churn_counts_idle_under_steady_state_calls(gpu, names, tmp_path):
     tr = _load(bh.build_allocator_churn(steps=4, layers=6, free_us=400, malloc_us=200, gpu=gpu), tmp_path)
     (f,) = _findings(tr, AllocatorChurn)
@@ -187,24 +209,37 @@ def test_launch_bound_does_not_claim_idle_under_allocation_calls(tmp_path):
     tr = _load(bh.build_allocator_churn(malloc_us=50, free_us=20), tmp_path)
     ac = _raw(tr, AllocatorChurn(min_frac=0.0))
     lb = _raw(tr, LaunchBound(min_idle_frac=0.0, max_busy_frac=1.0))
-    assert ac > 0 and lb + ac <= tr.timeline.total("idle_launch") + tr.timeline.total("idle_cpu") \
-        + tr.timeline.total("idle_unknown") + 1e-6
+    assert (
+        ac > 0
+        and lb + ac
+        <= tr.timeline.total("idle_launch") + tr.timeline.total("idle_cpu") + tr.timeline.total("idle_unknown") + 1e-6
+    )
 
 
 # --- real traces -----------------------------------------------------------------------------------------
 
 _EXP = json.loads((SHARED / "EXPECTED.json").read_text())["traces"] if shared_available() else []
 _NAMES = {d.name for d in MINE}
-_CASES = [t for t in _EXP if not t.get("load_only") and (
-    _NAMES & set(t.get("must", []) + t.get("must_not", []) + [t.get("top")]))]
+_CASES = [
+    t
+    for t in _EXP
+    if not t.get("load_only") and (_NAMES & set(t.get("must", []) + t.get("must_not", []) + [t.get("top")]))
+]
 # beyond EXPECTED.json: facts read off these traces (see the detector docs)
 _EXTRA = [
     ("AMD-AGI__TraceLens/tests/traces/mi300/ddp_resnet18_no_pool/train_resnet18.json.gz", ["allocator-churn"], []),
-    ("AMD-AGI__TraceLens/tests/traces/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz", [],
-     ["host-sync", "unfused-optimizer", "allocator-churn"]),
+    (
+        "AMD-AGI__TraceLens/tests/traces/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
+        [],
+        ["host-sync", "unfused-optimizer", "allocator-churn"],
+    ),
     ("AMD-AGI__TraceLens/tests/traces/mi300/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz", [], ["host-sync"]),
     ("AMD-AGI__TraceLens/tests/traces/inference/sglang_decode/sglang_Qwen3-8B_decode.json.gz", [], ["host-sync"]),
-    ("facebookresearch__HolisticTraceAnalysis/tests/data/trace_diff/control/control.json.gz", [], ["unfused-optimizer"]),
+    (
+        "facebookresearch__HolisticTraceAnalysis/tests/data/trace_diff/control/control.json.gz",
+        [],
+        ["unfused-optimizer"],
+    ),
 ]
 
 
@@ -233,6 +268,7 @@ def test_launch_bound_examples_are_never_collective_kernels(tmp_path):
     the collectives are the longest launch gaps, but a collective kernel starts when launched and then
     waits for its peers, so it is never an example of launch overhead (issue 18)."""
     from builders_transfer import ALLREDUCE
+
     t = builders.TraceBuilder()
     for _ in range(3):
         with t.step():

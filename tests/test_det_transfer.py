@@ -2,6 +2,7 @@
 
 The real traces of ../shared/traces/EXPECTED.json are checked by the acceptance suite, not here
 (loading them takes seconds each)."""
+
 from __future__ import annotations
 
 import importlib
@@ -42,6 +43,7 @@ def _ev(f: Finding, label_start: str):
 
 # --- contract: doc page and the declared builders ------------------------------------------------
 
+
 @pytest.mark.parametrize("det", DETECTORS)
 def test_doc_sections(det):
     heads = [line for line in det.doc().splitlines() if line and not line.startswith(" ")]
@@ -60,6 +62,7 @@ def test_declared_builders(det, tmp_path):
 
 
 # --- cpu-offload ---------------------------------------------------------------------------------
+
 
 def test_cpu_offload_fires_with_capacity_verdict(tmp_path):
     f = _one(CpuOffload, bt.build_cpu_offload(steps=3), tmp_path)
@@ -98,8 +101,16 @@ def test_cpu_offload_weight_streaming(tmp_path):
     assert "weights do not fit" in f.title
 
 
-@pytest.mark.parametrize("build", [builders.build_healthy, builders.build_dataloader_stall,
-                                   bt.build_input_copies_only, bt.build_pageable_outputs, bt.build_exposed_nccl])
+@pytest.mark.parametrize(
+    "build",
+    [
+        builders.build_healthy,
+        builders.build_dataloader_stall,
+        bt.build_input_copies_only,
+        bt.build_pageable_outputs,
+        bt.build_exposed_nccl,
+    ],
+)
 def test_cpu_offload_silent(build, tmp_path):
     findings, _ = _run(CpuOffload, build(), tmp_path)
     assert findings == []
@@ -109,7 +120,7 @@ def test_offload_classifier_marks_inputs_not_offload(tmp_path):
     tr = _trace(bt.build_input_copies_only(steps=2), tmp_path)
     traffic = CpuOffload().traffic(tr)
     assert not traffic.is_offload and not traffic.mask.any()
-    assert traffic.input_bytes == pytest.approx(bt.INPUT_BYTES)   # one 20 MB batch per step
+    assert traffic.input_bytes == pytest.approx(bt.INPUT_BYTES)  # one 20 MB batch per step
 
 
 def test_run_config_offload_and_bad_metadata(tmp_path):
@@ -124,6 +135,7 @@ def test_run_config_offload_and_bad_metadata(tmp_path):
 
 
 # --- exposed-communication -----------------------------------------------------------------------
+
 
 def test_exposed_nccl_fires(tmp_path):
     f = _one(ExposedCommunication, bt.build_exposed_nccl(steps=3), tmp_path)
@@ -161,6 +173,7 @@ def test_exposed_nccl_skips_single_gpu(tmp_path):
 
 # --- pageable-memcpy -----------------------------------------------------------------------------
 
+
 def test_pageable_input_copies(tmp_path):
     f = _one(PageableMemcpy, bt.build_input_copies_only(steps=4), tmp_path)
     # 20 MB in 2 ms = 10 GB/s vs 50 GB/s pinned (H100): 2 ms exposed x (1 - 10/50) per step; plus the GPU
@@ -171,7 +184,7 @@ def test_pageable_input_copies(tmp_path):
     # overhead (launch-bound's) and is not counted.
     assert f.time_lost_us == pytest.approx(4 * bt.INPUT_COPY_US * (1 - 10 / 50) + 2, rel=1e-6)
     idle = next(e for e in f.evidence if e.label.startswith("GPU idle while the host is blocked"))
-    assert idle.value == round(2 / 4 / 1e3, 2)                      # ms/step, two decimals
+    assert idle.value == round(2 / 4 / 1e3, 2)  # ms/step, two decimals
     assert "pin_memory=True" in f.fix and "non_blocking=True" in f.fix
     assert "1 pageable input copy per step" in f.title
 

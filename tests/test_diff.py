@@ -1,4 +1,5 @@
 """diff(before, after): step time with noise, findings resolved/new/persisting, unfair comparisons, the CLI."""
+
 import json
 import math
 
@@ -30,11 +31,21 @@ def rep_of(builder, tmp_path, name):
 def synthetic(durs_ms, findings=(), gpu="NVIDIA H100 80GB HBM3", skipped=()) -> Report:
     """A Report with just the steps (and findings) diff reads."""
     d = np.array(durs_ms, dtype=float) * 1e3
-    return Report(trace=TraceInfo(file="x", gpu=Gpu(name=gpu), rank=0, profiler={}, versions={}),
-                  steps=Steps(count=len(d), source="ProfilerStep", median_us=float(np.median(d)),
-                              mean_us=float(np.mean(d)), min_us=float(d.min()), max_us=float(d.max()),
-                              per_step=[StepRow(step=i, dur_us=float(x)) for i, x in enumerate(d)]),
-                  breakdown={}, findings=list(findings), skipped=list(skipped))
+    return Report(
+        trace=TraceInfo(file="x", gpu=Gpu(name=gpu), rank=0, profiler={}, versions={}),
+        steps=Steps(
+            count=len(d),
+            source="ProfilerStep",
+            median_us=float(np.median(d)),
+            mean_us=float(np.mean(d)),
+            min_us=float(d.min()),
+            max_us=float(d.max()),
+            per_step=[StepRow(step=i, dur_us=float(x)) for i, x in enumerate(d)],
+        ),
+        breakdown={},
+        findings=list(findings),
+        skipped=list(skipped),
+    )
 
 
 def finding(name, per_step_us, code="TI999"):
@@ -56,7 +67,7 @@ def test_fixing_the_dataloader_resolves_the_stall(pair):
     assert (d.step_time_us.before, d.step_time_us.after) == (pytest.approx(med_b), pytest.approx(med_a))
     assert d.speedup == pytest.approx(med_b / med_a) and d.speedup > 1
     dl = next(r for r in d.breakdown if r["part"] == "idle_dataloader")
-    assert dl["delta_us"] < -20_000      # the builder's 30 ms per-step load is (mostly) idle before, gone after
+    assert dl["delta_us"] < -20_000  # the builder's 30 ms per-step load is (mostly) idle before, gone after
 
 
 def test_the_reverse_is_a_new_finding(pair):
@@ -66,17 +77,20 @@ def test_the_reverse_is_a_new_finding(pair):
 
 
 def test_persisting_findings_carry_their_change():
-    d = diff(synthetic([100] * 4, [finding("launch-bound", 30_000)]),
-             synthetic([80] * 4, [finding("launch-bound", 10_000)]))
+    d = diff(
+        synthetic([100] * 4, [finding("launch-bound", 30_000)]), synthetic([80] * 4, [finding("launch-bound", 10_000)])
+    )
     (p,) = d.persisting
     assert p["name"] == "launch-bound"
-    assert (p["time_lost_us_before"], p["time_lost_us_after"]) == (120_000, 40_000)   # 4 steps x per-step loss
+    assert (p["time_lost_us_before"], p["time_lost_us_after"]) == (120_000, 40_000)  # 4 steps x per-step loss
     assert p["change_per_step_us"] == -20_000
 
 
 def test_a_finding_skipped_on_the_other_side_is_not_resolved():
-    d = diff(synthetic([100] * 4, [finding("launch-bound", 30_000)]),
-             synthetic([80] * 4, skipped=[Skipped(code="TI999", name="launch-bound", reason="no CPU events")]))
+    d = diff(
+        synthetic([100] * 4, [finding("launch-bound", 30_000)]),
+        synthetic([80] * 4, skipped=[Skipped(code="TI999", name="launch-bound", reason="no CPU events")]),
+    )
     assert d.resolved == [] and d.unchecked[0]["name"] == "launch-bound"
 
 
@@ -103,13 +117,13 @@ def test_different_gpus_are_called_out(tmp_path):
 
 # --- the regression gate ------------------------------------------------------------------------------
 
-TIGHT_B = [100, 101, 99, 100]          # median 100 ms, std 0.816 ms
-TIGHT_A = [110, 111, 109, 110]         # median 110 ms: +10%
+TIGHT_B = [100, 101, 99, 100]  # median 100 ms, std 0.816 ms
+TIGHT_A = [110, 111, 109, 110]  # median 110 ms: +10%
 
 
 def test_noise_is_two_combined_standard_errors_of_the_medians():
     d = diff(synthetic(TIGHT_B), synthetic(TIGHT_A))
-    se = MEDIAN_SE_FACTOR * np.std(TIGHT_B, ddof=1) * 1e3 / math.sqrt(4)   # same spread on both sides
+    se = MEDIAN_SE_FACTOR * np.std(TIGHT_B, ddof=1) * 1e3 / math.sqrt(4)  # same spread on both sides
     assert d.noise_us == pytest.approx(2 * math.hypot(se, se))
     assert d.significant is True
 
@@ -135,6 +149,7 @@ def test_regression_with_one_step_says_noise_was_not_used():
 
 
 # --- reading each side ----------------------------------------------------------------------------------
+
 
 def test_saved_reports_and_traces_are_told_apart(tmp_path, pair):
     saved = tmp_path / "r.json"
@@ -174,6 +189,7 @@ def test_cli_diff_missing_file_is_exit_3(tmp_path):
 
 # --- acceptance: the real DataLoader pair ----------------------------------------------------------
 
+
 def test_real_pair_dataloader_workers(shared_dir, expected):
     for pair in expected.get("pairs", []):
         before = analyze_path(str(shared_dir / pair["before"]), cache=True)
@@ -192,11 +208,13 @@ def test_real_pair_dataloader_workers(shared_dir, expected):
 
 # --- a saved report is untrusted input: its shape is checked, and every real report passes ---------
 
+
 @pytest.mark.parametrize("scenario", ["stall", "healthy", "launch_bound", "ranks", "cpu_only"])
 def test_every_report_we_write_reads_back_unchanged(tmp_path, scenario):
     """Report.from_dict checks types; a report this version writes must pass it and round-trip exactly."""
     from builders import TraceBuilder, build_launch_bound
     from traceinspect.analyze import analyze_many
+
     if scenario == "ranks":
         paths = []
         for r in range(2):
@@ -217,17 +235,20 @@ def test_every_report_we_write_reads_back_unchanged(tmp_path, scenario):
     assert json.loads(json.dumps(Report.from_dict(saved).to_dict())) == saved
 
 
-@pytest.mark.parametrize("mutate, where", [
-    (lambda d: d["trace"].update(rank="<b>0</b>"), "$.trace.rank"),
-    (lambda d: d["trace"].update(gpu={"name": 7}), "$.trace.gpu.name"),
-    (lambda d: d["findings"][0]["evidence"][0].update(value=[1]), "$.findings[0].evidence[0].value"),
-    (lambda d: d["findings"][0].update(time_lost_us=True), "$.findings[0].time_lost_us"),
-    (lambda d: d["steps"].pop("median_us"), "$.steps"),
-    (lambda d: d["verdict"].update(expected_from="all"), "$.verdict.expected_from"),
-    (lambda d: d.update(ranks=[{"rank": 0}]), "$.ranks[0]"),
-    (lambda d: d["timeline_sample"].update(intervals={"compute": [[0, "x"]]}), "$.timeline_sample.intervals"),
-    (lambda d: d.update(warnings=[1]), "$.warnings[0]"),
-])
+@pytest.mark.parametrize(
+    "mutate, where",
+    [
+        (lambda d: d["trace"].update(rank="<b>0</b>"), "$.trace.rank"),
+        (lambda d: d["trace"].update(gpu={"name": 7}), "$.trace.gpu.name"),
+        (lambda d: d["findings"][0]["evidence"][0].update(value=[1]), "$.findings[0].evidence[0].value"),
+        (lambda d: d["findings"][0].update(time_lost_us=True), "$.findings[0].time_lost_us"),
+        (lambda d: d["steps"].pop("median_us"), "$.steps"),
+        (lambda d: d["verdict"].update(expected_from="all"), "$.verdict.expected_from"),
+        (lambda d: d.update(ranks=[{"rank": 0}]), "$.ranks[0]"),
+        (lambda d: d["timeline_sample"].update(intervals={"compute": [[0, "x"]]}), "$.timeline_sample.intervals"),
+        (lambda d: d.update(warnings=[1]), "$.warnings[0]"),
+    ],
+)
 def test_a_report_of_the_wrong_shape_says_where(pair, mutate, where):
     d = json.loads(json.dumps(pair[0].to_dict()))
     mutate(d)

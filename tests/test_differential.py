@@ -17,6 +17,7 @@ TRACEINSPECT_FUZZ_SEED / TRACEINSPECT_FUZZ_CHUNKS / TRACEINSPECT_FUZZ_FILES (see
 A disagreement prints the seed and case number; the minimal input becomes a file in
 tests/corpus/readers/ (checked by test_reader_corpus below).
 """
+
 from __future__ import annotations
 
 import gzip
@@ -50,13 +51,14 @@ TABLES = ("kernels", "memcpy", "runtime", "cpu_ops", "gpu_annotations", "python"
 
 # ---- seeds: small real-looking documents ----------------------------------------------------------
 
+
 def _seed_docs() -> list[dict]:
     docs = [build_healthy(steps=2).build(), build_dataloader_stall(steps=2, load_us=500).build()]
     for p in sorted(SAMPLES.glob("*.json.gz")):
         d = json.loads(gzip.decompress(p.read_bytes()))
         ev = d["traceEvents"]
         # a window of events of every kind: the first ones (metadata, steps) and some from the middle
-        d["traceEvents"] = ev[:40] + ev[len(ev) // 2: len(ev) // 2 + 40]
+        d["traceEvents"] = ev[:40] + ev[len(ev) // 2 : len(ev) // 2 + 40]
         docs.append(d)
     return docs
 
@@ -64,19 +66,90 @@ def _seed_docs() -> list[dict]:
 # ---- mutations, one per class of disagreement -----------------------------------------------------
 
 EVENT_KEYS = ["ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "args", "bp", "s"]
-ARGS_KEYS = ["correlation", "External id", "external id", "device", "stream", "cbid", "cid", "bytes", "grid",
-             "block", "Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype", "Input Dims",
-             "Input dims", "Input type", "name", "Bytes", "Total Allocated", "Total Reserved", "Device Type",
-             "Call stack"]
-INTS = ["0", "-1", "7", "9223372036854775807", "9223372036854775808", "-9223372036854775808",
-        "-9223372036854775809", "18446744073709551615", "18446744073709551616", "1" + "0" * 30, "1" * 400]
-FLOATS = ["1.5", "1.00000000000000000000001", "12345678901234567.891", "1e308", "1e400", "-0.0", "15E-4",
-          "0." + "0" * 300 + "1", "1" + "0" * 350, "2.5e-320"]
+ARGS_KEYS = [
+    "correlation",
+    "External id",
+    "external id",
+    "device",
+    "stream",
+    "cbid",
+    "cid",
+    "bytes",
+    "grid",
+    "block",
+    "Collective name",
+    "In msg nelems",
+    "Out msg nelems",
+    "Group size",
+    "dtype",
+    "Input Dims",
+    "Input dims",
+    "Input type",
+    "name",
+    "Bytes",
+    "Total Allocated",
+    "Total Reserved",
+    "Device Type",
+    "Call stack",
+]
+INTS = [
+    "0",
+    "-1",
+    "7",
+    "9223372036854775807",
+    "9223372036854775808",
+    "-9223372036854775808",
+    "-9223372036854775809",
+    "18446744073709551615",
+    "18446744073709551616",
+    "1" + "0" * 30,
+    "1" * 400,
+]
+FLOATS = [
+    "1.5",
+    "1.00000000000000000000001",
+    "12345678901234567.891",
+    "1e308",
+    "1e400",
+    "-0.0",
+    "15E-4",
+    "0." + "0" * 300 + "1",
+    "1" + "0" * 350,
+    "2.5e-320",
+]
 OTHERS = ["null", "true", '"7"', '"x"', '"stream 7"', "[]", "[1, 2]", "[128, 1, 1]", "{}", '{"a": 1}', '""']
-ESCAPES = [r"\n", r"\/", r"\u00e9", r"\ud83d\ude00", r"\u0000", r"\"", r"\\", r"\q", r"\u12g4", r"\ud800",
-           r"\udc00", r"\ud800\u0041", r"\ud800\ud800", r"\U0041", "\\", r"\u", r"\ud83d"]
-UTF8 = [b"\xc3\xa9", b"\xc0\xaf", b"\xe0\x80\x80", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\x80", b"\xe2\x82",
-        b"\xff", b"\xf0\x9f\x98\x80", b"\x7f", b"\x01"]
+ESCAPES = [
+    r"\n",
+    r"\/",
+    r"\u00e9",
+    r"\ud83d\ude00",
+    r"\u0000",
+    r"\"",
+    r"\\",
+    r"\q",
+    r"\u12g4",
+    r"\ud800",
+    r"\udc00",
+    r"\ud800\u0041",
+    r"\ud800\ud800",
+    r"\U0041",
+    "\\",
+    r"\u",
+    r"\ud83d",
+]
+UTF8 = [
+    b"\xc3\xa9",
+    b"\xc0\xaf",
+    b"\xe0\x80\x80",
+    b"\xed\xa0\x80",
+    b"\xf4\x90\x80\x80",
+    b"\x80",
+    b"\xe2\x82",
+    b"\xff",
+    b"\xf0\x9f\x98\x80",
+    b"\x7f",
+    b"\x01",
+]
 
 
 def _value(rng: random.Random) -> str:
@@ -86,7 +159,7 @@ def _value(rng: random.Random) -> str:
 
 def _string(rng: random.Random) -> bytes:
     parts = [b"k"]
-    valid = rng.random() < 0.6        # most strings stay valid, so that the values get compared too
+    valid = rng.random() < 0.6  # most strings stay valid, so that the values get compared too
     for _ in range(rng.randint(1, 3)):
         if rng.random() < 0.6:
             parts.append(rng.choice(ESCAPES[:7] if valid else ESCAPES).encode())
@@ -97,8 +170,18 @@ def _string(rng: random.Random) -> bytes:
 
 def _nested(rng: random.Random, inner: bytes) -> bytes:
     # the events array sits 2 levels deep, an args value 4: around MAX_NESTING from there
-    k = rng.choice([3, L.MAX_NESTING - 6, L.MAX_NESTING - 5, L.MAX_NESTING - 4, L.MAX_NESTING - 3,
-                    L.MAX_NESTING - 2, L.MAX_NESTING, 2000])
+    k = rng.choice(
+        [
+            3,
+            L.MAX_NESTING - 6,
+            L.MAX_NESTING - 5,
+            L.MAX_NESTING - 4,
+            L.MAX_NESTING - 3,
+            L.MAX_NESTING - 2,
+            L.MAX_NESTING,
+            2000,
+        ]
+    )
     if rng.random() < 0.5:
         return b"[" * k + inner + b"]" * k
     return b'{"a":' * k + inner + b"}" * k
@@ -108,7 +191,7 @@ def _member(rng: random.Random, in_args: bool) -> bytes:
     key = rng.choice(ARGS_KEYS if in_args else EVENT_KEYS)
     r = rng.random()
     if r < 0.2:
-        key_raw = _string(rng)                      # an escaped or badly encoded key
+        key_raw = _string(rng)  # an escaped or badly encoded key
     elif r < 0.3:
         key_raw = json.dumps(key).encode().replace(key[-1:].encode(), b"\\u%04x" % ord(key[-1]), 1)
     else:
@@ -131,7 +214,7 @@ def _mutate_event(rng: random.Random, ev: dict) -> bytes:
         m = _member(rng, in_args)
         if in_args:
             at = body.find(b'"args": {') + len(b'"args": {')
-            body = body[:at] + m + (b", " if body[at:at + 1] != b"}" else b"") + body[at:]
+            body = body[:at] + m + (b", " if body[at : at + 1] != b"}" else b"") + body[at:]
         elif rng.random() < 0.5:
             body = b"{" + m + (b", " if len(body) > 2 else b"") + body[1:]
         else:
@@ -142,15 +225,15 @@ def _mutate_event(rng: random.Random, ev: dict) -> bytes:
 def _mutate_bytes(rng: random.Random, b: bytes) -> bytes:
     b = bytearray(b)
     r = rng.random()
-    if r < 0.4:                                      # truncation
+    if r < 0.4:  # truncation
         return bytes(b[: rng.randrange(1, len(b))])
-    for _ in range(rng.randint(1, 4)):               # flips, deletions, insertions
+    for _ in range(rng.randint(1, 4)):  # flips, deletions, insertions
         pos = rng.randrange(len(b))
         op = rng.random()
         if op < 0.5:
             b[pos] = rng.choice(b'{}[],:"0123456789.eE+-\\ \nntfu\x00\x1f\xff\x80')
         elif op < 0.75:
-            del b[pos:pos + rng.randint(1, 20)]
+            del b[pos : pos + rng.randint(1, 20)]
         else:
             b[pos:pos] = rng.choice([b"\\", b'"', b"[", b"{", b"\\u", b"\xed\xa0\x80", b"-", b"e5"])
     return bytes(b)
@@ -160,7 +243,7 @@ def _events_array(rng: random.Random, events: list[dict]) -> bytes:
     k = rng.randint(1, min(12, len(events)))
     start = rng.randrange(0, len(events) - k + 1)
     parts = []
-    for ev in events[start:start + k]:
+    for ev in events[start : start + k]:
         parts.append(_mutate_event(rng, ev) if rng.random() < 0.3 else json.dumps(ev).encode())
     data = b"[" + b", ".join(parts) + b"]"
     if rng.random() < 0.15:
@@ -169,6 +252,7 @@ def _events_array(rng: random.Random, events: list[dict]) -> bytes:
 
 
 # ---- comparison ----------------------------------------------------------------------------------
+
 
 def _equal(a, b, where="") -> None:
     if isinstance(a, dict):
@@ -227,8 +311,9 @@ def check_file(path: Path, monkeypatch):
         assert py == nat
         return py
     for name in TABLES:
-        pd.testing.assert_frame_equal(getattr(py.tables, name), getattr(nat.tables, name), check_exact=True,
-                                      obj=f"{path.name}:{name}")
+        pd.testing.assert_frame_equal(
+            getattr(py.tables, name), getattr(nat.tables, name), check_exact=True, obj=f"{path.name}:{name}"
+        )
     for attr in ("thread_names", "origin_us", "n_events", "warnings"):
         assert getattr(py.tables, attr) == getattr(nat.tables, attr), attr
     assert py.warnings == nat.warnings
@@ -237,6 +322,7 @@ def check_file(path: Path, monkeypatch):
 
 
 # ---- the tests -------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def seeds():
@@ -264,10 +350,10 @@ def _document(rng: random.Random, doc: dict) -> bytes:
     body = _events_array(rng, events[:k]) if rng.random() < 0.7 else json.dumps(events[:k]).encode()
     r = rng.random()
     if r < 0.1:
-        return body                                                        # a bare array
+        return body  # a bare array
     meta = json.dumps(d).encode()[1:-1]
-    other = json.dumps(events[k: k + 5]).encode()
-    if r < 0.3:    # a second traceEvents, before or after
+    other = json.dumps(events[k : k + 5]).encode()
+    if r < 0.3:  # a second traceEvents, before or after
         parts = [b'"traceEvents": ' + body, b'"traceEvents": ' + other]
         if rng.random() < 0.5:
             parts.reverse()
@@ -275,9 +361,16 @@ def _document(rng: random.Random, doc: dict) -> bytes:
             parts[1] = parts[1].replace(b"traceEvents", b"trace\\u0045vents")
         data = b"{" + meta + b", " + b", ".join(parts) + b"}"
     elif r < 0.45:  # repeated or deep metadata keys after the events
-        extra = rng.choice([b'"schemaVersion": null', b'"baseTimeNanoseconds": 17', b'"displayTimeUnit": "ns"',
-                            b'"deviceProperties": ' + _nested(rng, b"[]"), b'"zz": ' + _string(rng),
-                            b'"baseTimeNanoseconds": 18446744073709551616'])
+        extra = rng.choice(
+            [
+                b'"schemaVersion": null',
+                b'"baseTimeNanoseconds": 17',
+                b'"displayTimeUnit": "ns"',
+                b'"deviceProperties": ' + _nested(rng, b"[]"),
+                b'"zz": ' + _string(rng),
+                b'"baseTimeNanoseconds": 18446744073709551616',
+            ]
+        )
         data = b"{" + meta + b', "traceEvents": ' + body + b", " + extra + b"}"
     else:
         data = b"{" + meta + b', "traceEvents": ' + body + b"}"
@@ -287,7 +380,7 @@ def _document(rng: random.Random, doc: dict) -> bytes:
 
 
 def test_files_native_and_python_agree(seeds, tmp_path, monkeypatch):
-    monkeypatch.setattr(stream.L, "BLOCK_BYTES", 2048)   # many blocks and chunks even in small files
+    monkeypatch.setattr(stream.L, "BLOCK_BYTES", 2048)  # many blocks and chunks even in small files
     monkeypatch.setattr(stream, "CHUNK_BYTES", 4096)
     rng = random.Random(SEED + 1)
     for i in range(FUZZ_FILES):
@@ -302,6 +395,7 @@ def test_files_native_and_python_agree(seeds, tmp_path, monkeypatch):
 
 
 # ---- the committed corpus: one file per disagreement found, with what both readers must say --------
+
 
 def _corpus():
     return sorted(p for p in CORPUS.glob("*.json") if p.name != "EXPECT.json")
@@ -333,8 +427,9 @@ def test_dropped_events_are_one_warning_across_chunks(tmp_path, monkeypatch):
     two warnings "1 events ... dropped" in the Python reader and one "2 events ..." natively."""
     monkeypatch.setattr(stream.L, "BLOCK_BYTES", 2048)
     monkeypatch.setattr(stream, "CHUNK_BYTES", 4096)
-    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5}
-              for i in range(300)]
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5} for i in range(300)
+    ]
     data = json.dumps({"traceEvents": events}).encode()
     # two events with a tid beyond int64: the 6th (in the first chunk) and the last (in the tail)
     for name in (b'"op5"', b'"op299"'):
@@ -343,7 +438,7 @@ def test_dropped_events_are_one_warning_across_chunks(tmp_path, monkeypatch):
     p.write_bytes(data)
     tr = check_file(p, monkeypatch)
     assert "2 events had fields of unexpected types and were dropped" in tr.warnings
-    assert len(tr.cpu_ops) == 298   # 300 events, 2 dropped
+    assert len(tr.cpu_ops) == 298  # 300 events, 2 dropped
 
 
 def _depth_reference(b: bytes, limit: int):
@@ -372,7 +467,7 @@ def test_nesting_error_matches_a_byte_by_byte_reference(monkeypatch):
     """load.nesting_error (the quick path, and the blockwise numpy path across block edges) against a
     plain loop, on random JSON whose strings hold brackets, quotes and runs of backslashes."""
     rng = random.Random(SEED + 2)
-    texts = ['a[', '{"', "\\", "\\\\", '\\"{', "]]", "x", "", "\\\\\\"]
+    texts = ["a[", '{"', "\\", "\\\\", '\\"{', "]]", "x", "", "\\\\\\"]
 
     def gen(d):
         r = rng.random()
@@ -389,4 +484,4 @@ def test_nesting_error_matches_a_byte_by_byte_reference(monkeypatch):
         limit = rng.randint(0, 8)
         assert L.nesting_error(b, limit) == _depth_reference(b, limit), (b, limit)
         checked += _depth_reference(b, limit) is not None
-    assert checked > 50   # both outcomes are exercised
+    assert checked > 50  # both outcomes are exercised

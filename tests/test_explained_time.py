@@ -1,5 +1,6 @@
 """Issue 13: host-bound, masked causes, the explained-time account, confidence-weighted ranking and
 verdict consistency, on builders whose numbers are known; then the account over every real GPU trace."""
+
 from __future__ import annotations
 
 import glob
@@ -28,7 +29,7 @@ def _assert_account_adds_up(rep):
     claimed = sum(p["us"] for p in a["parts"])
     assert a["overlap_us"] == pytest.approx(0.0, abs=1e-6), "two findings claim the same idle time"
     assert claimed + a["unexplained_us"] == pytest.approx(idle, rel=1e-9, abs=1e-6)
-    for part in IDLE_PARTS:   # per idle part, claims never exceed the part
+    for part in IDLE_PARTS:  # per idle part, claims never exceed the part
         c = sum(p["by_part_us"].get(part, 0.0) for p in a["parts"])
         assert c <= rep.breakdown[part]["us"] + 1e-6
         assert c + a["unexplained_by_part_us"][part] == pytest.approx(rep.breakdown[part]["us"], abs=1e-6)
@@ -45,6 +46,7 @@ def _assert_account_adds_up(rep):
 
 
 # --- host-bound ---------------------------------------------------------------------------------------
+
 
 def test_host_bound_names_the_cpu_op_and_claims_the_host_late_idle(tmp_path):
     rep = analyze(_load(bh.build_host_bound(), tmp_path))
@@ -79,13 +81,14 @@ def test_host_bound_silent_on_launch_bound_and_healthy(tmp_path):
 
 # --- masked eager attention -------------------------------------------------------------------------
 
+
 def test_eager_attention_masked_behind_launch_bound(tmp_path):
     rep = analyze(_load(bh.build_launch_bound_eager_attention(), tmp_path))
     names = [f.name for f in rep.findings]
     assert names[0] == "launch-bound"
     att = next(f for f in rep.findings if f.name == "eager-attention")
     assert att.masked_by == ("launch-bound",)
-    assert names.index("eager-attention") > names.index("launch-bound")   # ranked below the active causes
+    assert names.index("eager-attention") > names.index("launch-bound")  # ranked below the active causes
     n = bh.MASKED_ATT_STEPS
     blocks = len(bh.MASKED_ATT_KERNELS)
     # now: the extra launches of each eager block (one fused kernel replaces `blocks` kernels), each costing
@@ -103,6 +106,7 @@ def test_eager_attention_masked_behind_launch_bound(tmp_path):
     j = next(x for x in d["findings"] if x["name"] == "eager-attention")
     assert list(j["masked_by"]) == ["launch-bound"] and j["projected_lost_us"] > 0
     from traceinspect.render import RENDERERS
+
     for fmt in ("text", "md", "html"):
         out = RENDERERS[fmt][0](rep, width=100)
         assert "Next bottlenecks" in out
@@ -110,11 +114,20 @@ def test_eager_attention_masked_behind_launch_bound(tmp_path):
 
 # --- ranking and verdict -------------------------------------------------------------------------------
 
+
 def _f(name, per_step_ms, confidence, upper=False, code="TI999", claims=None):
     us = per_step_ms * 1e3
-    return Finding(code=code, name=name, title=f"{name} title", time_lost_us=us, time_lost_frac=us / 100e3,
-                   time_lost_per_step_us=us, confidence=confidence, upper_bound=upper,
-                   idle_claims_us=claims or {})
+    return Finding(
+        code=code,
+        name=name,
+        title=f"{name} title",
+        time_lost_us=us,
+        time_lost_frac=us / 100e3,
+        time_lost_per_step_us=us,
+        confidence=confidence,
+        upper_bound=upper,
+        idle_claims_us=claims or {},
+    )
 
 
 def test_ranking_weights_confidence():
@@ -130,6 +143,7 @@ def test_ranking_weights_confidence():
 class _Steps:
     def __init__(self, durs):
         import pandas as pd
+
         self.steps = pd.DataFrame({"dur_us": durs})
         self.has_gpu = True
         self.runtime = pd.DataFrame({"ts_us": [0.0]})
@@ -138,14 +152,26 @@ class _Steps:
 def test_verdict_names_the_same_causes_and_never_a_zero_time_finding():
     t = _Steps([100e3, 100e3])
     zero = _f("fp32-gemm", 0.0, "low")
-    v = _verdict(t, rank([zero]), {"unexplained_frac_of_step": 0.5, "unexplained_per_step_us": 50e3,
-                                    "unexplained_reasons": [{"why": "no CPU events"}]})
+    v = _verdict(
+        t,
+        rank([zero]),
+        {
+            "unexplained_frac_of_step": 0.5,
+            "unexplained_per_step_us": 50e3,
+            "unexplained_reasons": [{"why": "no CPU events"}],
+        },
+    )
     assert v["top"] is None
     assert "No significant slowdown" not in v["headline"] and "50%" in v["headline"]
     v = _verdict(t, rank([zero]), {"unexplained_frac_of_step": 0.05})
     assert v["headline"].startswith("No significant slowdown")
-    fs = rank([_f("padding-waste", 21.1, "low", upper=True), _f("fp32-gemm", 21.1, "high"),
-               _f("dataloader-stall", 10.0, "high")])
+    fs = rank(
+        [
+            _f("padding-waste", 21.1, "low", upper=True),
+            _f("fp32-gemm", 21.1, "high"),
+            _f("dataloader-stall", 10.0, "high"),
+        ]
+    )
     v = _verdict(t, fs, {})
     assert v["top"] == "fp32-gemm" == v["expected_from"][0]
     assert v["top_title"] == "fp32-gemm title" and v["headline"].startswith("fp32-gemm title. Also: dataloader-stall")
@@ -173,6 +199,7 @@ def test_old_report_without_new_fields_still_loads(tmp_path):
     r = Report.from_dict(d)
     assert not r.account and "account" not in r.to_dict() and r.findings[0].masked_by == ()
     from traceinspect.render import RENDERERS
+
     for fmt in ("text", "md", "html"):
         RENDERERS[fmt][0](r, width=100)
 
@@ -182,22 +209,25 @@ def test_detector_that_declines_says_why(tmp_path):
     rep = analyze(_load(bh.build_host_bound(), tmp_path))
     s = {x.name: x for x in rep.skipped}
     assert "below the" in s["host-sync"].reason and s["host-sync"].checked
-    assert not s["dataloader-stall"].checked          # no DataLoader spans at all: not applicable
+    assert not s["dataloader-stall"].checked  # no DataLoader spans at all: not applicable
     assert any(r["why"].startswith("host-sync looked at it") for r in rep.account["unexplained_reasons"])
 
 
 # --- every real GPU trace ---------------------------------------------------------------------------
 
+
 def _gpu_traces():
     if not shared_available():
         return []
-    return sorted(p for p in glob.glob(os.path.join(SHARED, "**", "*.json*"), recursive=True)
-                  if not p.endswith("EXPECTED.json"))
+    return sorted(
+        p for p in glob.glob(os.path.join(SHARED, "**", "*.json*"), recursive=True) if not p.endswith("EXPECTED.json")
+    )
 
 
 @pytest.mark.skipif(not shared_available(), reason="shared traces not present")
 def test_account_over_every_real_gpu_trace():
     from traceinspect.errors import TraceError
+
     fracs = []
     for p in _gpu_traces():
         try:
@@ -214,8 +244,10 @@ def test_account_over_every_real_gpu_trace():
     assert fracs
     under = sum(1 for u, _ in fracs if u < 0.10) / len(fracs)
     # the distribution, for `pytest -s -k every_real`
-    print(f"\n{len(fracs)} GPU traces with >= 5% idle; unexplained under 10% of the step on {100 * under:.0f}%;",
-          {f"<{b}%": sum(1 for u, _ in fracs if 100 * u < b) for b in (1, 2, 5, 10, 25, 50, 101)})
+    print(
+        f"\n{len(fracs)} GPU traces with >= 5% idle; unexplained under 10% of the step on {100 * under:.0f}%;",
+        {f"<{b}%": sum(1 for u, _ in fracs if 100 * u < b) for b in (1, 2, 5, 10, 25, 50, 101)},
+    )
     for u, p in sorted(fracs, reverse=True):
         if u >= 0.10:
             print(f"  {100 * u:5.1f}%  {p}")
@@ -228,13 +260,14 @@ def test_gpu_waiting_after_the_launch_is_not_blamed_on_the_host(tmp_path):
     """A host-late gap whose op, once issued, still waits (a stream blocked by an event) is the host's
     only up to the launch; the wait after it is idle_unknown."""
     from builders import ELEMENTWISE, TraceBuilder
+
     wait, late = 5000.0, 300.0
     t = TraceBuilder()
     for _ in range(3):
         with t.step(wait_gpu=True):
             t.op("aten::add", kernels=[(ELEMENTWISE, 3.0)], cpu_us=20)
             t.cpu(late)
-            t.stream_free[7] = t.now + 20 + t.launch_us + wait   # the stream is blocked until then
+            t.stream_free[7] = t.now + 20 + t.launch_us + wait  # the stream is blocked until then
             t.op("aten::add", kernels=[(ELEMENTWISE, 3.0)], cpu_us=20)
     rep = analyze(_load(t, tmp_path))
     per = rep.steps["per_step"]
@@ -245,7 +278,7 @@ def test_gpu_waiting_after_the_launch_is_not_blamed_on_the_host(tmp_path):
     # dispatch and the second launch call
     assert per[0]["breakdown_us"]["idle_cpu"] == pytest.approx(late + 20 + t.launch_us, abs=0.01)
     why = next(r["why"] for r in rep.account["unexplained_reasons"] if r["part"] == "idle_unknown")
-    assert "longest wait: 5.0 ms before" in why   # fmt_us: 5000 us -> "5.0 ms"
+    assert "longest wait: 5.0 ms before" in why  # fmt_us: 5000 us -> "5.0 ms"
 
 
 def test_innermost_attribution_matches_a_stack_walk():
@@ -253,6 +286,7 @@ def test_innermost_attribution_matches_a_stack_walk():
     import numpy as np
     import pandas as pd
     from traceinspect.detectors.host_bound import _parents, self_overlap
+
     rng = np.random.default_rng(7)
 
     def spans(lo, hi, depth):
@@ -268,6 +302,7 @@ def test_innermost_attribution_matches_a_stack_walk():
             out += spans(t + d * 0.1, t + d * 0.9, depth + 1) if rng.random() < 0.7 else []
             t += d + float(rng.uniform(0, 5))
         return out
+
     s = sorted(spans(0.0, 10_000.0, 0), key=lambda x: (x[0], -x[1]))
     ts, end = np.array([a for a, _ in s]), np.array([b for _, b in s])
     assert ts.size > 50
@@ -281,13 +316,19 @@ def test_innermost_attribution_matches_a_stack_walk():
     assert (_parents(ts, end) == ref).all()
     claimed = (np.array([0.0, 5000.0]), np.array([2500.0, 7500.0]))
     sp, own = self_overlap(pd.DataFrame({"ts_us": ts, "end_us": end, "name": "x"}), claimed)
-    assert own.sum() == pytest.approx(sum(max(0.0, min(b, e) - max(a, s_)) for s_, e in zip(*claimed)
-                                          for a, b in [(ts[i], end[i]) for i in range(ts.size) if ref[i] < 0]))
+    assert own.sum() == pytest.approx(
+        sum(
+            max(0.0, min(b, e) - max(a, s_))
+            for s_, e in zip(*claimed)
+            for a, b in [(ts[i], end[i]) for i in range(ts.size) if ref[i] < 0]
+        )
+    )
 
 
 def test_a_poisoned_account_and_masked_finding_render_inert(tmp_path):
     """A saved report whose new fields are hostile or malformed still loads and renders in every format."""
     from traceinspect.render import RENDERERS
+
     d = analyze(_load(bh.build_launch_bound_eager_attention(), tmp_path)).to_dict()
     evil = "<script>alert(1)</script>`|*_[x](javascript:y)\x1b]0;pwn\x07"
     d["account"]["parts"] = [{"name": evil, "us": 1.0, "per_step_us": float("nan"), "by_part_us": {evil: 1.0}}]
@@ -299,16 +340,25 @@ def test_a_poisoned_account_and_masked_finding_render_inert(tmp_path):
     # every section has a checked shape (the typed model): a wrong type or a missing required field is
     # refused on read (exit 3 for a saved report, a miss for a cache entry), never rendered
     import copy
-    for path, value in ((("steps", "count"), 1e400), (("findings", 0, "projected_lost_us"), evil),
-                        (("findings", 0, "idle_claims_us"), {"idle_cpu": evil}),
-                        (("findings", 0, "masked_by"), evil),
-                        (("account", "parts", 0, "per_step_us"), "NaN"), (("account", "parts", 0, "name"), None),
-                        (("account", "parts"), ["junk"]), (("account", "unexplained_reasons"), [7]),
-                        (("account", "explained_frac_of_idle"), evil), (("account", "parts", 0), {"per_step_us": 1.0}),
-                        (("verdict", "path"), "x"), (("verdict", "top_title"), 3), (("memory",), {"devices": []}),
-                        (("cross_rank",), {"matched": 1, "ranks": [0], "per_rank": [{"rank": "0"}]}),
-                        (("efficiency",), {"rows": [{"op": 7}]}),
-                        (("timeline_sample",), {"intervals": {"compute": [[0, "x"]]}})):
+
+    for path, value in (
+        (("steps", "count"), 1e400),
+        (("findings", 0, "projected_lost_us"), evil),
+        (("findings", 0, "idle_claims_us"), {"idle_cpu": evil}),
+        (("findings", 0, "masked_by"), evil),
+        (("account", "parts", 0, "per_step_us"), "NaN"),
+        (("account", "parts", 0, "name"), None),
+        (("account", "parts"), ["junk"]),
+        (("account", "unexplained_reasons"), [7]),
+        (("account", "explained_frac_of_idle"), evil),
+        (("account", "parts", 0), {"per_step_us": 1.0}),
+        (("verdict", "path"), "x"),
+        (("verdict", "top_title"), 3),
+        (("memory",), {"devices": []}),
+        (("cross_rank",), {"matched": 1, "ranks": [0], "per_rank": [{"rank": "0"}]}),
+        (("efficiency",), {"rows": [{"op": 7}]}),
+        (("timeline_sample",), {"intervals": {"compute": [[0, "x"]]}}),
+    ):
         bad = copy.deepcopy(d)
         node = bad
         for k in path[:-1]:
@@ -320,7 +370,8 @@ def test_a_poisoned_account_and_masked_finding_render_inert(tmp_path):
     assert r.findings[-1].masked_by == (evil,)
     for fmt in ("text", "md", "html"):
         out = RENDERERS[fmt][0](r, width=100)
-        assert "\x1b" not in out and "\x07" not in out          # no terminal escapes in any format
+        assert "\x1b" not in out and "\x07" not in out  # no terminal escapes in any format
     assert "<script>" not in RENDERERS["html"][0](r, width=100)
-    from test_injection import assert_markdown_inert              # GitHub's renderer (skips without it)
+    from test_injection import assert_markdown_inert  # GitHub's renderer (skips without it)
+
     assert_markdown_inert(RENDERERS["md"][0](r, width=100), "<script>alert(1)</script>")

@@ -1,5 +1,6 @@
 """The derived-facts layer (traceinspect/facts): facts on builders, computed once per trace, one device
 selection, and the explicit time claims resolved in one place with the run's configured thresholds."""
+
 from __future__ import annotations
 
 import re
@@ -30,8 +31,8 @@ def test_primary_device_is_the_device_with_most_kernel_time_and_is_computed_once
         t.kernel("vectorized_elementwise_kernel", 5.0, args={"device": 1})
     trace = _load(tmp_path, t)
     k = device.primary_kernels(trace)
-    assert len(trace.kernels) == 3 and len(k) == 1 and set(k["device"]) == {0}   # 400 us on 0 beats 10 us on 1
-    assert device.primary_kernels(trace) is k                      # computed once per trace (Trace.memo)
+    assert len(trace.kernels) == 3 and len(k) == 1 and set(k["device"]) == {0}  # 400 us on 0 beats 10 us on 1
+    assert device.primary_kernels(trace) is k  # computed once per trace (Trace.memo)
     m = device.primary_memcpy(trace)
     assert device.primary_memcpy(trace) is m and len(m) == 0
 
@@ -40,8 +41,12 @@ def test_one_selection_of_the_primary_device():
     """No detector filters a table by device itself: they read facts.device (the same device everywhere)."""
     pkg = Path(__file__).resolve().parents[1] / "traceinspect"
     rx = re.compile(r"""\[["']device["']\][^\n]*==""")
-    hits = [f"{f.relative_to(pkg)}:{i}" for f in sorted((pkg / "detectors").glob("*.py")) + [pkg / "facts" / "efficiency.py"]
-            for i, line in enumerate(f.read_text().splitlines(), 1) if rx.search(line)]
+    hits = [
+        f"{f.relative_to(pkg)}:{i}"
+        for f in sorted((pkg / "detectors").glob("*.py")) + [pkg / "facts" / "efficiency.py"]
+        for i, line in enumerate(f.read_text().splitlines(), 1)
+        if rx.search(line)
+    ]
     assert hits == [], hits
 
 
@@ -51,14 +56,30 @@ def test_launch_rows_find_launch_calls_and_unnamed_cupti_launches(tmp_path):
     assert len(rows) == 20 and set(rows["name"].astype(str)) <= host.LAUNCH_CALLS
 
 
-@pytest.mark.parametrize("value,want", [(7_000_000_000, 7_000_000_000), (7e9, 7_000_000_000), (125, 125),
-                                        (True, None), (0, None), (-3, None), (1e20, None),
-                                        ("7B", None), (None, None)])
+@pytest.mark.parametrize(
+    "value,want",
+    [
+        (7_000_000_000, 7_000_000_000),
+        (7e9, 7_000_000_000),
+        (125, 125),
+        (True, None),
+        (0, None),
+        (-3, None),
+        (1e20, None),
+        ("7B", None),
+        (None, None),
+    ],
+)
 def test_one_num_parameters(tmp_path, value, want):
     t = build_launch_bound(steps=2, kernels_per_step=4)
     if value is not None:
-        t.meta["traceinspect"] = {"schema_version": 1, "source": "loop", "framework": {},
-                                  "config": {"num_parameters": value}, "steps": []}
+        t.meta["traceinspect"] = {
+            "schema_version": 1,
+            "source": "loop",
+            "framework": {},
+            "config": {"num_parameters": value},
+            "steps": [],
+        }
     trace = _load(tmp_path, t)
     assert run.num_parameters(trace) == want
 
@@ -68,7 +89,7 @@ def test_every_detector_declares_what_it_claims_and_the_order_names_only_claimer
     for part, order in claims.ORDER.items():
         for name in order:
             assert part in by_name[name].claims_parts, (part, name)
-        for name in order[:-1]:      # everyone but the last reserves what it takes first
+        for name in order[:-1]:  # everyone but the last reserves what it takes first
             assert part in by_name[name].reserves, (part, name)
     for d in ALL:
         assert set(d.reserves) <= set(d.claims_parts), d.name
@@ -77,10 +98,18 @@ def test_every_detector_declares_what_it_claims_and_the_order_names_only_claimer
 def test_an_undeclared_claim_is_refused(tmp_path):
     from traceinspect.detectors.base import Context
     from traceinspect.detectors.launch_bound import LaunchBound
+
     trace = _load(tmp_path, build_launch_bound(steps=2, kernels_per_step=4))
     with pytest.raises(ValueError, match="not declared"):
-        LaunchBound().finding(Context.of(trace), title="x", time_lost_us=1.0, confidence="low", evidence=(),
-                              fix="", idle_claims={"idle_sync": (np.array([0.0]), np.array([1.0]))})
+        LaunchBound().finding(
+            Context.of(trace),
+            title="x",
+            time_lost_us=1.0,
+            confidence="low",
+            evidence=(),
+            fix="",
+            idle_claims={"idle_sync": (np.array([0.0]), np.array([1.0]))},
+        )
 
 
 def test_findings_never_claim_the_same_idle_time_twice(tmp_path):
@@ -109,7 +138,7 @@ def test_launch_bound_threshold_decides_whether_host_bound_claims_the_launch_gap
     assert launch > 0
     # the same idle time that launch-bound claimed by default
     assert launch == pytest.approx(_claims(analyze(trace), "launch-bound")["idle_launch"], rel=1e-9)
-    assert _claims(analyze(trace), "host-bound").get("idle_launch", 0) == 0   # back to the defaults
+    assert _claims(analyze(trace), "host-bound").get("idle_launch", 0) == 0  # back to the defaults
 
 
 def test_unfused_optimizer_threshold_decides_what_launch_bound_leaves_to_it(tmp_path):
@@ -118,7 +147,7 @@ def test_unfused_optimizer_threshold_decides_what_launch_bound_leaves_to_it(tmp_
     idle = iv.intersect(trace.timeline.sets["idle_launch"], iv.union(st["start_us"], st["end_us"]))
     claims.configure(trace)
     left = iv.total(claims.unclaimed(trace, "launch-bound", "idle_launch", idle))
-    assert left < iv.total(idle)                         # the optimizer windows are unfused-optimizer's
+    assert left < iv.total(idle)  # the optimizer windows are unfused-optimizer's
     claims.configure(trace, C.Config(options={"unfused-optimizer": {"min_kernels": 10**9}}).make)
     assert iv.total(claims.unclaimed(trace, "launch-bound", "idle_launch", idle)) == pytest.approx(iv.total(idle))
     claims.configure(trace)
@@ -127,6 +156,7 @@ def test_unfused_optimizer_threshold_decides_what_launch_bound_leaves_to_it(tmp_
 
 def test_reservations_are_computed_once_per_trace_and_settings(tmp_path, monkeypatch):
     from traceinspect.detectors import unfused_optimizer as U
+
     trace = _load(tmp_path, build_unfused_optimizer())
     calls = []
     real = U.unfused_windows
@@ -153,10 +183,16 @@ def test_a_subclass_made_elsewhere_does_not_take_over_a_detectors_claims():
     assert claims._CLASSES["launch-bound"] is LaunchBound
 
 
-@pytest.mark.parametrize("build,impl,n_kernels", [(lambda: build_unfused_optimizer(steps=2, params=20), "for-loop", 60),
-                                                  (lambda: build_fused_optimizer(steps=2), "fused", 4)])
+@pytest.mark.parametrize(
+    "build,impl,n_kernels",
+    [
+        (lambda: build_unfused_optimizer(steps=2, params=20), "for-loop", 60),
+        (lambda: build_fused_optimizer(steps=2), "fused", 4),
+    ],
+)
 def test_optimizer_steps_one_row_per_step_with_its_kernels(tmp_path, build, impl, n_kernels):
     from traceinspect.facts.optimizer import optimizer_steps
+
     trace = _load(tmp_path, build())
     o = optimizer_steps(trace)
     assert len(o) == len(trace.steps) and set(o["impl"]) == {impl} and set(o["n_kernels"]) == {n_kernels}

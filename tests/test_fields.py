@@ -2,6 +2,7 @@
 agree with it: the msgspec `Args` struct, the native scanner's column enum, column names, `present`
 bits and key table (parsed from _scan.c), both extraction functions, and docs/tables.md. Adding a
 field in one place only fails here, naming the place that is missing."""
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,11 @@ def _c_args_keys() -> dict[str, tuple[str, str | None]]:
     """parse_args's key table: JSON key -> (reader function, enum constant it fills or None)."""
     body = re.search(r"static int parse_args\(.*?\n\}\n", C_SRC, re.S).group(0)
     out = {}
-    for m in re.finditer(r'key_is\(k, kl, "([^"]+)"\)\)\s*\{?\s*(?:if \(is_null\(s\)\)[^;]*;\s*else )?'
-                         r'rc = (\w+)\(([^;]*)\);', body):
+    for m in re.finditer(
+        r'key_is\(k, kl, "([^"]+)"\)\)\s*\{?\s*(?:if \(is_null\(s\)\)[^;]*;\s*else )?'
+        r"rc = (\w+)\(([^;]*)\);",
+        body,
+    ):
         const = re.search(r"\bC_\w+", m.group(3))
         out[m.group(1)] = (m.group(2), const.group(0) if const else None)
     return out
@@ -76,19 +80,26 @@ def test_c_present_bits_are_the_declaration():
         assert name in names, f"_scan.c has no column {name!r}"
         assert names.index(name) - pid == bit, (
             f"present bit of {name!r}: _scan.c gives {names.index(name) - pid}, fields.py {bit} "
-            "(keep the C int64 columns in the order of fields.ARGS)")
+            "(keep the C int64 columns in the order of fields.ARGS)"
+        )
     assert max(tables._PRESENT_BIT.values()) < 32
 
 
 def test_c_key_table_is_the_declaration():
     keys, enum, names = _c_args_keys(), _c_enum(), _c_col_names()
     col = dict(zip(enum, names))
-    reader = {"int": "opt_int", "float": "opt_float", "str": "opt_string", "raw": "raw_span",
-              "dims": "parse_dims_product"}
+    reader = {
+        "int": "opt_int",
+        "float": "opt_float",
+        "str": "opt_string",
+        "raw": "raw_span",
+        "dims": "parse_dims_product",
+    }
     declared = {f.key: f for f in fields.ARGS}
     assert set(keys) == set(declared), (
         f"_scan.c parse_args keys differ from fields.ARGS: only in C {set(keys) - set(declared)}, "
-        f"only declared {set(declared) - set(keys)}")
+        f"only declared {set(declared) - set(keys)}"
+    )
     for key, (fn, const) in keys.items():
         f = declared[key]
         assert fn == reader[f.kind], f"_scan.c reads {key!r} with {fn}, declared {f.kind}"
@@ -102,8 +113,9 @@ _TABLE = {"kernel": "kernels", "memcpy": "memcpy", "runtime": "runtime", "cpu_op
 
 
 def _value(f: fields.Field, k: int):
-    return {"int": 1000 + k, "float": 1000.5 + k, "str": f"v{k}", "dims": [2, 3, 100 + k],
-            "raw": [[7, 100 + k]]}[f.kind]
+    return {"int": 1000 + k, "float": 1000.5 + k, "str": f"v{k}", "dims": [2, 3, 100 + k], "raw": [[7, 100 + k]]}[
+        f.kind
+    ]
 
 
 def _expected(f: fields.Field, k: int):
@@ -122,17 +134,27 @@ def _cases():
 @pytest.mark.parametrize("native", ["0", "1"])
 def test_every_declared_field_reaches_its_column(tmp_path, monkeypatch, native):
     from traceinspect.trace import stream
+
     if native == "1" and stream._scan is None:
         pytest.skip("the native scanner was not built")
     events = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 1, "args": {"name": "python"}}]
     for n, (f, k, table, _col) in enumerate(_cases()):
         args = {f.key: _value(f, k)}
         if table == "memory":
-            events.append({"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": 100.0 + n, "s": "t",
-                           "args": args})
+            events.append({"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": 100.0 + n, "s": "t", "args": args})
         else:
-            events.append({"ph": "X", "cat": _CAT[table], "name": f"e{n}", "pid": 1, "tid": 1,
-                           "ts": 100.0 + n, "dur": 1.0, "args": args})
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": _CAT[table],
+                    "name": f"e{n}",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": 100.0 + n,
+                    "dur": 1.0,
+                    "args": args,
+                }
+            )
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"traceEvents": events}))
     monkeypatch.setenv("TRACEINSPECT_NATIVE", native)
@@ -149,6 +171,7 @@ def test_nan_absent_fields_tell_absent_from_zero(tmp_path, monkeypatch, native):
     """A `nan_absent` float (flops: 0 is a value the profiler can record) is NaN where the key is absent,
     null or the event has no args, and 0.0 where it says 0, in both readers."""
     from traceinspect.trace import stream
+
     if native == "1" and stream._scan is None:
         pytest.skip("the native scanner was not built")
     cases = [(f, *c.split(".")) for f in fields.ARGS if f.nan_absent for c in f.columns]
@@ -156,8 +179,19 @@ def test_nan_absent_fields_tell_absent_from_zero(tmp_path, monkeypatch, native):
     for f, table, col in cases:
         assert f.kind == "float" and np.isnan(f.default)
         arg_sets = [{f.key: 0}, {f.key: 2.5}, {f.key: None}, {}, None]
-        events = [{"ph": "X", "cat": _CAT[table], "name": f"e{n}", "pid": 1, "tid": 1, "ts": 100.0 + n,
-                   "dur": 1.0, **({} if a is None else {"args": a})} for n, a in enumerate(arg_sets)]
+        events = [
+            {
+                "ph": "X",
+                "cat": _CAT[table],
+                "name": f"e{n}",
+                "pid": 1,
+                "tid": 1,
+                "ts": 100.0 + n,
+                "dur": 1.0,
+                **({} if a is None else {"args": a}),
+            }
+            for n, a in enumerate(arg_sets)
+        ]
         path = tmp_path / f"{f.name}.json"
         path.write_text(json.dumps({"traceEvents": events}))
         monkeypatch.setenv("TRACEINSPECT_NATIVE", native)
@@ -171,4 +205,5 @@ def test_docs_list_the_declared_fields():
     body = DOC.split("<!-- fields:begin -->\n", 1)[1].split("<!-- fields:end -->", 1)[0]
     assert body == fields.markdown_table(), (
         "docs/tables.md's field list is stale: regenerate it with "
-        "python3 -c 'from traceinspect.trace import fields; print(fields.markdown_table())'")
+        "python3 -c 'from traceinspect.trace import fields; print(fields.markdown_table())'"
+    )

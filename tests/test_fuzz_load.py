@@ -1,5 +1,6 @@
 """Broken files never produce anything but a result or the documented TraceError (no traceback):
 the file cut at many points, and single bytes flipped, in plain and gzip form."""
+
 import gzip
 import json
 import random
@@ -99,9 +100,9 @@ def test_class2_inputs_exit_3_or_load_never_5(tmp_path, monkeypatch, native, cas
     else:
         for e in doc["traceEvents"]:
             if e.get("cat") == "kernel":
-                e["args"]["correlation"] = 2 ** 64 + 5
+                e["args"]["correlation"] = 2**64 + 5
             if e.get("cat") == "cpu_op":
-                e["tid"] = -(2 ** 70)
+                e["tid"] = -(2**70)
         p = tmp_path / "bigints.json"
         p.write_text(json.dumps(doc))
     r = CliRunner().invoke(cli, ["analyze", str(p)])

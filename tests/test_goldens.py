@@ -3,6 +3,7 @@
 Refresh after an intended change with:  TRACEINSPECT_UPDATE_GOLDENS=1 python -m pytest tests/test_goldens.py
 then review the diff of tests/goldens/. Output is deterministic: no absolute paths, no wall-clock times.
 """
+
 import os
 from pathlib import Path
 
@@ -18,7 +19,9 @@ UPDATE = bool(os.environ.get("TRACEINSPECT_UPDATE_GOLDENS"))
 
 
 @pytest.mark.parametrize("fmt", ["text", "md"])
-@pytest.mark.parametrize("name,make", [("dataloader_stall", build_dataloader_stall), ("launch_bound", build_launch_bound)])
+@pytest.mark.parametrize(
+    "name,make", [("dataloader_stall", build_dataloader_stall), ("launch_bound", build_launch_bound)]
+)
 def test_rendered_report_matches_golden(tmp_path, fmt, name, make):
     rep = analyze(load_trace(make().write(tmp_path / f"{name}.pt.trace.json")))
     out = RENDERERS[fmt][0](rep, width=100)

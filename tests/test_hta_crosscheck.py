@@ -6,6 +6,7 @@ the rank (kernels, copies and memsets: every event with a stream), after it drop
 ProfilerStep. We compute the busy union over the same window from our tables and compare the idle
 share. Per-step windows (our report) differ from HTA's by design, so the comparison uses HTA's window.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,6 +35,7 @@ CASES = [
 
 def _hta_breakdown(path, tmp_path):
     from hta.trace_analysis import TraceAnalysis
+
     d = tmp_path / "hta"
     d.mkdir()
     shutil.copy(path, d / os.path.basename(path))

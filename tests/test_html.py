@@ -1,5 +1,6 @@
 """HTML report: self-contained, escaped, charts when matplotlib is there and tables when it is not.
 Also the timeline sample it draws and the Markdown --assets charts."""
+
 import json
 import re
 
@@ -18,7 +19,9 @@ from traceinspect.report import Report
 from traceinspect.timeline_sample import _cap, _coalesce, representative_step
 from traceinspect.trace.model import load_trace
 
-needs_mpl = pytest.mark.skipif(not charts.available(), reason="matplotlib is not installed (pip install 'traceinspect[html]')")
+needs_mpl = pytest.mark.skipif(
+    not charts.available(), reason="matplotlib is not installed (pip install 'traceinspect[html]')"
+)
 
 XSS_KERNEL = "<script>alert(1)</script>"
 XSS_ANNOTATION = "<img src=x onerror=alert(2)>&amp;"
@@ -66,7 +69,7 @@ def test_page_is_self_contained_and_leads_with_the_verdict(tmp_path):
     assert len(page.encode()) < 2 << 20
     for section in ("kernels", "environment"):
         assert f'id="{section}"' in page
-    assert "NVIDIA H100 80GB HBM3" in page     # the builder's GPU (tests/builders.py DEVICE_PROPS)
+    assert "NVIDIA H100 80GB HBM3" in page  # the builder's GPU (tests/builders.py DEVICE_PROPS)
 
 
 def test_embedded_json_is_the_canonical_report(tmp_path):
@@ -103,7 +106,7 @@ def test_without_matplotlib_tables_and_a_note(tmp_path, monkeypatch):
     page = render(rep)
     assert "<svg" not in page
     assert 'id="no-charts"' in page and "traceinspect[html]" in page
-    assert "idle: waiting for the DataLoader" in page       # the breakdown table is still there
+    assert "idle: waiting for the DataLoader" in page  # the breakdown table is still there
 
 
 def test_output_is_deterministic(tmp_path):
@@ -121,15 +124,16 @@ def test_cli_writes_html_from_the_extension(tmp_path):
 
 # --- the timeline sample -------------------------------------------------------------------------
 
+
 def test_representative_step_is_the_median_step(tmp_path):
     t = TraceBuilder()
-    for load in (10_000, 40_000, 20_000):      # step lengths rank 1st, 3rd, 2nd: the median is the third step
+    for load in (10_000, 40_000, 20_000):  # step lengths rank 1st, 3rd, 2nd: the median is the third step
         with t.step(wait_gpu=True):
             t.dataloader(load)
             t.op("aten::add", kernels=[(ELEMENTWISE, 1_000)])
     trace = load_trace(t.write(tmp_path / "t.json"))
     ts = representative_step(trace)
-    assert ts["index"] == 2 and ts["step"] == 12      # builder steps are numbered from 10
+    assert ts["index"] == 2 and ts["step"] == 12  # builder steps are numbered from 10
     # the DataLoader wait of that step (20 ms) shows as idle_dataloader intervals, times relative to its start
     dl = ts["intervals"]["idle_dataloader"]
     assert sum(b - a for a, b in dl) == pytest.approx(20_000, abs=ts["resolution_us"] * len(dl) + 1)
@@ -157,7 +161,7 @@ def test_idle_between_back_to_back_kernels_is_drawn_at_its_true_extent(tmp_path)
             with t.span("aten::mm"):
                 for _ in range(2000):
                     t.kernel(ELEMENTWISE, 10)
-                    t.stream_free[7] += 1.0        # the next kernel starts 1 us after this one ends
+                    t.stream_free[7] += 1.0  # the next kernel starts 1 us after this one ends
     trace = load_trace(t.write(tmp_path / "t.json"))
     ts = representative_step(trace)
     row = analyze(trace).steps["per_step"][ts["index"]]["breakdown_us"]
@@ -178,6 +182,7 @@ def test_representative_step_is_empty_without_gpu(tmp_path):
 
 def test_timeline_sample_is_capped(tmp_path, monkeypatch):
     import traceinspect.timeline_sample as tsm
+
     monkeypatch.setattr(tsm, "MAX_INTERVALS", 50)
     trace = load_trace(build_launch_bound(steps=3, kernels_per_step=2000).write(tmp_path / "t.json"))
     ts = representative_step(trace)
@@ -188,23 +193,26 @@ def test_timeline_sample_is_capped(tmp_path, monkeypatch):
 
 def test_coalesce_and_cap():
     import numpy as np
+
     s, e = _coalesce(np.array([0.0, 10.5, 30.0]), np.array([10.0, 20.0, 40.0]), 1.0)
-    assert s.tolist() == [0.0, 30.0] and e.tolist() == [20.0, 40.0]     # the 0.5 us gap closes, the 10 us one stays
+    assert s.tolist() == [0.0, 30.0] and e.tolist() == [20.0, 40.0]  # the 0.5 us gap closes, the 10 us one stays
     parts, dropped = _cap({"a": [[0, 1], [2, 10]], "b": [[0, 5]]}, 2)
-    assert parts == {"a": [[2, 10]], "b": [[0, 5]]} and dropped == 1   # the shortest (1 us) goes
+    assert parts == {"a": [[2, 10]], "b": [[0, 5]]} and dropped == 1  # the shortest (1 us) goes
 
 
 def test_report_json_without_a_timeline_keeps_its_shape(tmp_path):
     from builders import TraceBuilder
+
     t = TraceBuilder()
     with t.step():
         t.op("aten::mm", cpu_us=500)  # CPU-only: no GPU timeline to sample
     rep = analyze(load_trace(t.write(tmp_path / "t.json")))
     assert "timeline_sample" not in rep.to_dict()
-    assert not Report.from_dict(rep.to_dict()).timeline_sample   # empty: absent, and left out of the JSON again
+    assert not Report.from_dict(rep.to_dict()).timeline_sample  # empty: absent, and left out of the JSON again
 
 
 # --- Markdown --assets -------------------------------------------------------------------------------
+
 
 @needs_mpl
 def test_markdown_assets_are_written_and_linked(tmp_path):
@@ -218,6 +226,7 @@ def test_markdown_assets_are_written_and_linked(tmp_path):
 
 def test_markdown_assets_without_matplotlib_is_a_usage_error(tmp_path, monkeypatch):
     from traceinspect.errors import UsageError
+
     monkeypatch.setattr(charts, "available", lambda: False)
     with pytest.raises(UsageError, match="matplotlib"):
         render_with_assets(report_of(build_healthy(), tmp_path), tmp_path / "a")
@@ -226,7 +235,7 @@ def test_markdown_assets_without_matplotlib_is_a_usage_error(tmp_path, monkeypat
 @needs_mpl
 def test_many_steps_stay_small(tmp_path):
     t = TraceBuilder()
-    for _ in range(400):                       # more than charts.MAX_BARS: drawn as stacked areas
+    for _ in range(400):  # more than charts.MAX_BARS: drawn as stacked areas
         with t.step():
             t.op("aten::add", kernels=[(ELEMENTWISE, 50)])
     page = render(report_of(t, tmp_path))
@@ -237,27 +246,33 @@ def test_many_steps_stay_small(tmp_path):
 def test_matplotlib_is_imported_only_to_draw():
     import subprocess
     import sys
-    code = ("import sys, traceinspect.cli, traceinspect.render, traceinspect.render.html, traceinspect.diff; "
-            "assert 'matplotlib' not in sys.modules")
+
+    code = (
+        "import sys, traceinspect.cli, traceinspect.render, traceinspect.render.html, traceinspect.diff; "
+        "assert 'matplotlib' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_a_poisoned_saved_report_is_escaped_in_every_field(tmp_path):
     """A cached or saved report can hold markup anywhere, numbers included (the audit's `rank`)."""
     import dataclasses
+
     rep = report_of(crafted(), tmp_path)
     d = rep.to_dict()
     d["trace"]["rank"] = XSS_ANNOTATION
-    with pytest.raises(ValueError):                  # refused on read (a saved report: exit 3; cache: a miss)
+    with pytest.raises(ValueError):  # refused on read (a saved report: exit 3; cache: a miss)
         Report.from_dict(d)
     # the renderer stays safe whatever it is given: poison the object itself
-    rep = msgspec.structs.replace(   # msgspec does not validate on construction
-        rep, trace=msgspec.structs.replace(rep.trace, rank=XSS_ANNOTATION),
+    rep = msgspec.structs.replace(  # msgspec does not validate on construction
+        rep,
+        trace=msgspec.structs.replace(rep.trace, rank=XSS_ANNOTATION),
         steps=msgspec.structs.replace(rep.steps, count=XSS_ANNOTATION),
         top_kernels=[msgspec.structs.replace(rep.top_kernels[0], count=XSS_ANNOTATION)] + rep.top_kernels[1:],
         breakdown={**rep.breakdown, "compute": msgspec.structs.replace(rep.breakdown["compute"], frac=XSS_ANNOTATION)},
         findings=[dataclasses.replace(rep.findings[0], time_lost_frac=XSS_ANNOTATION, confidence=XSS_KERNEL)]
-        + rep.findings[1:])
+        + rep.findings[1:],
+    )
     page = render(rep)
     assert "<img" not in page and page.count("<script") == 1
-    assert "&lt;img src=x onerror=alert(2)&gt;&amp;amp;" in page          # shown, escaped once
+    assert "&lt;img src=x onerror=alert(2)&gt;&amp;amp;" in page  # shown, escaped once

@@ -1,6 +1,7 @@
 """lab/scenarios.py with --tiny on the CPU: traces, metadata and the results table.
 
 Skips without torch/transformers (install: pip install torch==2.13.0 transformers)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -27,6 +28,7 @@ def lab():
     sys.modules[spec.name] = mod  # dataclasses need the module registered
     spec.loader.exec_module(mod)
     import transformers.models.llama.modeling_llama  # noqa: F401  (one-off import cost here)
+
     return mod
 
 
@@ -70,9 +72,17 @@ def test_padded_vs_packed(lab, tmp_path):
 
 
 def test_dataloader_slow_merges_into_existing_results(lab, tmp_path):
-    old = {"scenario": "healthy", "expected_finding": None, "device": "cuda", "micro_batch": 8,
-           "grad_accum": 1, "mean_step_time_ms": 1.0, "padding_share": 0.0,
-           "real_tokens_per_s": 1.0, "trace": "healthy/x.pt.trace.json.gz"}
+    old = {
+        "scenario": "healthy",
+        "expected_finding": None,
+        "device": "cuda",
+        "micro_batch": 8,
+        "grad_accum": 1,
+        "mean_step_time_ms": 1.0,
+        "padding_share": 0.0,
+        "real_tokens_per_s": 1.0,
+        "trace": "healthy/x.pt.trace.json.gz",
+    }
     (tmp_path / "results.json").write_text(json.dumps([old]))
     rows = _run(lab, tmp_path, "dataloader-slow")
     assert [r["scenario"] for r in rows] == ["dataloader-slow", "healthy"]
@@ -89,6 +99,7 @@ def test_cli_lists_scenarios_and_rejects_unknown(lab):
     assert ok.returncode == 0
     for name in lab.SCENARIOS:
         assert name in ok.stdout
-    bad = subprocess.run([sys.executable, str(SCRIPT), "--scenario", "nope", "--out", "x"],
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, str(SCRIPT), "--scenario", "nope", "--out", "x"], capture_output=True, text=True
+    )
     assert bad.returncode == 2 and "unknown scenario" in bad.stderr

@@ -1,4 +1,5 @@
 """The bad-input corpus: one case per failure mode; the error names the file and what to do."""
+
 import gzip
 import json
 
@@ -155,13 +156,46 @@ def test_fractional_nanosecond_timestamps(tmp_path):
 def test_old_kineto_era_names(tmp_path):
     """2021 traces: capitalised categories, string tids, 'external id', 'Input dims'."""
     ev = [
-        {"ph": "X", "cat": "Operator", "name": "ProfilerStep#1", "pid": 1, "tid": "1", "ts": 100, "dur": 1000, "args": {"External id": 1}},
-        {"ph": "X", "cat": "Operator", "name": "aten::mm", "pid": 1, "tid": "1", "ts": 110, "dur": 50,
-         "args": {"External id": 2, "Input dims": [[4, 4], [4, 4]]}},
-        {"ph": "X", "cat": "Runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": "1", "ts": 120, "dur": 5,
-         "args": {"cbid": 211, "correlation": 7, "external id": 2}},
-        {"ph": "X", "cat": "Kernel", "name": "volta_sgemm_128x64_nn", "pid": 0, "tid": "stream 7", "ts": 130, "dur": 400,
-         "args": {"device": 0, "stream": 7, "correlation": 7, "external id": 2}},
+        {
+            "ph": "X",
+            "cat": "Operator",
+            "name": "ProfilerStep#1",
+            "pid": 1,
+            "tid": "1",
+            "ts": 100,
+            "dur": 1000,
+            "args": {"External id": 1},
+        },
+        {
+            "ph": "X",
+            "cat": "Operator",
+            "name": "aten::mm",
+            "pid": 1,
+            "tid": "1",
+            "ts": 110,
+            "dur": 50,
+            "args": {"External id": 2, "Input dims": [[4, 4], [4, 4]]},
+        },
+        {
+            "ph": "X",
+            "cat": "Runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": "1",
+            "ts": 120,
+            "dur": 5,
+            "args": {"cbid": 211, "correlation": 7, "external id": 2},
+        },
+        {
+            "ph": "X",
+            "cat": "Kernel",
+            "name": "volta_sgemm_128x64_nn",
+            "pid": 0,
+            "tid": "stream 7",
+            "ts": 130,
+            "dur": 400,
+            "args": {"device": 0, "stream": 7, "correlation": 7, "external id": 2},
+        },
     ]
     p = tmp_path / "old.json"
     p.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev}))

@@ -1,6 +1,7 @@
 """Device memory per step, headroom and the batch-size fit (trace/memory.py, facts/memory_fit.py).
 
 Expected numbers are derived from the builders' inputs in comments; nothing is read off a real trace."""
+
 from __future__ import annotations
 
 import json
@@ -17,7 +18,7 @@ from traceinspect.report import Report
 from traceinspect.trace.memory import memory_profile
 from traceinspect.trace.model import load_trace
 
-H100_BYTES = 85_000_000_000        # builders.DEVICE_PROPS["H100"]["totalGlobalMem"]
+H100_BYTES = 85_000_000_000  # builders.DEVICE_PROPS["H100"]["totalGlobalMem"]
 
 
 def _render(fmt, rep) -> str:
@@ -34,12 +35,12 @@ def test_peaks_start_and_headroom_per_step(tmp_path):
     prof = memory_profile(tr)
     assert prof.source == "trace" and prof.devices == [0]
     rows = prof.device_steps(0)
-    assert [r.step for r in rows] == [10, 11, 12]               # TraceBuilder numbers steps from 10
+    assert [r.step for r in rows] == [10, 11, 12]  # TraceBuilder numbers steps from 10
     for r in rows:
         # every step starts with the fixed state and piles all 4 activation chunks before freeing them
         assert r.start_allocated_bytes == pytest.approx(fixed)
         assert r.peak_allocated_bytes == pytest.approx(fixed + act)
-        assert r.peak_reserved_bytes == pytest.approx(fixed + act + 1e9)   # reserved_extra = 1 GB
+        assert r.peak_reserved_bytes == pytest.approx(fixed + act + 1e9)  # reserved_extra = 1 GB
         assert r.rise_bytes == pytest.approx(act)
     # headroom: capacity minus the peak reserved
     assert prof.headroom(0) == pytest.approx(H100_BYTES - (fixed + act + 1e9))
@@ -50,11 +51,11 @@ def test_host_allocations_are_not_device_memory(tmp_path):
     t = MemoryTraceBuilder(fixed_bytes=GiB)
     t.meta["profile_memory"] = 1
     with t.step():
-        t.mem(512 * 1024 * 1024, device_type=0)        # a 512 MiB CPU tensor
+        t.mem(512 * 1024 * 1024, device_type=0)  # a 512 MiB CPU tensor
         t.mem(GiB)
         t.op("aten::add", kernels=[("k", 50.0)])
     prof = memory_profile(_load(t, tmp_path))
-    assert prof.peak(0) == pytest.approx(2 * GiB)      # fixed 1 GiB + 1 GiB on the device; the CPU one ignored
+    assert prof.peak(0) == pytest.approx(2 * GiB)  # fixed 1 GiB + 1 GiB on the device; the CPU one ignored
 
 
 def test_two_devices_are_kept_apart(tmp_path):
@@ -63,7 +64,7 @@ def test_two_devices_are_kept_apart(tmp_path):
     with t.step():
         t.mem(3 * GiB, device=0)
         t.mem(-3 * GiB, device=0)
-        t.mem(5 * GiB, device=1)           # the builder's running total is shared: device 1 peaks at 5 GiB
+        t.mem(5 * GiB, device=1)  # the builder's running total is shared: device 1 peaks at 5 GiB
         t.op("aten::add", kernels=[("k", 50.0)])
     prof = memory_profile(_load(t, tmp_path))
     assert prof.devices == [0, 1]
@@ -77,7 +78,7 @@ def test_no_profile_memory_says_why_and_how(tmp_path):
     assert "profile_memory=True" in mem.reason and "profile_memory=True" in mem.hint
     assert mem.to_dict()["devices"] == [{"device": 0, "capacity_bytes": H100_BYTES}]
     for fmt in ("text", "md", "html", "json"):
-        assert "profile_memory" in _render(fmt, rep).replace("\\_", "_")   # Markdown escapes the underscore
+        assert "profile_memory" in _render(fmt, rep).replace("\\_", "_")  # Markdown escapes the underscore
 
 
 def test_fit_batch_arithmetic():
@@ -137,7 +138,7 @@ def test_memory_section_in_every_format_and_json(tmp_path):
     md = _render("md", rep)
     html = _render("html", rep)
     for out in (text, md, html):
-        assert "64.00 GB" in out and "20.00 GB" in out     # peak allocated, headroom
+        assert "64.00 GB" in out and "20.00 GB" in out  # peak allocated, headroom
 
 
 def test_saved_report_without_memory_still_loads(tmp_path):
@@ -146,9 +147,9 @@ def test_saved_report_without_memory_still_loads(tmp_path):
     rep = Report.from_dict(d)
     assert not rep.memory
     assert "memory" not in rep.to_dict()
-    d["memory"] = None                      # null reads as absent, as a missing key does
+    d["memory"] = None  # null reads as absent, as a missing key does
     assert not Report.from_dict(d).memory
-    d["memory"] = "not an object"           # anything else that is not the section is refused, not dropped
+    d["memory"] = "not an object"  # anything else that is not the section is refused, not dropped
     with pytest.raises(ValueError, match=r"\$\.memory"):
         Report.from_dict(d)
 
@@ -178,29 +179,36 @@ def test_cpu_offload_without_run_config_estimates_the_state_from_the_gradients(t
     labels = {e.label: e.value for e in f.evidence}
     # no run config: 16 x 64 MiB of gradients leave the GPU per step, at 2 B/parameter (bf16) -> 512 Mi
     # parameters; mixed-precision Adam at 16 B/parameter = 8.6 GB, under 90% of the H100's 85 GB
-    n = 16 * 64 * 2 ** 20 / 2
-    assert labels[next(k for k in labels if k.startswith("parameters (from the device-to-host"))] == \
-        pytest.approx(round(n / 1e6, 1))
+    n = 16 * 64 * 2**20 / 2
+    assert labels[next(k for k in labels if k.startswith("parameters (from the device-to-host"))] == pytest.approx(
+        round(n / 1e6, 1)
+    )
     assert labels[next(k for k in labels if k.startswith("training state"))] == pytest.approx(round(n * 16 / 1e9, 1))
     assert "the state would fit as it is (8.6 GB of 85 GB" in f.fix and "check the parameter count" in f.fix
 
 
 def _offload_with_params(n_params: int):
     t = build_cpu_offload()
-    t.meta["traceinspect"] = {"schema_version": 1, "source": "hf_trainer", "framework": {},
-                              "config": {"num_parameters": n_params}, "steps": []}
+    t.meta["traceinspect"] = {
+        "schema_version": 1,
+        "source": "hf_trainer",
+        "framework": {},
+        "config": {"num_parameters": n_params},
+        "steps": [],
+    }
     return t
 
 
 def test_cpu_offload_names_the_smallest_change_that_fits(tmp_path):
     # 7e9 parameters on 85 GB (budget 0.9 x 85 = 76.5 GB): mixed-precision Adam 16 B -> 112 GB (no),
     # bf16 states 8 B -> 56 GB (fits): the smallest change is bf16 states
-    f = next(f for f in analyze(_load(_offload_with_params(7_000_000_000), tmp_path)).findings
-             if f.name == "cpu-offload")
+    f = next(
+        f for f in analyze(_load(_offload_with_params(7_000_000_000), tmp_path)).findings if f.name == "cpu-offload"
+    )
     labels = {e.label: e.value for e in f.evidence}
     assert labels[next(k for k in labels if k.startswith("as now, without offload"))] == 112.0
     assert labels[next(k for k in labels if k.startswith("with bf16 states"))] == 56.0
-    assert labels[next(k for k in labels if k.startswith("with 8-bit Adam states"))] == 70.0   # 10 B
+    assert labels[next(k for k in labels if k.startswith("with 8-bit Adam states"))] == 70.0  # 10 B
     # QLoRA: 0.5 B (4-bit base) + 1% of parameters x 16 B = 0.66 B/parameter -> 4.62 GB
     assert labels[next(k for k in labels if k.startswith("QLoRA"))] == pytest.approx(4.6)
     # sharded: ceil(112 / 76.5) = 2 GPUs; one GPU of at least 112 / 0.9 = 124 GB
@@ -211,8 +219,9 @@ def test_cpu_offload_names_the_smallest_change_that_fits(tmp_path):
 
 def test_cpu_offload_when_nothing_fits_says_how_much_memory(tmp_path):
     # 200e9 parameters: QLoRA alone is 0.66 x 200e9 = 132 GB > 76.5 GB; sharded over ceil(3200 / 76.5) = 42
-    f = next(f for f in analyze(_load(_offload_with_params(200_000_000_000), tmp_path)).findings
-             if f.name == "cpu-offload")
+    f = next(
+        f for f in analyze(_load(_offload_with_params(200_000_000_000), tmp_path)).findings if f.name == "cpu-offload"
+    )
     assert "shard over 42 such GPUs" in f.fix
 
 
@@ -221,13 +230,18 @@ def test_capture_figures_are_preferred_to_the_events(tmp_path):
     # (allocations outside the profiled ops): the analyzer takes the helper's numbers
     t = build_launch_bound_memory(fixed_bytes=60e9, act_bytes=4e9)
     t.meta["traceinspect"]["memory"] = {
-        "device_index": 0, "device_total_bytes": 80e9, "reason": None,
-        "steps": [{"step": s, "start_allocated_bytes": 62e9, "max_allocated_bytes": 70e9,
-                   "max_reserved_bytes": 72e9} for s in (10, 11, 12)]}
+        "device_index": 0,
+        "device_total_bytes": 80e9,
+        "reason": None,
+        "steps": [
+            {"step": s, "start_allocated_bytes": 62e9, "max_allocated_bytes": 70e9, "max_reserved_bytes": 72e9}
+            for s in (10, 11, 12)
+        ],
+    }
     rep = analyze(_load(t, tmp_path))
     dev = rep.memory["devices"][0]
     assert rep.memory["source"] == "capture"
-    assert dev["capacity_bytes"] == 80e9                       # torch's total_memory wins over deviceProperties
+    assert dev["capacity_bytes"] == 80e9  # torch's total_memory wins over deviceProperties
     assert dev["peak_allocated_bytes"] == 70e9 and dev["headroom_bytes"] == 80e9 - 72e9
     # fit: (0.9 x 80 - 62) / (70 - 62) = 1.25x: not even 2x fits
     assert rep.memory["batch_fit"]["max_factor"] == pytest.approx(1.25)
@@ -237,12 +251,18 @@ def test_capture_figures_are_preferred_to_the_events(tmp_path):
 
 def test_malformed_capture_memory_is_ignored(tmp_path):
     t = build_launch_bound_memory(fixed_bytes=60e9, act_bytes=4e9)
-    t.meta["traceinspect"]["memory"] = {"device_index": "0; rm -rf", "device_total_bytes": "huge",
-                                        "steps": [{"step": True, "max_allocated_bytes": 1}, "x",
-                                                  {"step": 10, "max_allocated_bytes": 1e300},
-                                                  {"step": 11, "max_allocated_bytes": -5}]}
+    t.meta["traceinspect"]["memory"] = {
+        "device_index": "0; rm -rf",
+        "device_total_bytes": "huge",
+        "steps": [
+            {"step": True, "max_allocated_bytes": 1},
+            "x",
+            {"step": 10, "max_allocated_bytes": 1e300},
+            {"step": 11, "max_allocated_bytes": -5},
+        ],
+    }
     rep = analyze(_load(t, tmp_path))
-    assert rep.memory["source"] == "trace"                    # back to the [memory] events
+    assert rep.memory["source"] == "trace"  # back to the [memory] events
     assert rep.memory["devices"][0]["peak_allocated_bytes"] == pytest.approx(64e9)
 
 
@@ -258,7 +278,7 @@ def test_cpu_capture_records_null_memory_and_the_report_says_why(tmp_path):
             cap.step()
     m = cap.metadata["memory"]
     assert m["device_index"] is None and m["device_total_bytes"] is None and m["reason"] == NO_CUDA_MEMORY
-    assert [s["step"] for s in m["steps"]] == [1, 2]          # warmup step 0 is not recorded
+    assert [s["step"] for s in m["steps"]] == [1, 2]  # warmup step 0 is not recorded
     assert all(s["max_allocated_bytes"] is None and s["max_reserved_bytes"] is None for s in m["steps"])
     rep = analyze(load_trace(cap.trace_path))
     assert rep.memory["source"] == "" and NO_CUDA_MEMORY in rep.memory["reason"]
@@ -279,6 +299,7 @@ def _raw_peaks(path):
     """Per (device, step): max 'Total Allocated' / 'Total Reserved' of the device [memory] events inside the
     CPU ProfilerStep#N span, read with nothing but gzip and json."""
     import gzip
+
     doc = json.loads(gzip.open(path).read())
     ev = doc["traceEvents"] if isinstance(doc, dict) else doc
     steps = {}
@@ -314,7 +335,10 @@ def test_real_trace_peaks_match_the_raw_events(shared_dir, rel):
         for row in dev["per_step"]:
             al, res = raw[(dev["device"], row["step"])]
             # the reader also counts the allocation held when the step began, which can only raise the peak
-            assert row["peak_allocated_bytes"] >= al and row["peak_allocated_bytes"] in (al, row["start_allocated_bytes"])
+            assert row["peak_allocated_bytes"] >= al and row["peak_allocated_bytes"] in (
+                al,
+                row["start_allocated_bytes"],
+            )
             assert row["peak_reserved_bytes"] == res
             seen.add((dev["device"], row["step"]))
         assert dev["headroom_bytes"] == caps[dev["device"]] - max(r[1] for k, r in raw.items() if k[0] == dev["device"])

@@ -5,6 +5,7 @@ spellings, big numbers), chunk by chunk in threads, and on broken bytes.
 Skipped where the extension was not built (no C compiler); TRACEINSPECT_REQUIRE_NATIVE=1 (set by
 .ci/run) turns that skip into a failure.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -59,8 +60,11 @@ def assert_same(path, monkeypatch):
 
 
 def _real_traces():
-    files = sorted(p for p in SHARED.rglob("*") if p.name.endswith((".json", ".json.gz"))
-                   and p.name != "EXPECTED.json") if SHARED.exists() else []
+    files = (
+        sorted(p for p in SHARED.rglob("*") if p.name.endswith((".json", ".json.gz")) and p.name != "EXPECTED.json")
+        if SHARED.exists()
+        else []
+    )
     return files + sorted(SAMPLES.glob("*.json*"))
 
 
@@ -93,7 +97,7 @@ def test_escapes_and_unicode_in_strings(tmp_path, monkeypatch):
     ops[1]["name"] = 'aten::\u00e9t\u00e9 "quoted" \\ back'
     ops[2]["name"] = "tab\there"
     raw = json.dumps({"traceEvents": ev}, ensure_ascii=True).encode()
-    raw = raw.replace(b'"cpu_op"', b'"cpu_\\u006fp"', 3)   # the same string, spelled with an escape
+    raw = raw.replace(b'"cpu_op"', b'"cpu_\\u006fp"', 3)  # the same string, spelled with an escape
     nat = assert_same(_write(tmp_path, None, raw=raw), monkeypatch)
     names = set(nat.tables.cpu_ops["name"].astype(str))
     assert 'aten::\u00e9t\u00e9 "quoted" \\ back' in names and "tab\there" in names
@@ -108,13 +112,14 @@ def test_string_ids_old_spellings_and_nulls(tmp_path, monkeypatch):
             e["tid"] = str(e["tid"])
             a = e.get("args") or {}
             if "External id" in a:
-                a["external id"] = a.pop("External id")   # the 2020 spelling
+                a["external id"] = a.pop("External id")  # the 2020 spelling
             a["Input dims"] = [[2, 3], []]
         if e.get("cat") == "kernel":
             e["args"]["stream"] = None
             e["tid"] = "stream 7"
-    ev.append({"ph": "X", "cat": "cpu_op", "name": "no_args", "pid": "Spans", "tid": "x", "ts": 5, "dur": 1,
-               "args": None})
+    ev.append(
+        {"ph": "X", "cat": "cpu_op", "name": "no_args", "pid": "Spans", "tid": "x", "ts": 5, "dur": 1, "args": None}
+    )
     ev.append({"ph": "M", "name": "thread_name", "pid": 4242, "tid": "4242", "args": {"name": "main"}})
     ev.append({"ph": "s", "cat": "ac2g", "id": "17", "pid": 1, "tid": 2, "ts": 3, "name": "f"})
     ev.append({"ph": "f", "cat": "ac2g", "id": None, "pid": 1, "tid": 2, "ts": 4, "name": "f", "bp": "e"})
@@ -125,14 +130,23 @@ def test_string_ids_old_spellings_and_nulls(tmp_path, monkeypatch):
 
 def test_numbers_edge_cases(tmp_path, monkeypatch):
     ev = _base_events()
-    ev[3]["ts"] = 1.7e15 + 0.125            # exact fast path
-    ev[4]["ts"] = 12345678901234567.891     # more than 19 digits: the slow, correctly rounded path
+    ev[3]["ts"] = 1.7e15 + 0.125  # exact fast path
+    ev[4]["ts"] = 12345678901234567.891  # more than 19 digits: the slow, correctly rounded path
     ev[5]["dur"] = 1.5e-3
-    ev[6]["dur"] = -2                        # negative: left out, and counted
-    ev[7].pop("dur", None)                   # missing: left out, and counted
-    ev.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": 0, "tid": 7,
-               "ts": 9, "dur": 2, "args": {"bytes": 18446744073709551616, "correlation": 3, "device": 0,
-                                           "stream": 7}})
+    ev[6]["dur"] = -2  # negative: left out, and counted
+    ev[7].pop("dur", None)  # missing: left out, and counted
+    ev.append(
+        {
+            "ph": "X",
+            "cat": "gpu_memcpy",
+            "name": "Memcpy HtoD (Pageable -> Device)",
+            "pid": 0,
+            "tid": 7,
+            "ts": 9,
+            "dur": 2,
+            "args": {"bytes": 18446744073709551616, "correlation": 3, "device": 0, "stream": 7},
+        }
+    )
     raw = json.dumps({"traceEvents": ev}).encode().replace(b'"dur": 0.0015', b'"dur": 15E-4', 1)
     assert_same(_write(tmp_path, None, raw=raw), monkeypatch)
 
@@ -140,19 +154,59 @@ def test_numbers_edge_cases(tmp_path, monkeypatch):
 def test_fields_of_unexpected_types_are_decoded_like_the_python_path(tmp_path, monkeypatch):
     """ROCm writes "bytes": "128"; Inductor writes "grid": "grid(100,)"; some events are not objects."""
     ev = _base_events()
-    ev.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "pid": 0, "tid": 7, "ts": 9, "dur": 2,
-               "args": {"bytes": "128", "correlation": 3, "device": 0, "stream": 7}})
-    ev.append({"ph": "X", "cat": "kernel", "name": "triton_", "pid": 0, "tid": 7, "ts": 12, "dur": 2,
-               "args": {"grid": "grid(100,)", "correlation": 4, "device": 0, "stream": 7}})
-    ev.append({"ph": "X", "cat": "cpu_op", "name": "dup", "pid": 1, "tid": 1, "ts": 1, "dur": 1,
-               "args": {"External id": 1}, "args ": {}})
-    ev.append({"ph": "X", "cat": "cpu_op", "name": "float id", "pid": 1, "tid": 1, "ts": 1, "dur": 1,
-               "args": {"External id": 5.0}})
+    ev.append(
+        {
+            "ph": "X",
+            "cat": "gpu_memcpy",
+            "name": "Memcpy HtoD",
+            "pid": 0,
+            "tid": 7,
+            "ts": 9,
+            "dur": 2,
+            "args": {"bytes": "128", "correlation": 3, "device": 0, "stream": 7},
+        }
+    )
+    ev.append(
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "triton_",
+            "pid": 0,
+            "tid": 7,
+            "ts": 12,
+            "dur": 2,
+            "args": {"grid": "grid(100,)", "correlation": 4, "device": 0, "stream": 7},
+        }
+    )
+    ev.append(
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "dup",
+            "pid": 1,
+            "tid": 1,
+            "ts": 1,
+            "dur": 1,
+            "args": {"External id": 1},
+            "args ": {},
+        }
+    )
+    ev.append(
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "float id",
+            "pid": 1,
+            "tid": 1,
+            "ts": 1,
+            "dur": 1,
+            "args": {"External id": 5.0},
+        }
+    )
     raw = json.dumps({"traceEvents": ev}).encode()
     raw = raw.replace(b'"traceEvents": [', b'"traceEvents": [5, "x", [], ', 1)
     nat = assert_same(_write(tmp_path, None, raw=raw), monkeypatch)
     assert nat.tables.memcpy["size_bytes"].max() >= 128
-
 
 
 def test_flops_args_are_read_like_the_python_path(tmp_path, monkeypatch):
@@ -161,8 +215,18 @@ def test_flops_args_are_read_like_the_python_path(tmp_path, monkeypatch):
     ev = _base_events()
     values = [8388608, 18446744073709551615, 123456789012345678901234, None, 0, 2.5e12, "4096", True]
     for n, v in enumerate(values):
-        ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 20 + n, "dur": 1,
-                   "args": {"External id": 900 + n, "flops": v}})
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "aten::mm",
+                "pid": 1,
+                "tid": 1,
+                "ts": 20 + n,
+                "dur": 1,
+                "args": {"External id": 900 + n, "flops": v},
+            }
+        )
     raw = json.dumps({"traceEvents": ev}).encode()
     raw = raw.replace(b'"External id": 903, "flops": null', b'"flops": 77, "External id": 903, "flops": null')
     nat = assert_same(_write(tmp_path, None, raw=raw), monkeypatch)
@@ -174,8 +238,14 @@ def test_flops_args_are_read_like_the_python_path(tmp_path, monkeypatch):
 def test_top_level_keys_after_the_events(tmp_path, monkeypatch):
     doc = build_healthy(steps=3).build()
     ev = doc.pop("traceEvents")
-    raw = json.dumps({**{k: v for k, v in doc.items() if k != "deviceProperties"}, "traceEvents": ev,
-                      "deviceProperties": doc.get("deviceProperties", []), "baseTimeNanoseconds": 17}).encode()
+    raw = json.dumps(
+        {
+            **{k: v for k, v in doc.items() if k != "deviceProperties"},
+            "traceEvents": ev,
+            "deviceProperties": doc.get("deviceProperties", []),
+            "baseTimeNanoseconds": 17,
+        }
+    ).encode()
     nat = assert_same(_write(tmp_path, None, raw=raw), monkeypatch)
     assert nat.meta.base_time_ns == 17
 
@@ -205,8 +275,19 @@ def test_truncated_and_malformed_files_behave_like_the_python_path(tmp_path, mon
 def test_scanner_rejects_what_it_cannot_read_without_crashing():
     """Direct calls: malformed input gives None (the Python path then decides), never a crash."""
     scan = stream._scan.scan
-    for bad in (b"", b"[", b"[{", b'[{"ph":"X",}]', b"[1 2]", b'[{"a":[1,2}]', b"[" * 100000,
-                b'[{"name":"\x01"}]', b'[{"ts":1e}]', b'[{"ts":-}]', b'{"ph":"X"}'):
+    for bad in (
+        b"",
+        b"[",
+        b"[{",
+        b'[{"ph":"X",}]',
+        b"[1 2]",
+        b'[{"a":[1,2}]',
+        b"[" * 100000,
+        b'[{"name":"\x01"}]',
+        b'[{"ts":1e}]',
+        b'[{"ts":-}]',
+        b'{"ph":"X"}',
+    ):
         assert scan(bad) is None, bad
     n, end, cols, strings, raws, deferred = scan(b' [ ] , "x"')
     assert (n, end) == (0, 4)
@@ -230,7 +311,7 @@ def test_scanner_survives_random_mutations():
             if op < 0.5:
                 b[pos] = rng.choice(b'{}[],:"0123456789.eE+-\\ \nntfaxu\x00\x1f\xff')
             elif op < 0.75:
-                del b[pos:pos + rng.randint(1, 40)]
+                del b[pos : pos + rng.randint(1, 40)]
             else:
                 b[pos:pos] = bytes(rng.choice(b'{}[],:"0\\e-') for _ in range(rng.randint(1, 5)))
         r = scan(bytes(b))
@@ -249,8 +330,11 @@ def test_scanner_checks_escapes_in_every_string():
     the Python path reports the error). Valid escapes in skipped values are accepted."""
     scan = stream._scan.scan
     for esc in (rb"\q", rb"\u12g4", rb"\ud800", rb"\udc00", rb"\ud800\u0041", rb"\U0041", rb"\ud83d\u"):
-        for doc in (b'[{"zz": "' + esc + b'", "ph": "X"}]', b'[{"name": "' + esc + b'"}]',
-                    b'[{"args": {"Input Dims": ["' + esc + b'"]}}]'):
+        for doc in (
+            b'[{"zz": "' + esc + b'", "ph": "X"}]',
+            b'[{"name": "' + esc + b'"}]',
+            b'[{"args": {"Input Dims": ["' + esc + b'"]}}]',
+        ):
             assert scan(doc) is None, doc
     for esc in (rb"\n", rb"\/", rb"\u00e9", rb"\ud83d\ude00", rb"\u0000"):
         n, *_ = scan(b'[{"zz": "' + esc + b'", "ph": "X"}]')
@@ -260,14 +344,15 @@ def test_scanner_checks_escapes_in_every_string():
 def test_scanner_presence_bits_keep_int64_min_a_value():
     """-2**63 is a value; only null and absence clear the `present` bit (last occurrence wins)."""
     n, _, cols, _, _, deferred = stream._scan.scan(
-        b'[{"args": {"correlation": -9223372036854775808, "device": 3, "device": null}}, {"ph": "X"}]')
+        b'[{"args": {"correlation": -9223372036854775808, "device": 3, "device": null}}, {"ph": "X"}]'
+    )
     assert n == 2 and not deferred
     corr = np.frombuffer(cols["correlation"], dtype=np.int64)
     present = np.frombuffer(cols["present"], dtype=np.uint32)
-    bit = {"correlation": 3, "device": 6}   # tables._PRESENT_BIT
+    bit = {"correlation": 3, "device": 6}  # tables._PRESENT_BIT
     assert corr[0] == -(1 << 63) and present[0] >> bit["correlation"] & 1
-    assert not present[0] >> bit["device"] & 1            # the later null wins
-    assert not present[1] >> bit["correlation"] & 1       # absent
+    assert not present[0] >> bit["device"] & 1  # the later null wins
+    assert not present[1] >> bit["correlation"] & 1  # absent
 
 
 def test_scanner_repeated_slow_number_keeps_the_last_value():

@@ -1,5 +1,6 @@
 """docs/python-api.ipynb runs: its code cells, in order, in one namespace, from docs/ (as Jupyter would).
 Executed as a script (no Jupyter kernel needed); a failing cell fails the test with the cell's source."""
+
 from __future__ import annotations
 
 import json
@@ -14,7 +15,7 @@ def test_notebook_is_valid_and_runs(monkeypatch):
     pytest.importorskip("matplotlib", reason="the notebook draws a chart: pip install 'traceinspect[html]'")
     nb = json.loads(NOTEBOOK.read_text())
     assert nb["nbformat"] == 4 and all(c["cell_type"] in ("markdown", "code") for c in nb["cells"])
-    assert all(not c.get("outputs") for c in nb["cells"] if c["cell_type"] == "code")   # committed clean
+    assert all(not c.get("outputs") for c in nb["cells"] if c["cell_type"] == "code")  # committed clean
     monkeypatch.chdir(NOTEBOOK.parent)
     ns: dict = {"__name__": "__notebook__"}
     for i, cell in enumerate(c for c in nb["cells"] if c["cell_type"] == "code"):
@@ -28,4 +29,5 @@ def test_notebook_is_valid_and_runs(monkeypatch):
     assert list(ns["findings"]["name"]) == [f.name for f in ns["report"].findings]
     assert "dataloader-stall" in ns["d"].resolved
     import matplotlib.pyplot as plt
+
     plt.close("all")

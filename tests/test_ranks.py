@@ -1,6 +1,7 @@
 """Many ranks (issue 18): collectives aligned across ranks, clock offsets, the rank that gates the step,
 communication bytes per dtype. Expected numbers are derived from the builders' inputs, and on the DLRM
 folder from the raw events in the test itself."""
+
 from __future__ import annotations
 
 import json
@@ -27,7 +28,7 @@ def _run(tmp_path, **kw) -> tuple:
 def test_builder_straggler_cost_and_clock_offsets(tmp_path):
     rep, _ = _run(tmp_path, world=4, slow_rank=2, steps=3, gpus_per_host=2)
     c = rep.cross_rank
-    assert c["gating_rank"] == 2 and rep.trace["rank"] == 2      # the report is the gating rank's
+    assert c["gating_rank"] == 2 and rep.trace["rank"] == 2  # the report is the gating rank's
     per = {p["rank"]: p for p in c["per_rank"]}
     # rank 2 arrives SLOW_US after the others at collective #1 of each step, every step
     assert per[2]["last_arrivals"] == 3
@@ -72,8 +73,10 @@ def test_missing_rank_is_a_clear_warning(tmp_path):
 
 
 def test_mismatched_collectives_are_matched_up_to_the_difference():
-    rows = [{"ts_us": 0.0, "end_us": 10.0, "collective": "allreduce", "group": 0},
-            {"ts_us": 20.0, "end_us": 30.0, "collective": "allreduce", "group": 0}]
+    rows = [
+        {"ts_us": 0.0, "end_us": 10.0, "collective": "allreduce", "group": 0},
+        {"ts_us": 20.0, "end_us": 30.0, "collective": "allreduce", "group": 0},
+    ]
     other = [dict(rows[0], ts_us=5.0), dict(rows[1], collective="allgather")]
     out = align({0: rows, 1: other})
     assert out["matched"] == 1 and any("differs between ranks" in n for n in out["notes"])
@@ -92,9 +95,24 @@ def test_multi_rank_reports_lead_with_the_straggler(tmp_path, fmt):
         assert i == -1 or first < i, later
 
 
-@pytest.mark.parametrize("name,size", [("BFloat16", 2), ("c10::BFloat16", 2), ("bf16", 2), ("Half", 2),
-                                       ("float", 4), ("Float", 4), ("double", 8), ("Long", 8), ("int8_t", 1),
-                                       ("Float8_e4m3fn", 1), ("torch.float16", 2), ("nonsense", None), (None, None)])
+@pytest.mark.parametrize(
+    "name,size",
+    [
+        ("BFloat16", 2),
+        ("c10::BFloat16", 2),
+        ("bf16", 2),
+        ("Half", 2),
+        ("float", 4),
+        ("Float", 4),
+        ("double", 8),
+        ("Long", 8),
+        ("int8_t", 1),
+        ("Float8_e4m3fn", 1),
+        ("torch.float16", 2),
+        ("nonsense", None),
+        (None, None),
+    ],
+)
 def test_bytes_per_dtype(name, size):
     assert dtype_bytes(name) == size
 
@@ -111,8 +129,10 @@ def _dlrm_arrivals() -> dict[int, list[float]]:
     out = {}
     for f in sorted(DLRM.glob("*.json")):
         doc = json.loads(f.read_text())
-        ks = sorted((e for e in doc["traceEvents"] if e.get("cat") == "kernel" and "nccl" in e["name"].lower()),
-                    key=lambda e: e["ts"])
+        ks = sorted(
+            (e for e in doc["traceEvents"] if e.get("cat") == "kernel" and "nccl" in e["name"].lower()),
+            key=lambda e: e["ts"],
+        )
         out[doc["distributedInfo"]["rank"]] = [float(e["ts"]) for e in ks]
     return out
 
@@ -161,7 +181,11 @@ def test_mi300x_ddp_bandwidth_from_bf16():
     evs = json.loads(gzip.decompress(MI300X_DDP.read_bytes()))["traceEvents"]
     size = {"BFloat16": 2, "Float": 4}
     rpc = [e for e in evs if e.get("name") == "record_param_comms" and "In msg nelems" in e.get("args", {})]
-    launch = {e["args"]["correlation"]: e for e in evs if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    launch = {
+        e["args"]["correlation"]: e
+        for e in evs
+        if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})
+    }
     trace = load_trace(str(MI300X_DDP))
     rep = analyze(trace)
     st = rep.steps["per_step"]
@@ -186,7 +210,7 @@ def test_mi300x_ddp_bandwidth_from_bf16():
     assert "dtype from the trace" in algbw.label
     assert algbw.value == pytest.approx(total_b / total_t / 1e3, rel=0.01)
     busbw = next(e for e in f.evidence if e.label.startswith("bus bandwidth"))
-    assert busbw.value == pytest.approx(total_b / total_t / 1e3 * 2 * 7 / 8, rel=0.01)   # all-reduce, 8 ranks
+    assert busbw.value == pytest.approx(total_b / total_t / 1e3 * 2 * 7 / 8, rel=0.01)  # all-reduce, 8 ranks
 
 
 def test_an_unreadable_rank_file_is_skipped_with_its_path_and_reason(tmp_path):
@@ -194,7 +218,8 @@ def test_an_unreadable_rank_file_is_skipped_with_its_path_and_reason(tmp_path):
     what is wrong, from the error's own parts (no message is parsed); when no file can be read, the
     first file's error is the error, path and reason intact."""
     from traceinspect.errors import TraceError
-    d = tmp_path / "run: 2 ranks"                         # ": " in the path: nothing may split a message on it
+
+    d = tmp_path / "run: 2 ranks"  # ": " in the path: nothing may split a message on it
     d.mkdir()
     paths = br.write_run(d, world=2, slow_rank=1, steps=3, gpus_per_host=2)
     bad = d / "rank_9.pt.trace.json"

@@ -1,6 +1,7 @@
 """The README shows what the tool prints: its example report is the output of `traceinspect analyze` on the
 trace it names (a public PyTorch profiler sample, in ../shared/traces where present), line for line up to
 its "...", and every step time its prose quotes is one the tool prints for that trace or its after-run."""
+
 from __future__ import annotations
 
 import re
@@ -41,7 +42,9 @@ def test_example_report_is_the_tools_output(shared_dir):
     out = _analyze(trace).splitlines()
     assert len(lines) > 20
     for i, line in enumerate(lines):
-        assert out[i].rstrip() == line.rstrip(), f"README example line {i + 1} differs:\n  README: {line!r}\n  tool:   {out[i]!r}"
+        assert out[i].rstrip() == line.rstrip(), (
+            f"README example line {i + 1} differs:\n  README: {line!r}\n  tool:   {out[i]!r}"
+        )
 
 
 def test_example_prose_numbers_are_printed(shared_dir):
@@ -51,7 +54,9 @@ def test_example_prose_numbers_are_printed(shared_dir):
     quoted = re.findall(r"(\d+\.\d) ms", prose)
     assert quoted, "the prose quotes no step time"
     for q in quoted:
-        assert f"{q} ms" in before or f"median {q} ms" in after, f"README prose quotes {q} ms, which the tool does not print"
+        assert f"{q} ms" in before or f"median {q} ms" in after, (
+            f"README prose quotes {q} ms, which the tool does not print"
+        )
 
 
 def test_shipped_sample_command_works():

@@ -1,6 +1,7 @@
 """The replay loop in C (_scan.replay) against the Python loop it replaces: identical floats and bind codes on
 every what-if builder, with and without the fixes applied, on random graphs and on shared traces; malformed
 graphs raise ValueError; the memoised event order follows a transformation that changes edges."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -19,8 +20,16 @@ if not hasattr(_scan, "replay"):
     pytest.skip("the native extension has no replay (rebuild it)", allow_module_level=True)
 
 FIELDS = ("h_start", "h_end", "g_start", "g_end", "h_bind", "h_end_bind", "g_bind", "step_us")
-BUILDERS = [build_healthy, build_dataloader_stall, build_launch_bound, build_stall_and_host_bound,
-            build_host_bound_fp32, build_stream_wait, build_item_syncs, lambda: build_item_syncs(item=False)]
+BUILDERS = [
+    build_healthy,
+    build_dataloader_stall,
+    build_launch_bound,
+    build_stall_and_host_bound,
+    build_host_bound_fp32,
+    build_stream_wait,
+    build_item_syncs,
+    lambda: build_item_syncs(item=False),
+]
 
 
 def _both(g: Graph, monkeypatch) -> tuple:
@@ -36,7 +45,7 @@ def _assert_identical(a, b):
     for f in FIELDS:
         x, y = getattr(a, f), getattr(b, f)
         assert x.dtype == y.dtype and x.shape == y.shape, f
-        assert np.array_equal(x, y), (f, np.flatnonzero(x != y)[:5])   # exact: same doubles, same binds
+        assert np.array_equal(x, y), (f, np.flatnonzero(x != y)[:5])  # exact: same doubles, same binds
 
 
 def _fixed_graphs(tr):
@@ -66,23 +75,47 @@ def test_native_equals_python_on_the_builders(make, tmp_path, monkeypatch):
 
 def _random_graph(rng, n_h: int, n_g: int) -> Graph:
     """Any edges (forward, backward, self), any durations: both loops must still agree on every value."""
+
     def edge(n, bound):
         e = rng.integers(-1, bound, n) if bound else np.full(n, -1)
         e[rng.random(n) < 0.3] = -1
         return e.astype(np.int64)
+
     h_ts = np.sort(rng.uniform(0, 1e4, n_h))
     g_ts = np.sort(rng.uniform(0, 1e4, n_g))
     h_end, g_dur = h_ts + rng.exponential(20, n_h), rng.exponential(30, n_g)
     markers = np.sort(rng.choice(n_h, size=min(n_h, 4), replace=False)).astype(np.int64)
     z = np.zeros(n_g)
-    return Graph(trace=None, h_ts=h_ts, h_end=h_end, h_tid=np.zeros(n_h, np.int64),
-                 h_name=np.array([""] * n_h, dtype=object), h_rt=np.full(n_h, -1), h_prev=edge(n_h, n_h),
-                 h_gap=rng.normal(5, 10, n_h), h_xprev=edge(n_h, n_h), h_xgap=rng.exponential(5, n_h),
-                 h_own=h_end - h_ts, h_wait=edge(n_h, n_g), h_resid=rng.normal(0, 3, n_h), g_ts=g_ts,
-                 g_end=g_ts + g_dur, g_dur=g_dur, g_name=None, g_kind=np.array(["kernel"] * n_g, dtype=object),
-                 g_row=np.arange(n_g), g_launch=edge(n_g, n_h), g_lat=z, g_prev=edge(n_g, n_g),
-                 g_xprev=edge(n_g, n_g), g_slack=rng.exponential(2, n_g), g_stream=np.zeros(n_g, np.int64),
-                 g_device=np.zeros(n_g, np.int64), markers=markers, m_end=markers[1:])
+    return Graph(
+        trace=None,
+        h_ts=h_ts,
+        h_end=h_end,
+        h_tid=np.zeros(n_h, np.int64),
+        h_name=np.array([""] * n_h, dtype=object),
+        h_rt=np.full(n_h, -1),
+        h_prev=edge(n_h, n_h),
+        h_gap=rng.normal(5, 10, n_h),
+        h_xprev=edge(n_h, n_h),
+        h_xgap=rng.exponential(5, n_h),
+        h_own=h_end - h_ts,
+        h_wait=edge(n_h, n_g),
+        h_resid=rng.normal(0, 3, n_h),
+        g_ts=g_ts,
+        g_end=g_ts + g_dur,
+        g_dur=g_dur,
+        g_name=None,
+        g_kind=np.array(["kernel"] * n_g, dtype=object),
+        g_row=np.arange(n_g),
+        g_launch=edge(n_g, n_h),
+        g_lat=z,
+        g_prev=edge(n_g, n_g),
+        g_xprev=edge(n_g, n_g),
+        g_slack=rng.exponential(2, n_g),
+        g_stream=np.zeros(n_g, np.int64),
+        g_device=np.zeros(n_g, np.int64),
+        markers=markers,
+        m_end=markers[1:],
+    )
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -113,10 +146,31 @@ def test_native_equals_python_on_shared_traces(shared_dir, monkeypatch):
 def _args(n_h=3, n_g=2):
     kinds, idxs = np.array([1, 1, 1, 2, 2], np.int8), np.array([0, 1, 2, 0, 1], np.int64)
     hi, hf, gi, gf = (np.full(n_h, -1, np.int64), np.zeros(n_h), np.full(n_g, -1, np.int64), np.zeros(n_g))
-    ins = [kinds, idxs, hi, hf, hi.copy(), hf.copy(), hf.copy(), hi.copy(), hf.copy(), gi, gi.copy(), gi.copy(),
-           gf, gf.copy()]
-    outs = [np.ones(n_h), np.ones(n_h), np.ones(n_g), np.ones(n_g), np.zeros(n_h, np.int64),
-            np.zeros(n_h, np.int64), np.zeros(n_g, np.int64)]
+    ins = [
+        kinds,
+        idxs,
+        hi,
+        hf,
+        hi.copy(),
+        hf.copy(),
+        hf.copy(),
+        hi.copy(),
+        hf.copy(),
+        gi,
+        gi.copy(),
+        gi.copy(),
+        gf,
+        gf.copy(),
+    ]
+    outs = [
+        np.ones(n_h),
+        np.ones(n_h),
+        np.ones(n_g),
+        np.ones(n_g),
+        np.zeros(n_h, np.int64),
+        np.zeros(n_h, np.int64),
+        np.zeros(n_g, np.int64),
+    ]
     return ins + outs
 
 
@@ -145,10 +199,10 @@ def test_malformed_arrays_raise_value_error():
         outs = [o.copy() for o in b[14:]]
         with pytest.raises(ValueError, match="replay"):
             _scan.replay(*b)
-        assert all(np.array_equal(o, p) for o, p in zip(b[14:], outs)), why   # nothing written
+        assert all(np.array_equal(o, p) for o, p in zip(b[14:], outs)), why  # nothing written
     with pytest.raises(TypeError):
         _scan.replay(*a[:-1])
-    with pytest.raises(TypeError):   # a read-only output
+    with pytest.raises(TypeError):  # a read-only output
         b = _args()
         b[14] = bytes(24)
         _scan.replay(*b)
@@ -156,7 +210,7 @@ def test_malformed_arrays_raise_value_error():
 
 def test_a_malformed_graph_raises_through_replay(monkeypatch):
     g = _random_graph(np.random.default_rng(0), 50, 40)
-    for field, bad in (("h_xprev", 50), ("g_xprev", 40), ("g_prev", 10**9)):   # edges the order does not read
+    for field, bad in (("h_xprev", 50), ("g_xprev", 40), ("g_prev", 10**9)):  # edges the order does not read
         h = g.copy()
         getattr(h, field)[7] = bad
         with pytest.raises(ValueError, match="out of range"):
@@ -172,10 +226,10 @@ def test_event_order_memo_follows_changed_edges(tmp_path, monkeypatch):
     g = base.copy()
     g.h_wait = np.full_like(g.h_wait, -1)
     k1, i1 = R.event_order(g)
-    assert len(k1) < len(k0)                                   # the wait-end events are gone
+    assert len(k1) < len(k0)  # the wait-end events are gone
     fresh = R._event_order(g)
     assert np.array_equal(k1, fresh[0]) and np.array_equal(i1, fresh[1])
-    assert R.event_order(base.copy())[1] is i0                 # same edges, a copy: the memo hits
+    assert R.event_order(base.copy())[1] is i0  # same edges, a copy: the memo hits
     _assert_identical(*_both(g, monkeypatch))
 
 
@@ -184,10 +238,10 @@ def test_a_fix_set_that_changes_nothing_reuses_the_identity_replay(tmp_path, mon
     rep = analyze(tr)
     calls = []
     monkeypatch.setattr(E, "replay", lambda g: calls.append(g) or R.replay(g))
-    ident = E.predict(tr, rep.findings, ())                    # memoised by analyze's verdict or here
+    ident = E.predict(tr, rep.findings, ())  # memoised by analyze's verdict or here
     n = len(calls)
     assert n <= 1
-    nothing = E.predict(tr, rep.findings, ("no-such-fix",))   # no transformation: the graph is unchanged
+    nothing = E.predict(tr, rep.findings, ("no-such-fix",))  # no transformation: the graph is unchanged
     assert len(calls) == n and np.array_equal(ident.replay_us, nothing.replay_us)
     fixed = E.predict(tr, rep.findings, ("dataloader-stall",))  # a fix that changes gaps: replayed
     assert len(calls) == n + 1 and fixed.median_us < ident.median_us

@@ -1,6 +1,7 @@
 """The typed, immutable report model: to_dict/from_dict round-trip on every builder and every shared
 trace, refusal of junk with a ValueError (never a traceback), immutability, analyze() idempotence, and
 the format methods delegating to render/."""
+
 from __future__ import annotations
 
 import importlib
@@ -25,9 +26,12 @@ def _builders():
     for mod_path in sorted(TESTS.glob("builders*.py")):
         mod = importlib.import_module(mod_path.stem)
         for name, make in sorted(vars(mod).items()):
-            if (name.startswith("build_") and inspect.isfunction(make) and make.__module__ == mod.__name__
-                    and all(p.default is not inspect.Parameter.empty
-                            for p in inspect.signature(make).parameters.values())):
+            if (
+                name.startswith("build_")
+                and inspect.isfunction(make)
+                and make.__module__ == mod.__name__
+                and all(p.default is not inspect.Parameter.empty for p in inspect.signature(make).parameters.values())
+            ):
                 out.append(pytest.param(make, id=f"{mod_path.stem}.{name}"))
     return out
 
@@ -50,6 +54,7 @@ def test_round_trip_every_builder(make, tmp_path):
 
 def test_round_trip_every_shared_trace(shared_dir):
     from traceinspect.errors import TraceinspectError
+
     n = 0
     for p in sorted(shared_dir.rglob("*")):
         if not (p.is_file() and p.name.endswith((".json", ".json.gz")) and p.name != "EXPECTED.json"):
@@ -57,7 +62,7 @@ def test_round_trip_every_shared_trace(shared_dir):
         try:
             trace = load_trace(str(p))
         except TraceinspectError:
-            continue   # a trace the CLI refuses has no report
+            continue  # a trace the CLI refuses has no report
         _round_trip(analyze(trace))
         n += 1
     assert n > 0
@@ -74,13 +79,19 @@ def test_absent_keys_stay_absent(tmp_path):
     assert back.trace.gpu == Gpu(name="A100") and back.trace.world_size is msgspec.UNSET
 
 
-@pytest.mark.parametrize("junk", [
-    [], "report", {"schema_version": 2}, {"schema_version": 2, "findings": [], "breakdown": {}, "trace": {"rank": "0"}},
-    {"schema_version": 2, "findings": [], "breakdown": {}, "trace": {"gpu": "H100"}},
-    {"schema_version": 2, "findings": [], "breakdown": {}, "ranks": [{"rank": 1.5}]},
-    {"schema_version": 2, "findings": [], "breakdown": {"compute": {"us": "1"}}},
-    {"schema_version": 9, "findings": [], "breakdown": {}},
-])
+@pytest.mark.parametrize(
+    "junk",
+    [
+        [],
+        "report",
+        {"schema_version": 2},
+        {"schema_version": 2, "findings": [], "breakdown": {}, "trace": {"rank": "0"}},
+        {"schema_version": 2, "findings": [], "breakdown": {}, "trace": {"gpu": "H100"}},
+        {"schema_version": 2, "findings": [], "breakdown": {}, "ranks": [{"rank": 1.5}]},
+        {"schema_version": 2, "findings": [], "breakdown": {"compute": {"us": "1"}}},
+        {"schema_version": 9, "findings": [], "breakdown": {}},
+    ],
+)
 def test_junk_is_a_value_error(junk):
     with pytest.raises(ValueError):
         Report.from_dict(junk)
@@ -122,6 +133,7 @@ def test_an_assumed_rank_is_reported_from_its_rank_source(tmp_path):
     one (rank 1, a dataloader stall), and the job report still says that the other's rank was assumed."""
     from builders import build_dataloader_stall
     from traceinspect.analyze import analyze_many
+
     d = tmp_path / "run"
     d.mkdir()
     fast = build_healthy().write(d / "plain.pt.trace.json")

@@ -1,5 +1,6 @@
 """The efficiency model (FLOPs and bytes per op family), the peak table, the per-shape table, the
 far-from-roofline detector, and their comparison with the numbers of issue 19 on the real traces."""
+
 from __future__ import annotations
 
 import gzip
@@ -33,14 +34,15 @@ def W(op, dims, types, conv_out=None):
 
 # --- FLOPs and bytes, by hand ------------------------------------------------------------------------
 
+
 def test_mm_addmm_linear_matmul():
     w = W("aten::mm", [[128, 64], [64, 32]], [BF, BF])
     assert (w.family, w.dims) == (rl.GEMM, {"M": 128, "N": 32, "K": 64})
     assert w.flops == 2 * 128 * 32 * 64
-    assert w.bytes == 2 * (128 * 64 + 64 * 32 + 128 * 32)            # A read, B read, C written, bf16
+    assert w.bytes == 2 * (128 * 64 + 64 * 32 + 128 * 32)  # A read, B read, C written, bf16
     w = W("aten::addmm", [[32], [128, 64], [64, 32], [], []], [F32, F32, F32, "Scalar", "Scalar"])
     assert w.flops == 2 * 128 * 32 * 64 and w.dtype == "fp32"
-    assert w.bytes == 4 * (128 * 64 + 64 * 32 + 128 * 32 + 32)       # + the bias, fp32
+    assert w.bytes == 4 * (128 * 64 + 64 * 32 + 128 * 32 + 32)  # + the bias, fp32
     w = W("aten::linear", [[4, 10, 64], [32, 64], [32]], [BF, BF, BF])  # weight [N, K]; batch folds into M
     assert w.dims == {"M": 40, "N": 32, "K": 64} and w.flops == 2 * 40 * 32 * 64
     assert w.bytes == 2 * (40 * 64 + 64 * 32 + 40 * 32 + 32)
@@ -60,7 +62,7 @@ def test_bmm_and_baddbmm():
 
 
 def test_convolution_forward_takes_its_output_size_from_the_backward_call():
-    x, wt, go = [32, 64, 56, 56], [128, 64, 3, 3], [32, 128, 28, 28]   # stride 2
+    x, wt, go = [32, 64, 56, 56], [128, 64, 3, 3], [32, 128, 28, 28]  # stride 2
     out = rl.conv_outputs(["aten::convolution_backward"], [[go, x, wt, [], [], []]])
     assert out == {(tuple(x), tuple(wt)): (28, 28)}
     w = W("aten::cudnn_convolution", [x, wt, [], [], []], [BF, BF, "ScalarList", "ScalarList", "ScalarList"], out)
@@ -68,7 +70,7 @@ def test_convolution_forward_takes_its_output_size_from_the_backward_call():
     assert w.flops == 2 * 32 * 128 * 28 * 28 * 64 * 9
     assert w.bytes == 2 * (32 * 64 * 56 * 56 + 128 * 64 * 9 + 32 * 128 * 28 * 28)
     bwd = W("aten::convolution_backward", [go, x, wt, []], [BF, BF, BF, "ScalarList"])
-    assert bwd.flops == 2 * w.flops                                    # grad_input + grad_weight
+    assert bwd.flops == 2 * w.flops  # grad_input + grad_weight
     assert bwd.bytes == 2 * w.bytes
     # grouped (depthwise): weight [K, C/g, R, S] with g = 64
     dw = W("aten::convolution_backward", [[8, 64, 10, 10], [8, 64, 10, 10], [64, 1, 3, 3]], [BF, BF, BF])
@@ -84,56 +86,63 @@ def test_attention_forward_and_backward():
     b, h, l, d = 2, 4, 128, 64
     q = [b, h, l, d]
     w = W("aten::_scaled_dot_product_flash_attention", [q, q, q, [], []], [BF, BF, BF, "Scalar", "Scalar"])
-    assert w.flops == 4 * b * h * l * l * d                             # Q K^T and P V, 2 FLOP per MAC
-    assert w.bytes == 2 * 4 * b * h * l * d                             # q, k, v read, out written
-    fa = W("aten::_flash_attention_forward", [[b, l, h, d]] * 3, [BF] * 3)   # flash-attn layout [B, L, H, D]
+    assert w.flops == 4 * b * h * l * l * d  # Q K^T and P V, 2 FLOP per MAC
+    assert w.bytes == 2 * 4 * b * h * l * d  # q, k, v read, out written
+    fa = W("aten::_flash_attention_forward", [[b, l, h, d]] * 3, [BF] * 3)  # flash-attn layout [B, L, H, D]
     assert fa.flops == w.flops and fa.dims == {"B": b, "H": h, "Lq": l, "Lk": l, "D": d}
     bw = W("aten::_scaled_dot_product_flash_attention_backward", [q] * 5, [BF] * 5)
     assert bw.flops == 2.5 * w.flops
-    assert bw.bytes == 2 * (2 * 4 + 1) * b * h * l * d                  # q k v out dO read, dq dk dv written
+    assert bw.bytes == 2 * (2 * 4 + 1) * b * h * l * d  # q k v out dO read, dq dk dv written
 
 
 def test_elementwise_normalisation_reduction():
     n = 16 * 1024
     add = W("aten::add", [[16, 1024], [16, 1024], []], [BF, BF, "Scalar"])
-    assert (add.family, add.flops, add.bytes) == (rl.ELEMENTWISE, n, 3 * 2 * n)     # 2 reads + 1 write
-    bias = W("aten::add", [[16, 1024], [1024], []], [BF, BF, "Scalar"])             # broadcast
+    assert (add.family, add.flops, add.bytes) == (rl.ELEMENTWISE, n, 3 * 2 * n)  # 2 reads + 1 write
+    bias = W("aten::add", [[16, 1024], [1024], []], [BF, BF, "Scalar"])  # broadcast
     assert bias.bytes == 2 * (n + 1024 + n)
-    cp = W("aten::copy_", [[16, 1024], [16, 1024], []], [BF, F32, "Scalar"])        # fp32 -> bf16 cast
+    cp = W("aten::copy_", [[16, 1024], [16, 1024], []], [BF, F32, "Scalar"])  # fp32 -> bf16 cast
     assert cp.flops == 0 and cp.bytes == 2 * n + 4 * n
     assert W("aten::fill_", [[16, 1024], []], [F32, "Scalar"]).bytes == 4 * n
     ln = W("aten::native_layer_norm", [[16, 1024], [], [1024], [1024], []], [BF, "ScalarList", BF, BF, "Scalar"])
-    assert ln.family == rl.NORM and ln.bytes == 2 * 2 * n + 2 * 2 * 1024            # x read, y written, w, b
-    lnb = W("aten::native_layer_norm_backward", [[16, 1024], [16, 1024], [], [16, 1], [16, 1]],
-            [BF, BF, "ScalarList", F32, F32])
-    assert lnb.bytes == 3 * 2 * n + 2 * 4 * 16                                     # dy, x read, dx written
+    assert ln.family == rl.NORM and ln.bytes == 2 * 2 * n + 2 * 2 * 1024  # x read, y written, w, b
+    lnb = W(
+        "aten::native_layer_norm_backward",
+        [[16, 1024], [16, 1024], [], [16, 1], [16, 1]],
+        [BF, BF, "ScalarList", F32, F32],
+    )
+    assert lnb.bytes == 3 * 2 * n + 2 * 4 * 16  # dy, x read, dx written
     s = W("aten::sum", [[16, 1024], [], []], [F32, "ScalarList", "Scalar"])
     assert (s.family, s.flops, s.bytes) == (rl.REDUCTION, n, 4 * n)
 
 
-@pytest.mark.parametrize("op,dims,types", [
-    ("aten::mm", [[128, 64], [63, 32]], [BF, BF]),                     # K mismatch
-    ("aten::mm", [[128, -64], [-64, 32]], [BF, BF]),                   # negative
-    ("aten::mm", [[True, 64], [64, 32]], [BF, BF]),                    # bool is not a size
-    ("aten::mm", [[128, 64.0], [64, 32]], [BF, BF]),
-    ("aten::mm", [[128, 64]], [BF]),
-    ("aten::mm", {"a": 1}, [BF, BF]),
-    ("aten::mm", [[128, 64], [64, 32]], "c10::BFloat16"),
-    ("aten::mm", [[128, 64], [64, 32]], ["<script>", BF]),             # unknown dtype: not a tensor
-    ("aten::bmm", [[2, 8, 64], [3, 64, 8]], [BF, BF]),                 # batch mismatch
-    ("aten::bmm", [[2, 8, 1 << 41], [2, 1 << 41, 8]], [BF, BF]),       # absurd size
-    ("aten::convolution_backward", [[1, 2, 3], [1, 2], [1, 2, 3]], [BF, BF, BF]),
-    ("aten::_scaled_dot_product_flash_attention", [[1, 2, 3], [1, 2, 3], [1, 2, 3]], [BF] * 3),
-    ("aten::add", [[[1, 2]], [3]], ["TensorList", BF]),
-    ("aten::unknown_op", [[2, 2]], [BF]),
-    ("aten::mm", None, None),
-])
+@pytest.mark.parametrize(
+    "op,dims,types",
+    [
+        ("aten::mm", [[128, 64], [63, 32]], [BF, BF]),  # K mismatch
+        ("aten::mm", [[128, -64], [-64, 32]], [BF, BF]),  # negative
+        ("aten::mm", [[True, 64], [64, 32]], [BF, BF]),  # bool is not a size
+        ("aten::mm", [[128, 64.0], [64, 32]], [BF, BF]),
+        ("aten::mm", [[128, 64]], [BF]),
+        ("aten::mm", {"a": 1}, [BF, BF]),
+        ("aten::mm", [[128, 64], [64, 32]], "c10::BFloat16"),
+        ("aten::mm", [[128, 64], [64, 32]], ["<script>", BF]),  # unknown dtype: not a tensor
+        ("aten::bmm", [[2, 8, 64], [3, 64, 8]], [BF, BF]),  # batch mismatch
+        ("aten::bmm", [[2, 8, 1 << 41], [2, 1 << 41, 8]], [BF, BF]),  # absurd size
+        ("aten::convolution_backward", [[1, 2, 3], [1, 2], [1, 2, 3]], [BF, BF, BF]),
+        ("aten::_scaled_dot_product_flash_attention", [[1, 2, 3], [1, 2, 3], [1, 2, 3]], [BF] * 3),
+        ("aten::add", [[[1, 2]], [3]], ["TensorList", BF]),
+        ("aten::unknown_op", [[2, 2]], [BF]),
+        ("aten::mm", None, None),
+    ],
+)
 def test_hostile_or_unmodelled_shapes_give_no_model(op, dims, types):
     w = W(op, dims, types)
     assert w is None or not (w.flops > 0)
 
 
 # --- the peak table ------------------------------------------------------------------------------
+
 
 def test_every_known_gpu_has_a_source_and_dense_peaks():
     names = {p.name for _, p in hw.KNOWN}
@@ -145,7 +154,7 @@ def test_every_known_gpu_has_a_source_and_dense_peaks():
     assert h100.matrix_tflops("bf16") == 989.4 and h100.matrix_tflops("fp8") == 1978.9
     assert h100.matrix_tflops("fp32") == 67 and h100.matrix_tflops("fp32", "tf32") == 494.7
     v100 = hw.peaks_for("Tesla V100-SXM2-32GB", 7)
-    assert v100.matrix_tflops("bf16") == v100.fp32_tflops                # no bf16 tensor cores
+    assert v100.matrix_tflops("bf16") == v100.fp32_tflops  # no bf16 tensor cores
     assert v100.matrix_tflops("fp16") == 125
     assert hw.peaks_for("NVIDIA A100-SXM4-40GB", 8).mem_gbps == 1555
     assert hw.peaks_for("AMD Instinct MI300X VF", None).name == "MI300X"
@@ -153,26 +162,40 @@ def test_every_known_gpu_has_a_source_and_dense_peaks():
 
 def test_hardware_override_file(tmp_path, monkeypatch):
     f = tmp_path / "hw.json"
-    f.write_text(json.dumps([{"match": "RTX 6000 Ada", "name": "RTX 6000 Ada", "fp32_tflops": 91.1,
-                              "half_tflops": 364.2, "mem_gbps": 960},
-                             {"match": "h100", "mem_gbps": 3000}]))
+    f.write_text(
+        json.dumps(
+            [
+                {
+                    "match": "RTX 6000 Ada",
+                    "name": "RTX 6000 Ada",
+                    "fp32_tflops": 91.1,
+                    "half_tflops": 364.2,
+                    "mem_gbps": 960,
+                },
+                {"match": "h100", "mem_gbps": 3000},
+            ]
+        )
+    )
     monkeypatch.setenv(hw.HARDWARE_ENV, str(f))
     p = hw.peaks_for("NVIDIA RTX 6000 Ada Generation", 8)
     assert (p.name, p.half_tflops, p.mem_gbps, p.approximate) == ("RTX 6000 Ada", 364.2, 960, False)
     assert "hw.json" in p.source
     h = hw.peaks_for("NVIDIA H100 80GB HBM3", 9)
-    assert h.mem_gbps == 3000 and h.half_tflops == 989.4                 # the rest from the built-in row
+    assert h.mem_gbps == 3000 and h.half_tflops == 989.4  # the rest from the built-in row
 
 
-@pytest.mark.parametrize("content,what", [
-    ("{not json", "not a JSON file"),
-    ('{"match": "x"}', "expected a JSON list"),
-    ('[{"name": "x"}]', "'match'"),
-    ('[{"match": "zz9000", "fp32_tflops": 1}]', "'half_tflops' is required"),
-    ('[{"match": "h100", "mem_gbps": -1}]', "'mem_gbps' must be a number"),
-    ('[{"match": "h100", "mem_gbps": "fast"}]', "'mem_gbps' must be a number"),
-    ('[{"match": "h100", "bf16": "yes"}]', "'bf16' must be true or false"),
-])
+@pytest.mark.parametrize(
+    "content,what",
+    [
+        ("{not json", "not a JSON file"),
+        ('{"match": "x"}', "expected a JSON list"),
+        ('[{"name": "x"}]', "'match'"),
+        ('[{"match": "zz9000", "fp32_tflops": 1}]', "'half_tflops' is required"),
+        ('[{"match": "h100", "mem_gbps": -1}]', "'mem_gbps' must be a number"),
+        ('[{"match": "h100", "mem_gbps": "fast"}]', "'mem_gbps' must be a number"),
+        ('[{"match": "h100", "bf16": "yes"}]', "'bf16' must be true or false"),
+    ],
+)
 def test_bad_override_file_is_a_usage_error_naming_the_file(tmp_path, monkeypatch, content, what):
     f = tmp_path / "hw.json"
     f.write_text(content)
@@ -191,21 +214,22 @@ def test_bad_override_file_through_the_cli_exits_2(tmp_path, monkeypatch):
 
 # --- the per-shape table on builders -------------------------------------------------------------
 
+
 def _load(builder, tmp_path, name="t.json"):
     return load_trace(builder.write(tmp_path / name))
 
 
 def test_table_rows_of_the_tiny_bmm_builder(tmp_path):
-    t = _load(br.build_tiny_bmm(), tmp_path)                      # MI300X: 1307.4 TFLOP/s bf16, 5.3 TB/s
+    t = _load(br.build_tiny_bmm(), tmp_path)  # MI300X: 1307.4 TFLOP/s bf16, 5.3 TB/s
     rows = {r.op: r for r in E.shape_table(t)}
     r = rows["aten::bmm"]
     flops = 2 * br.TB_B * br.TB_M * br.TB_N * br.TB_K
     byts = 2 * br.TB_B * (br.TB_M * br.TB_K + br.TB_K * br.TB_N + br.TB_M * br.TB_N)
     assert r.calls_per_step == br.LAYERS and r.gpu_us_per_step == pytest.approx(br.LAYERS * br.TINY_BMM_US)
-    assert r.tflops == pytest.approx(flops / br.TINY_BMM_US / 1e6)    # FLOP/us / 1e6 = TFLOP/s: 0.27
+    assert r.tflops == pytest.approx(flops / br.TINY_BMM_US / 1e6)  # FLOP/us / 1e6 = TFLOP/s: 0.27
     assert r.tbps == pytest.approx(byts / br.TINY_BMM_US / 1e6)
-    assert r.intensity == pytest.approx(flops / byts) and r.bound == "memory"   # 3.8 FLOP/B < 1307.4/5.3
-    roof_us = byts / 5.3e6                                            # at 5.3 TB/s = 5.3e6 B/us
+    assert r.intensity == pytest.approx(flops / byts) and r.bound == "memory"  # 3.8 FLOP/B < 1307.4/5.3
+    roof_us = byts / 5.3e6  # at 5.3 TB/s = 5.3e6 B/us
     assert r.share_of_peak == pytest.approx(roof_us / br.TINY_BMM_US)  # 1.4%
     g = rows["aten::addmm"]
     gflops = 2 * br.MM_M * br.MM_N * br.MM_K
@@ -215,7 +239,7 @@ def test_table_rows_of_the_tiny_bmm_builder(tmp_path):
 
 
 def test_table_leaves_out_unmodelled_ops_and_reports_coverage(tmp_path):
-    t = _load(build_healthy(), tmp_path)   # aten::add has no shapes in this builder: not modelled
+    t = _load(build_healthy(), tmp_path)  # aten::add has no shapes in this builder: not modelled
     ops = {r.op for r in E.shape_table(t)}
     assert ops == {"aten::linear", "aten::scaled_dot_product_attention"}
     # per layer: linear 800 us + attention 600 us modelled, add 100 us not
@@ -223,6 +247,7 @@ def test_table_leaves_out_unmodelled_ops_and_reports_coverage(tmp_path):
 
 
 # --- the detector ----------------------------------------------------------------------------------
+
 
 def _findings(t):
     return [f for f in FarFromRoofline().detect(t, Context.of(t)) if hasattr(f, "time_lost_us")]
@@ -232,7 +257,7 @@ def test_fires_on_the_tiny_bmm_with_the_time_at_half_the_roofline(tmp_path):
     t = _load(br.build_tiny_bmm(), tmp_path)
     (f,) = _findings(t)
     byts = 2 * br.TB_B * (br.TB_M * br.TB_K + br.TB_K * br.TB_N + br.TB_M * br.TB_N)
-    target = byts / 5.3e6 / 0.5                                      # us per call at 50% of the roofline
+    target = byts / 5.3e6 / 0.5  # us per call at 50% of the roofline
     assert f.time_lost_per_step_us == pytest.approx(br.LAYERS * (br.TINY_BMM_US - target))
     assert f.confidence == "medium"
     assert "tiny matrices" in f.title and "M=8, N=8" in f.title
@@ -253,21 +278,42 @@ def test_silent_on_well_shaped_gemms_and_skips_without_shapes(tmp_path):
 
 def test_degenerate_shape_reasons():
     from traceinspect.detectors.far_from_roofline import shape_issues
+
     row = lambda fam, dims, dt="bf16": E.ShapeRow(  # noqa: E731
-        op="x", family=fam, shape="", dtype=dt, dims=dims, calls_per_step=1, gpu_us_per_step=1, us_per_call=1,
-        gflops_per_call=1, mbytes_per_call=1, tflops=1, tbps=1, intensity=1, peak_tflops=1, peak_tbps=1,
-        bound="compute", share_of_peak=0.01, roofline_us_per_step=0.01, kernel="")
+        op="x",
+        family=fam,
+        shape="",
+        dtype=dt,
+        dims=dims,
+        calls_per_step=1,
+        gpu_us_per_step=1,
+        us_per_call=1,
+        gflops_per_call=1,
+        mbytes_per_call=1,
+        tflops=1,
+        tbps=1,
+        intensity=1,
+        peak_tflops=1,
+        peak_tbps=1,
+        bound="compute",
+        share_of_peak=0.01,
+        roofline_us_per_step=0.01,
+        kernel="",
+    )
     assert shape_issues(row(rl.GEMM, {"M": 4096, "N": 4096, "K": 3137})) == ["K=3137 not a multiple of 8"]
     assert shape_issues(row(rl.GEMM, {"M": 4096, "N": 4096, "K": 3137}, "fp32")) == ["K=3137 not a multiple of 4"]
     assert shape_issues(row(rl.GEMM, {"M": 4096, "N": 4096, "K": 4096})) == []
     assert shape_issues(row(rl.CONV, {"C": 3, "K": 64})) == ["C=3 channels: not a multiple of 8"]
     # 1 x 8 heads x ceil(141 / 128) = 16 output tiles for the MI300X's 304 CUs
     few = shape_issues(row(rl.ATTENTION, {"B": 1, "H": 8, "Lq": 141, "Lk": 141, "D": 64}), 304)
-    assert few == ["only 16 output tiles of 128 rows for 304 SMs/CUs (too little work per call: a larger batch fills the GPU)"]
-    assert shape_issues(row(rl.GEMM, {"M": 4096, "N": 4096, "K": 4096}), 132) == []   # 32 x 32 tiles
+    assert few == [
+        "only 16 output tiles of 128 rows for 304 SMs/CUs (too little work per call: a larger batch fills the GPU)"
+    ]
+    assert shape_issues(row(rl.GEMM, {"M": 4096, "N": 4096, "K": 4096}), 132) == []  # 32 x 32 tiles
 
 
 # --- the report field and its rendering ------------------------------------------------------------
+
 
 def test_report_field_round_trips_and_renders(tmp_path):
     rep = analyze(_load(br.build_tiny_bmm(), tmp_path))
@@ -279,13 +325,19 @@ def test_report_field_round_trips_and_renders(tmp_path):
         out = RENDERERS[fmt][0](again)
         assert "roofline" in out and "37632x8x64" in out
     old = dict(d)
-    del old["efficiency"]                                           # a report saved before the field
+    del old["efficiency"]  # a report saved before the field
     assert "efficiency" not in Report.from_dict(old).to_dict()
-    for junk in ([], {"rows": "x"}, {"rows": [1, None, {"op": 5, "share_of_peak": "NaN"}]}, {"peaks": "x"},
-                 {"rows": [{"share_of_peak": 0.5}]}, {"peaks": {"fp32_tflops": 1.0}}):   # a row without op, peaks without name
-        with pytest.raises(ValueError, match=r"\$\.efficiency"):   # refused on read, naming the key
+    for junk in (
+        [],
+        {"rows": "x"},
+        {"rows": [1, None, {"op": 5, "share_of_peak": "NaN"}]},
+        {"peaks": "x"},
+        {"rows": [{"share_of_peak": 0.5}]},
+        {"peaks": {"fp32_tflops": 1.0}},
+    ):  # a row without op, peaks without name
+        with pytest.raises(ValueError, match=r"\$\.efficiency"):  # refused on read, naming the key
             Report.from_dict({**d, "efficiency": junk})
-    for absent in (None, {}):                                       # absent: no section, rendered without one
+    for absent in (None, {}):  # absent: no section, rendered without one
         r = Report.from_dict({**d, "efficiency": absent})
         assert "efficiency" not in r.to_dict()
         for fmt in ("text", "md", "html", "json"):
@@ -309,12 +361,15 @@ def _find(rows, op, shape):
 def test_timesformer_h100_attention_matmuls_vs_the_rest(shared_dir):
     t, rows = _rows(shared_dir, f"{TL}/h100/facebook_timesformer-base-finetuned-k400__1016002.json.gz")
     # issue 19 (TraceLens side by side): attention matmuls at 64-71 TFLOP/s, other matmuls at 705-746
-    att = [_find(rows, "aten::bmm", "[96x3137x64], [96x64x3137]"), _find(rows, "aten::bmm", "[96x3137x3137], [96x3137x64]")]
+    att = [
+        _find(rows, "aten::bmm", "[96x3137x64], [96x64x3137]"),
+        _find(rows, "aten::bmm", "[96x3137x3137], [96x3137x64]"),
+    ]
     assert sorted(round(r.tflops) for r in att) == [pytest.approx(64, rel=0.1), pytest.approx(71, rel=0.1)]
     big = [r for r in rows if r.op == "aten::addmm" and r.dims["M"] > 25000 and r.dims["N"] > 768]
     assert big and all(705 * 0.9 <= r.tflops <= 746 * 1.1 for r in big)
     tiny = _find(rows, "aten::bmm", "[37632x8x64], [37632x64x8]")
-    assert tiny.gpu_us_per_step == pytest.approx(490, rel=0.1)      # "the same shape takes 0.49 ms on the H100"
+    assert tiny.gpu_us_per_step == pytest.approx(490, rel=0.1)  # "the same shape takes 0.49 ms on the H100"
 
 
 def test_timesformer_mi300x_tiny_bmm_and_the_detector(shared_dir):
@@ -333,7 +388,7 @@ def test_ddp_resnet18_mi300x_convolutions_have_rows(shared_dir):
     # forward convolutions get their output size from the backward call of the same shapes: all modelled
     assert conv and all(r.share_of_peak is not None for r in conv)
     fwd = [r for r in conv if r.op == "aten::miopen_convolution"]
-    assert fwd and all(r.tflops / r.peak_tflops < 0.3 for r in fwd)   # far below the bf16 matrix peak
+    assert fwd and all(r.tflops / r.peak_tflops < 0.3 for r in fwd)  # far below the bf16 matrix peak
 
 
 def test_silent_on_the_healthy_qwen_h100_trace(shared_dir):
@@ -343,8 +398,14 @@ def test_silent_on_the_healthy_qwen_h100_trace(shared_dir):
 
 # --- pageable-memcpy on the num_workers=4 trace, from raw events -----------------------------------
 
-SYNC_CALLS = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
-              "cudaMemcpy2D", "cudaMemset"}
+SYNC_CALLS = {
+    "cudaStreamSynchronize",
+    "cudaDeviceSynchronize",
+    "cudaEventSynchronize",
+    "cudaMemcpy",
+    "cudaMemcpy2D",
+    "cudaMemset",
+}
 
 
 def _minus(pieces, windows):
@@ -372,16 +433,29 @@ def _raw_blocked_idle(path) -> tuple[float, int]:
     x = [e for e in ev if e.get("ph") == "X" and "dur" in e]
     cat = lambda e: str(e.get("cat", "")).lower()  # noqa: E731
     steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in x if str(e.get("name", "")).startswith("ProfilerStep#"))
-    gpu = sorted((e for e in x if cat(e) in ("kernel", "memcpy", "memset", "gpu_memcpy", "gpu_memset")),
-                 key=lambda e: e["ts"])
-    runtime = {e["args"]["correlation"]: e for e in x if cat(e) in ("runtime", "cuda_runtime")
-               and "correlation" in e.get("args", {})}
-    sync = [(e["ts"], e["ts"] + e["dur"] + 100.0) for e in x
-            if cat(e) in ("runtime", "cuda_runtime") and e["name"] in SYNC_CALLS]
+    gpu = sorted(
+        (e for e in x if cat(e) in ("kernel", "memcpy", "memset", "gpu_memcpy", "gpu_memset")), key=lambda e: e["ts"]
+    )
+    runtime = {
+        e["args"]["correlation"]: e
+        for e in x
+        if cat(e) in ("runtime", "cuda_runtime") and "correlation" in e.get("args", {})
+    }
+    sync = [
+        (e["ts"], e["ts"] + e["dur"] + 100.0)
+        for e in x
+        if cat(e) in ("runtime", "cuda_runtime") and e["name"] in SYNC_CALLS
+    ]
     loader = [(e["ts"], e["ts"] + e["dur"]) for e in x if str(e.get("name", "")).startswith("enumerate(DataLoader)#")]
     copies = [e for e in gpu if "Pageable" in e["name"] and e["args"].get("bytes", 0) >= 1 << 20]
-    calls = [(runtime[c["args"]["correlation"]]["ts"], runtime[c["args"]["correlation"]]["ts"]
-              + runtime[c["args"]["correlation"]]["dur"]) for c in copies if c["args"].get("correlation") in runtime]
+    calls = [
+        (
+            runtime[c["args"]["correlation"]]["ts"],
+            runtime[c["args"]["correlation"]]["ts"] + runtime[c["args"]["correlation"]]["dur"],
+        )
+        for c in copies
+        if c["args"].get("correlation") in runtime
+    ]
     total = 0.0
     for lo, hi in steps:
         gaps, t = [], lo
@@ -391,7 +465,7 @@ def _raw_blocked_idle(path) -> tuple[float, int]:
                 continue
             if s > t:
                 launched = runtime.get(e["args"].get("correlation"), {}).get("ts", math.inf)
-                if launched > t:                                   # the host was late: not queued work
+                if launched > t:  # the host was late: not queued work
                     gaps.append((t, s))
             t = max(t, f)
         for s, e in _minus(_minus(gaps, loader), sync):
@@ -399,26 +473,30 @@ def _raw_blocked_idle(path) -> tuple[float, int]:
     return total, len(steps)
 
 
-@pytest.mark.parametrize("name", ["worker0.1623212756351.pt.trace.json.gz", "worker0.1623213129365.pt.trace.json.gz",
-                                  "worker0.pt.trace.json.gz"])
+@pytest.mark.parametrize(
+    "name",
+    ["worker0.1623212756351.pt.trace.json.gz", "worker0.1623213129365.pt.trace.json.gz", "worker0.pt.trace.json.gz"],
+)
 def test_pageable_claim_on_num_workers_4_is_the_blocked_idle_time(shared_dir, name):
     from traceinspect.detectors.pageable_memcpy import PageableMemcpy
+
     path = shared_dir / "pytorch__kineto/tb_plugin/samples/resnet50_num_workers_4" / name
     idle, n = _raw_blocked_idle(path)
     if name.startswith("worker0.16232127"):
-        assert idle / n > 5_000                               # issue 19: the GPU idles ~6.3 ms/step there
+        assert idle / n > 5_000  # issue 19: the GPU idles ~6.3 ms/step there
     t = load_trace(path)
     (f,) = [x for x in PageableMemcpy().detect(t, Context.of(t)) if hasattr(x, "time_lost_us")]
     claimed = next(e for e in f.evidence if e.label.startswith("GPU idle while the host is blocked"))
-    assert claimed.value == pytest.approx(idle / n / 1e3, abs=0.01)      # ms/step, two decimals
+    assert claimed.value == pytest.approx(idle / n / 1e3, abs=0.01)  # ms/step, two decimals
     bandwidth_part = f.time_lost_per_step_us - idle / n
     exposed = next(e for e in f.evidence if "exposed" in e.label).value * 1e3
-    assert 0 < bandwidth_part < exposed                      # plus what pinned speed saves on the copy itself
+    assert 0 < bandwidth_part < exposed  # plus what pinned speed saves on the copy itself
     assert np.isfinite(f.time_lost_us)
 
 
 def test_roofline_doc_lists_the_peak_table_as_coded():
     from pathlib import Path
+
     doc = (Path(__file__).resolve().parents[1] / "docs/roofline.md").read_text()
     for key, p in hw.KNOWN:
         line = next((ln for ln in doc.splitlines() if ln.startswith(f"| `{key}` | {p.name}")), None)
@@ -438,18 +516,43 @@ def test_efficiency_rows_from_a_hostile_saved_report_stay_inert(tmp_path):
     assert "<script>alert(1)</script>" not in html and "<b>1</b>" not in html and "&lt;b&gt;1&lt;/b&gt;" in html
     md = RENDERERS["md"][0](r)
     rows = [ln for ln in md.splitlines() if ln.startswith("| ") and "alert" in ln]
-    assert rows and all(ln.count(" | ") == 9 for ln in rows)       # the "|" in the values did not add cells
+    assert rows and all(ln.count(" | ") == 9 for ln in rows)  # the "|" in the values did not add cells
     assert "\x1b" not in md and "\x1b" not in RENDERERS["text"][0](r)
 
 
-JUNK = [None, [], {}, "x", -1, 1e300, [[-5, 2]], [[2 ** 40, 2 ** 40, 2 ** 40, 2 ** 40]], [[1.5, 2]], [["a"]],
-        [[[[[]]]]], [[True, False]], [[2, 3], {"k": 1}], [[0, 0], [0, 0]], [[2 ** 39] * 30, [2 ** 39] * 30]]
-JUNK_TYPES = [None, [], "c10::BFloat16", ["TensorList", "TensorList"], [BF, 7], ["float", None], [{}, []],
-              ["c10::Float8_e4m3fn", "c10::Float8_e4m3fn"], [BF, BF, BF, BF, BF]]
+JUNK = [
+    None,
+    [],
+    {},
+    "x",
+    -1,
+    1e300,
+    [[-5, 2]],
+    [[2**40, 2**40, 2**40, 2**40]],
+    [[1.5, 2]],
+    [["a"]],
+    [[[[[]]]]],
+    [[True, False]],
+    [[2, 3], {"k": 1}],
+    [[0, 0], [0, 0]],
+    [[2**39] * 30, [2**39] * 30],
+]
+JUNK_TYPES = [
+    None,
+    [],
+    "c10::BFloat16",
+    ["TensorList", "TensorList"],
+    [BF, 7],
+    ["float", None],
+    [{}, []],
+    ["c10::Float8_e4m3fn", "c10::Float8_e4m3fn"],
+    [BF, BF, BF, BF, BF],
+]
 
 
 def test_hostile_shapes_in_a_trace_never_break_the_table_or_the_report(tmp_path):
     import random
+
     rnd = random.Random(19)
     b = br.build_tiny_bmm()
     ops = [e for e in b.events if e.get("cat") == "cpu_op" and "Input Dims" in e.get("args", {})]
@@ -457,10 +560,18 @@ def test_hostile_shapes_in_a_trace_never_break_the_table_or_the_report(tmp_path)
         e["args"]["Input Dims"] = JUNK[i % len(JUNK)] if rnd.random() < 0.8 else e["args"]["Input Dims"]
         e["args"]["Input type"] = JUNK_TYPES[rnd.randrange(len(JUNK_TYPES))]
         if rnd.random() < 0.3:
-            e["name"] = rnd.choice(["aten::convolution_backward", "aten::miopen_convolution", "aten::add",
-                                    "aten::_flash_attention_backward", "aten::native_layer_norm", "aten::matmul"])
+            e["name"] = rnd.choice(
+                [
+                    "aten::convolution_backward",
+                    "aten::miopen_convolution",
+                    "aten::add",
+                    "aten::_flash_attention_backward",
+                    "aten::native_layer_norm",
+                    "aten::matmul",
+                ]
+            )
     rep = analyze(_load(b, tmp_path))
     assert not rep.failures
-    json.dumps(rep.to_dict(), allow_nan=False)                      # no NaN or inf reaches the JSON
+    json.dumps(rep.to_dict(), allow_nan=False)  # no NaN or inf reaches the JSON
     for fmt in ("text", "md", "html"):
         RENDERERS[fmt][0](rep)

@@ -1,5 +1,6 @@
 """The analyzer reads traceinspect.capture metadata: the fix names the setting and its current value,
 the report shows the configuration, and bad metadata never breaks the analysis."""
+
 import json
 
 import pytest
@@ -9,10 +10,19 @@ from traceinspect.analyze import analyze
 from traceinspect.render import RENDERERS
 from traceinspect.trace.model import load_trace
 
-META = {"schema_version": 1, "source": "hf_trainer", "framework": {"torch": "2.13.0", "transformers": "5.24.0"},
-        "config": {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 2,
-                   "dataloader_num_workers": 0, "dataloader_pin_memory": False, "attn_implementation": "sdpa"},
-        "steps": []}
+META = {
+    "schema_version": 1,
+    "source": "hf_trainer",
+    "framework": {"torch": "2.13.0", "transformers": "5.24.0"},
+    "config": {
+        "per_device_train_batch_size": 8,
+        "gradient_accumulation_steps": 2,
+        "dataloader_num_workers": 0,
+        "dataloader_pin_memory": False,
+        "attn_implementation": "sdpa",
+    },
+    "steps": [],
+}
 
 
 def _report(tmp_path, meta):
@@ -32,8 +42,15 @@ def test_fix_names_the_hf_setting_and_its_current_value(tmp_path):
     assert "Run configuration" in md
 
 
-@pytest.mark.parametrize("bad", ["not an object", [1, 2], {"config": "oops", "steps": "nope"},
-                                 {"config": {"dataloader_num_workers": "many"}, "source": 7}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "not an object",
+        [1, 2],
+        {"config": "oops", "steps": "nope"},
+        {"config": {"dataloader_num_workers": "many"}, "source": 7},
+    ],
+)
 def test_bad_metadata_never_breaks_analysis(tmp_path, bad):
     rep = _report(tmp_path, bad)
     assert not rep.failures, rep.failures

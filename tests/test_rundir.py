@@ -1,5 +1,6 @@
 """A directory -> the rank files of one run (trace/rundir.py): what the head and tail of each file
 say, without parsing events; and the same one-run rule after the full parse (analyze.reduce_ranks)."""
+
 import gzip
 import json
 
@@ -86,7 +87,11 @@ def test_ranks_that_only_the_full_parse_can_tell_apart_are_checked_again(tmp_pat
     paths = []
     for name in ("a", "b"):
         d = doc(rank=1, world=2)
-        d = {"traceEvents": d["traceEvents"], "distributedInfo": d["distributedInfo"], "padding": "x" * (2 * HEAD_BYTES)}
+        d = {
+            "traceEvents": d["traceEvents"],
+            "distributedInfo": d["distributedInfo"],
+            "padding": "x" * (2 * HEAD_BYTES),
+        }
         paths.append(str(write(tmp_path / f"{name}.json.gz", d, gz=True)))
     with pytest.raises(UsageError, match="rank 1") as e:
         analyze_many(paths, jobs=1)

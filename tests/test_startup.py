@@ -1,6 +1,7 @@
 """Start-up cost: the package root is lazy, so a training process that imports traceinspect.capture,
 and `traceinspect --help`, load neither pandas nor the analyzer (checked in a fresh interpreter; the
 times themselves are measured in bench/startup.py, not asserted here)."""
+
 from __future__ import annotations
 
 import json
@@ -26,21 +27,25 @@ def test_import_capture_loads_neither_pandas_nor_the_analyzer():
 
 
 def test_cli_help_loads_neither_pandas_nor_the_analyzer():
-    loaded = _loaded_after("import contextlib, io\nfrom traceinspect.cli import cli\n"
-                           "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
-                           "    cli(['--help'], prog_name='traceinspect')")
+    loaded = _loaded_after(
+        "import contextlib, io\nfrom traceinspect.cli import cli\n"
+        "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+        "    cli(['--help'], prog_name='traceinspect')"
+    )
     assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
 
 
 def test_the_api_module_and_its_root_names_load_nothing_heavy_until_called():
-    loaded = _loaded_after("import traceinspect, traceinspect.api\n"
-                           "traceinspect.load, traceinspect.analyze, traceinspect.diff")
+    loaded = _loaded_after(
+        "import traceinspect, traceinspect.api\ntraceinspect.load, traceinspect.analyze, traceinspect.diff"
+    )
     assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
 
 
 def test_the_public_names_still_resolve_and_analyze_is_the_function():
     import traceinspect
     import traceinspect.analyze  # noqa: F401  binds the submodule on the package: must not win
+
     assert callable(traceinspect.analyze) and traceinspect.analyze.__name__ == "analyze"
     assert traceinspect.diff.__name__ == "diff"
     for name in traceinspect.__all__:

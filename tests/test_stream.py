@@ -1,4 +1,5 @@
 """The streaming, chunked loader must give exactly what the whole-buffer path gives."""
+
 import gzip
 import json
 
@@ -34,7 +35,7 @@ def _same(a, b):
 
 @pytest.mark.parametrize("gz", [False, True])
 @pytest.mark.parametrize("jobs", [1, 2])
-@pytest.mark.parametrize("native", ["1", "0"])   # jobs=2: scanner threads, or decoder processes
+@pytest.mark.parametrize("native", ["1", "0"])  # jobs=2: scanner threads, or decoder processes
 def test_chunked_equals_whole_buffer(tmp_path, tiny_chunks, gz, jobs, native, monkeypatch):
     monkeypatch.setenv("TRACEINSPECT_NATIVE", native)
     b = build_healthy(steps=6)
@@ -44,7 +45,7 @@ def test_chunked_equals_whole_buffer(tmp_path, tiny_chunks, gz, jobs, native, mo
     assert streamed.partials is not None and len(streamed.partials) > 3  # really chunked
     whole = L.load_file(p)
     _same(_tables(streamed), _tables(whole))
-    assert streamed.doc.distributedInfo["rank"] == 3      # trailing key kept
+    assert streamed.doc.distributedInfo["rank"] == 3  # trailing key kept
     assert streamed.doc.deviceProperties[0]["numSms"] == 132  # leading key kept
 
 
@@ -94,13 +95,16 @@ def test_header_with_odd_types_and_a_nested_trace_events_key(tmp_path, tiny_chun
     inside it: the streaming reader finds the real array and keeps what the whole-buffer path keeps."""
     doc = build_healthy(steps=3).build()
     events = doc.pop("traceEvents")
-    doc = {"schemaVersion": "1",
-           "distributedInfo": {"traceEvents": [{"a": 1}], "rank": 2, "world_size": 4}, **doc,
-           "traceEvents": events}
+    doc = {
+        "schemaVersion": "1",
+        "distributedInfo": {"traceEvents": [{"a": 1}], "rank": 2, "world_size": 4},
+        **doc,
+        "traceEvents": events,
+    }
     p = tmp_path / "odd_header.json"
     p.write_text(json.dumps(doc))
     streamed = stream.load_streaming(p)
-    assert streamed.partials is not None and len(streamed.partials) > 1   # really streamed
+    assert streamed.partials is not None and len(streamed.partials) > 1  # really streamed
     assert streamed.doc.distributedInfo["rank"] == 2
     _same(_tables(streamed), _tables(L.load_file(p)))
 

@@ -1,4 +1,5 @@
 """docs/tables.md names every column of every table, and nothing else."""
+
 import re
 from pathlib import Path
 

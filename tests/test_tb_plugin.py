@@ -1,6 +1,7 @@
 """The TensorBoard plugin's backend, through its WSGI routes (no server): the listing of a logdir in the
 layouts tensorboard_trace_handler writes, lazy analysis, the report and diff pages, a broken trace's one-line
 error, and that only listed traces can be opened. The browser test is tests/browser/test_tb_plugin_browser.py."""
+
 from __future__ import annotations
 
 import json
@@ -19,7 +20,7 @@ from traceinspect.tb_plugin import TraceinspectPlugin  # noqa: E402
 from traceinspect.tb_plugin.plugin import scan_logdir  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-HOSTILE_RUN = '<img src=x onerror=alert(1)>'
+HOSTILE_RUN = "<img src=x onerror=alert(1)>"
 
 
 def make_logdir(root: Path) -> Path:
@@ -47,6 +48,7 @@ def client(tmp_path, monkeypatch):
     def get(route, **args):
         r = Client(apps[route]).get(route, query_string=args)
         return r.status_code, r.get_data(as_text=True), r.headers
+
     return plugin, get
 
 
@@ -56,7 +58,7 @@ def _ids(get) -> dict[str, str]:
 
 
 def _wait(get, tid, timeout_s=60.0) -> dict:
-    deadline = time.monotonic() + timeout_s   # a bound on a hung worker, not a speed assertion
+    deadline = time.monotonic() + timeout_s  # a bound on a hung worker, not a speed assertion
     while True:
         code, body, _ = get("/analyze", trace=tid)
         st = json.loads(body)
@@ -68,12 +70,15 @@ def _wait(get, tid, timeout_s=60.0) -> dict:
 def test_lists_every_trace_by_run_and_nothing_else(client):
     plugin, get = client
     ids = _ids(get)
-    assert set(ids) == {"slow/worker0.1700000000000.pt.trace.json.gz",
-                        "fast/plugins/profile/2026_01_01/worker0.pt.trace.json.gz",
-                        "broken/worker0.1.pt.trace.json", f"{HOSTILE_RUN}/w.pt.trace.json"}
+    assert set(ids) == {
+        "slow/worker0.1700000000000.pt.trace.json.gz",
+        "fast/plugins/profile/2026_01_01/worker0.pt.trace.json.gz",
+        "broken/worker0.1.pt.trace.json",
+        f"{HOSTILE_RUN}/w.pt.trace.json",
+    }
     _, body, _ = get("/traces")
     runs = {r["run"] for r in json.loads(body)["runs"]}
-    assert runs == {"slow", "fast", "broken", HOSTILE_RUN}      # a JSON string: the frontend sets it as text
+    assert runs == {"slow", "fast", "broken", HOSTILE_RUN}  # a JSON string: the frontend sets it as text
     assert plugin.is_active()
 
 
@@ -82,7 +87,7 @@ def test_reports_are_computed_on_first_view_then_listed_with_step_time_and_top_f
     tid = _ids(get)["slow/worker0.1700000000000.pt.trace.json.gz"]
     _, body, _ = get("/traces")
     row = next(t for r in json.loads(body)["runs"] for t in r["traces"] if t["id"] == tid)
-    assert row["state"] == "new"                 # nothing analysed before anyone looks
+    assert row["state"] == "new"  # nothing analysed before anyone looks
     st = _wait(get, tid)
     assert st["state"] == "done" and st["top"] == "dataloader-stall"
     # build_dataloader_stall: each step is the 30 ms DataLoader wait plus the GPU work: over 30 ms
@@ -90,15 +95,18 @@ def test_reports_are_computed_on_first_view_then_listed_with_step_time_and_top_f
     code, page, headers = get("/report", trace=tid)
     assert code == 200 and page.startswith("<!DOCTYPE html>") and "text/html" in headers["Content-Type"]
     assert 'id="verdict"' in page and "dataloader-stall" in page
-    assert "Content-Security-Policy" in page     # the report keeps its own CSP inside TensorBoard
+    assert "Content-Security-Policy" in page  # the report keeps its own CSP inside TensorBoard
 
 
 def test_diff_of_two_traces(client):
     _, get = client
     ids = _ids(get)
-    a, b = ids["slow/worker0.1700000000000.pt.trace.json.gz"], ids["fast/plugins/profile/2026_01_01/worker0.pt.trace.json.gz"]
+    a, b = (
+        ids["slow/worker0.1700000000000.pt.trace.json.gz"],
+        ids["fast/plugins/profile/2026_01_01/worker0.pt.trace.json.gz"],
+    )
     code, body, _ = get("/diff", a=a, b=b)
-    assert code == 409 and {"a", "b"} <= set(json.loads(body))     # not analysed yet: says so, starts both
+    assert code == 409 and {"a", "b"} <= set(json.loads(body))  # not analysed yet: says so, starts both
     assert _wait(get, a)["state"] == _wait(get, b)["state"] == "done"
     code, page, _ = get("/diff", a=a, b=b)
     assert code == 200 and "traceinspect diff" in page and "faster" in page
@@ -109,12 +117,14 @@ def test_a_broken_trace_reports_its_one_line_error(client):
     st = _wait(get, _ids(get)["broken/worker0.1.pt.trace.json"])
     assert st["state"] == "error"
     assert "\n" not in st["error"] and st["error"].startswith("broken/worker0.1.pt.trace.json: ")
-    assert "Traceback" not in st["error"] and str(Path("/")) + "tmp" not in st["error"]   # no server paths
+    assert "Traceback" not in st["error"] and str(Path("/")) + "tmp" not in st["error"]  # no server paths
     code, body, _ = get("/report", trace=_ids(get)["broken/worker0.1.pt.trace.json"])
     assert code == 409 and json.loads(body)["state"] == "error"
 
 
-@pytest.mark.parametrize("bad", ["../../etc/passwd", "/etc/passwd", "", "0" * 16, "slow/worker0.1700000000000.pt.trace.json.gz"])
+@pytest.mark.parametrize(
+    "bad", ["../../etc/passwd", "/etc/passwd", "", "0" * 16, "slow/worker0.1700000000000.pt.trace.json.gz"]
+)
 def test_only_listed_traces_can_be_opened(client, bad):
     _, get = client
     for route, args in (("/analyze", {"trace": bad}), ("/report", {"trace": bad}), ("/diff", {"a": bad, "b": bad})):
@@ -133,6 +143,7 @@ def test_links_out_of_the_logdir_are_not_listed(tmp_path):
 
 def test_hostile_names_stay_text_in_the_report(client, tmp_path):
     from test_html import crafted
+
     crafted().write(tmp_path / "logdir" / "slow" / "x.pt.trace.json")
     plugin = TraceinspectPlugin(base_plugin.TBContext(logdir=str(tmp_path / "logdir")))
     apps = plugin.get_plugin_apps()
@@ -140,6 +151,7 @@ def test_hostile_names_stay_text_in_the_report(client, tmp_path):
     def get2(route, **args):
         r = Client(apps[route]).get(route, query_string=args)
         return r.status_code, r.get_data(as_text=True), r.headers
+
     tid = _ids(get2)["slow/x.pt.trace.json"]
     assert _wait(get2, tid)["state"] == "done"
     _, page, _ = get2("/report", trace=tid)
@@ -161,6 +173,7 @@ def test_a_trace_being_read_reports_its_progress(client, monkeypatch):
     import threading
 
     import traceinspect.trace.model as model
+
     plugin, get = client
     reached, release = threading.Event(), threading.Event()
     real = model.load_trace
@@ -170,6 +183,7 @@ def test_a_trace_being_read_reports_its_progress(client, monkeypatch):
         reached.set()
         release.wait(30)
         return real(path, **kw)
+
     monkeypatch.setattr(model, "load_trace", slow)
     tid = _ids(get)["slow/worker0.1700000000000.pt.trace.json.gz"]
     get("/analyze", trace=tid)
@@ -178,7 +192,7 @@ def test_a_trace_being_read_reports_its_progress(client, monkeypatch):
         st = json.loads(get("/analyze", trace=tid)[1])
         assert (st["state"], st["phase"], st["progress"]) == ("running", "reading", 0.4)
         code, body, _ = get("/report", trace=tid)
-        assert code == 409 and json.loads(body)["state"] == "running"     # no half report
+        assert code == 409 and json.loads(body)["state"] == "running"  # no half report
     finally:
         release.set()
     assert _wait(get, tid)["state"] == "done"
@@ -190,5 +204,5 @@ def test_the_report_keeps_a_content_security_policy_that_forbids_scripts(client)
     _wait(get, tid)
     code, page, headers = get("/report", trace=tid)
     assert code == 200
-    assert "default-src 'none'" in page                       # the report's own policy, inside the page
-    assert "script-src" in headers.get("Content-Security-Policy", "")   # and TensorBoard's header
+    assert "default-src 'none'" in page  # the report's own policy, inside the page
+    assert "script-src" in headers.get("Content-Security-Policy", "")  # and TensorBoard's header

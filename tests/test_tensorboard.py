@@ -1,4 +1,5 @@
 """TensorBoard export: read back with tensorboard's own EventAccumulator (skipped without tensorboard)."""
+
 import sys
 
 import pytest
@@ -19,8 +20,10 @@ def report(tmp_path):
 
 
 def read_back(logdir):
-    ea_mod = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator",
-                                 reason="tensorboard is not installed (pip install 'traceinspect[tensorboard]')")
+    ea_mod = pytest.importorskip(
+        "tensorboard.backend.event_processing.event_accumulator",
+        reason="tensorboard is not installed (pip install 'traceinspect[tensorboard]')",
+    )
     ea = ea_mod.EventAccumulator(str(logdir))
     ea.Reload()
     return ea
@@ -43,7 +46,7 @@ def test_scalars_and_text_read_back(report, tmp_path):
     assert lost == pytest.approx(stall.time_lost_per_step_us / 1e3, rel=1e-6)
     assert ea.Scalars("traceinspect/breakdown_ms/idle_dataloader")
     verdict = ea.Tensors("traceinspect/verdict")[0].tensor_proto.string_val[0].decode()
-    assert verdict == md_text(report.verdict["top_title"])   # TensorBoard renders it as Markdown
+    assert verdict == md_text(report.verdict["top_title"])  # TensorBoard renders it as Markdown
     md = ea.Tensors("traceinspect/report")[0].tensor_proto.string_val[0].decode()
     assert md.startswith("## traceinspect") and "dataloader-stall" in md
 
@@ -68,10 +71,14 @@ def test_summary_markdown_makes_no_image_or_link(report):
     """TensorBoard renders the text as Markdown and its sanitiser keeps <img> and <a>."""
     pu = pytest.importorskip("tensorboard.plugin_util")
     from traceinspect.tensorboard import summary_markdown
+
     d = report.to_dict()
-    d["findings"][0]["title"] = "![x](https://evil.example/i.png) <img src=https://evil.example/j.png> [l](https://e.example)"
+    d["findings"][0]["title"] = (
+        "![x](https://evil.example/i.png) <img src=https://evil.example/j.png> [l](https://e.example)"
+    )
     d["trace"]["file"] = "https://evil.example/f www.evil.example a@evil.example"
     from traceinspect.report import Report
+
     out = pu.markdown_to_safe_html(summary_markdown(Report.from_dict(d)))
     assert "<img" not in out and "<a " not in out and "href" not in out
-    assert "evil.example/i.png" in out                      # shown as text
+    assert "evil.example/i.png" in out  # shown as text

@@ -1,4 +1,5 @@
 """Timeline invariants and idle attribution, on builders whose timings are known."""
+
 import numpy as np
 import pytest
 
@@ -61,7 +62,7 @@ def test_gap_after_sync_is_sync(tmp_path):
     t = TraceBuilder()
     with t.step():
         t.op("aten::mm", kernels=[("k1", 2_000.0)])
-        t.item()          # waits for k1 to finish; the GPU is drained when it returns
+        t.item()  # waits for k1 to finish; the GPU is drained when it returns
         t.op("aten::add", kernels=[("k2", 50.0)], cpu_us=10)
     tr = _load(t, tmp_path)
     assert tr.timeline.total("idle_sync") > 0

@@ -1,5 +1,6 @@
 """Unknown is a value: a profiler option the trace does not state is null in JSON and "unknown" in
 the report, or inferred from the events with its source named; diff never calls unknown -> known a change."""
+
 from __future__ import annotations
 
 import json
@@ -19,7 +20,7 @@ def _trace(tmp_path, name: str, *, shapes: bool, drop=("record_shapes",), **meta
     doc = t.build()
     for k in drop:
         doc.pop(k, None)
-    if not shapes:   # no event shows the shapes either
+    if not shapes:  # no event shows the shapes either
         for e in doc["traceEvents"]:
             (e.get("args") or {}).pop("Input Dims", None)
     doc.update(meta)
@@ -55,11 +56,12 @@ def test_diff_does_not_call_unknown_to_known_a_change(tmp_path):
     off = analyze(_trace(tmp_path, "c.json", shapes=False, record_shapes=False))
     assert not [e for e in diff(unknown, stated).environment if e["field"].startswith("profiler option")]
     changed = [e["field"] for e in diff(stated, off).environment]
-    assert "profiler option: record_shapes" in changed       # a stated True -> a stated False still counts
+    assert "profiler option: record_shapes" in changed  # a stated True -> a stated False still counts
 
 
 def test_a_saved_report_with_unknowns_round_trips(tmp_path):
     from traceinspect.report import Report
+
     rep = analyze(_trace(tmp_path, "a.json", shapes=True))
     back = Report.from_dict(json.loads(json.dumps(rep.to_dict())))
     assert back.trace["profiler"] == rep.trace["profiler"]

@@ -1,5 +1,6 @@
 """The what-if replay: identity, transformations against fixed runs built by construction, the verdict
 path, the floor and the speed of light, and the real before/after pair."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,8 +25,9 @@ def _median(tr) -> float:
     return float(tr.steps["dur_us"].median())
 
 
-@pytest.mark.parametrize("make", [build_healthy, build_dataloader_stall, build_stall_and_host_bound,
-                                  build_stream_wait, build_item_syncs])
+@pytest.mark.parametrize(
+    "make", [build_healthy, build_dataloader_stall, build_stall_and_host_bound, build_stream_wait, build_item_syncs]
+)
 def test_identity_replay_reproduces_each_step(make, tmp_path):
     tr = _load(make(), tmp_path)
     r = replay(build(tr))
@@ -40,7 +42,7 @@ def test_two_interacting_causes_replay_matches_the_fixed_run(tmp_path):
     assert names[:2] == ["host-bound", "dataloader-stall"]
     path = rep.verdict["path"]
     assert [p["model"] for p in path] == ["replay", "replay"]
-    assert path[1]["from_us"] == path[0]["to_us"]                 # cumulative, in rank order
+    assert path[1]["from_us"] == path[0]["to_us"]  # cumulative, in rank order
     truth = _median(after)
     # the fixed run: 20 x (10 us op + 5 us launch) of host work per step, each kernel 400 us behind the
     # last, so the GPU sets the pace; the replay keeps the 100 us prefetched __next__ and 1 us own costs
@@ -62,7 +64,7 @@ def test_faster_kernels_do_not_help_a_host_bound_loop(tmp_path):
     assert abs(pred - truth) / truth < 0.02
     # 20 kernels per step x 4 steps, 4x (the cap) faster: 100 us each, as in the fixed run
     assert E.predict(before, rep.findings, ("fp32-gemm",)).models["fp32-gemm"].startswith("80 fp32")
-    assert fp32.time_lost_per_step_us < 0.02 * truth   # the detector agrees: off the critical path
+    assert fp32.time_lost_per_step_us < 0.02 * truth  # the detector agrees: off the critical path
 
 
 def test_stream_wait_is_an_edge(tmp_path):
@@ -71,7 +73,7 @@ def test_stream_wait_is_an_edge(tmp_path):
     s8 = np.flatnonzero(g.g_stream == 8)
     assert (g.g_xprev[s8] >= 0).all() and (g.g_stream[g.g_xprev[s8]] == 7).all()
     g2 = g.copy()
-    g2.g_dur = np.where(g2.g_stream == 7, g2.g_dur - 1000.0, g2.g_dur)   # stream 7 kernel 1000 us shorter
+    g2.g_dur = np.where(g2.g_stream == 7, g2.g_dur - 1000.0, g2.g_dur)  # stream 7 kernel 1000 us shorter
     r1, r2 = replay(g), replay(g2)
     # the waiting kernel, and with it the sync and the step, move by the same 1000 us (per step so far)
     np.testing.assert_allclose(r1.g_start[s8] - r2.g_start[s8], 1000.0 * np.arange(1, len(s8) + 1), atol=1e-6)
@@ -107,6 +109,7 @@ def test_no_shapes_says_so(tmp_path):
 
 
 # --- the real traces ---------------------------------------------------------------------------------
+
 
 def _gpu_traces(shared_dir):
     for p in sorted(shared_dir.rglob("*")):
@@ -144,6 +147,7 @@ def _gpu_work_kept(tr, fixes) -> float:
     from traceinspect.detectors.padding_waste import _token_time
     from traceinspect.detectors.unfused_optimizer import optimizer_steps
     from traceinspect.trace import intervals as iv
+
     drop = set()
     if "eager-attention" in fixes and (blk := eager_blocks(tr)) is not None:
         drop |= set(blk[0].index[blk[3]])
@@ -189,7 +193,7 @@ def test_never_below_the_floor_on_every_trace(shared_dir):
 
 
 def _real_pair(shared_dir, expected):
-    pr = expected["pairs"][0]          # ResNet-50, DataLoader num_workers 0 -> 4, nothing else changed
+    pr = expected["pairs"][0]  # ResNet-50, DataLoader num_workers 0 -> 4, nothing else changed
     return load_trace(str(shared_dir / pr["before"])), load_trace(str(shared_dir / pr["after"]))
 
 
@@ -206,6 +210,7 @@ def test_the_real_pair_num_workers_0_to_4(shared_dir, expected):
 def test_diff_shows_predicted_against_measured(tmp_path):
     from traceinspect.diff import diff
     from traceinspect.render.diff import render_md, render_text
+
     before = _load(build_stall_and_host_bound(), tmp_path, "before")
     # the after run fixed only the DataLoader (prefetched: 100 us in __next__)
     after = _load(build_stall_and_host_bound(load_us=100.0), tmp_path, "after")
@@ -224,21 +229,27 @@ def test_diff_prediction_refuses_a_poisoned_saved_report(tmp_path):
     from traceinspect.diff import _prediction
     from traceinspect.report import Report
     import msgspec
+
     rep = analyze(_load(build_stall_and_host_bound(), tmp_path))
     d = rep.to_dict()
-    for poison in ({"whatif": {"saved_alone_per_step_us": {"dataloader-stall": "lots"}}}, {"path": "x"},
-                   {"path": [{"fix": "dataloader-stall", "from_us": 1.0, "to_us": "soon", "model": "replay"}]}):
+    for poison in (
+        {"whatif": {"saved_alone_per_step_us": {"dataloader-stall": "lots"}}},
+        {"path": "x"},
+        {"path": [{"fix": "dataloader-stall", "from_us": 1.0, "to_us": "soon", "model": "replay"}]},
+    ):
         with pytest.raises(ValueError):
             Report.from_dict(dict(d, verdict={**d["verdict"], **poison}))
-    bare = msgspec.structs.replace(rep, verdict=msgspec.structs.replace(rep.verdict, whatif=msgspec.UNSET,
-                                                                        path=msgspec.UNSET))
+    bare = msgspec.structs.replace(
+        rep, verdict=msgspec.structs.replace(rep.verdict, whatif=msgspec.UNSET, path=msgspec.UNSET)
+    )
     assert _prediction(bare, ["dataloader-stall"], 1000.0) is None
-    assert _prediction(rep, ["dataloader-stall"], 1000.0) is not None   # the same report with its what-if predicts
+    assert _prediction(rep, ["dataloader-stall"], 1000.0) is not None  # the same report with its what-if predicts
 
 
 def test_real_pair_in_diff(shared_dir, expected):
     from traceinspect.diff import diff
     from traceinspect.render.diff import render_text
+
     before, after = _real_pair(shared_dir, expected)
     d = diff(analyze(before), analyze(after))
     pr = d.prediction
@@ -249,6 +260,7 @@ def test_real_pair_in_diff(shared_dir, expected):
 def test_whatif_cli(tmp_path):
     from click.testing import CliRunner
     from traceinspect.cli import cli
+
     p = build_stall_and_host_bound().write(tmp_path / "x.pt.trace.json")
     r = CliRunner().invoke(cli, ["whatif", str(p), "--fix", "dataloader-stall,host-bound"])
     assert r.exit_code == 0, r.output

@@ -1,6 +1,7 @@
 """What-if transformations of eager-attention, padding-waste, launch-bound (larger batch) and
 unfused-optimizer (docs/whatif.md): each replayed on a builder against the same loop built with the cause
 fixed, where the answer is known by construction and subtraction is wrong."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -41,8 +42,9 @@ def _check(tmp_path, name, before_t, after_t, per: int = 1, tol: float = 0.02):
 def test_eager_attention_becomes_one_fused_kernel(tmp_path):
     # eager, the GPU binds (1550 us per layer vs ~1105 us of host); fused, the host does (~1045 us vs 800 us):
     # subtracting the GPU saving (950 us per layer) undershoots, the replay keeps the host's pace
-    rep, pred, truth = _check(tmp_path, "eager-attention", build_attention_host_work(),
-                              build_attention_host_work(eager=False))
+    rep, pred, truth = _check(
+        tmp_path, "eager-attention", build_attention_host_work(), build_attention_host_work(eager=False)
+    )
     # 6 layers x 4 steps, one fused kernel per block; the other 4 kernels of each block and their launches go
     assert pred.models["eager-attention"].startswith("24 eager attention block(s)")
     assert "96 kernel launches go" in pred.models["eager-attention"]
@@ -52,8 +54,9 @@ def test_eager_attention_becomes_one_fused_kernel(tmp_path):
 def test_padding_scales_token_kernels_only(tmp_path):
     # 37.5% of the tokens are real: the linear and attention kernels run 0.375 of their time, the
     # optimizer's 800 us kernel does not change; packed, the host (430 us per layer) sets the pace
-    rep, pred, truth = _check(tmp_path, "padding-waste", build_padded_host_work(),
-                              build_padded_host_work(ratio=0.375, real_frac=1.0))
+    rep, pred, truth = _check(
+        tmp_path, "padding-waste", build_padded_host_work(), build_padded_host_work(ratio=0.375, real_frac=1.0)
+    )
     assert pred.models["padding-waste"].startswith("64 token-proportional kernel(s) run 0.375")
 
 
@@ -72,24 +75,28 @@ def test_launch_bound_larger_batch_per_original_batch(tmp_path):
     # whatif's plain name keeps the CUDA-graphs model (launch gaps go, 1 us per launch)
     graphs = E.summary(before, rep.findings, ("launch-bound",))
     assert graphs["models"]["launch-bound"].startswith("CUDA graphs")
-    assert E.summary(before, rep.findings, ("launch-bound:cuda-graphs",))["predicted_median_us"] == \
-        pytest.approx(graphs["predicted_median_us"])
+    assert E.summary(before, rep.findings, ("launch-bound:cuda-graphs",))["predicted_median_us"] == pytest.approx(
+        graphs["predicted_median_us"]
+    )
 
 
 def test_unfused_optimizer_becomes_a_few_kernels(tmp_path):
     # 600 per-parameter kernels of 2.5 us behind 15 us of host each become 4 kernels that keep the work
     # above 2 us per kernel; subtraction removes the idle gaps but keeps the 600 kernels' time
-    rep, pred, truth = _check(tmp_path, "unfused-optimizer", build_optimizer(), build_optimizer(fused=True),
-                              tol=0.03)
+    rep, pred, truth = _check(tmp_path, "unfused-optimizer", build_optimizer(), build_optimizer(fused=True), tol=0.03)
     assert "2400 kernels become 16" in pred.models["unfused-optimizer"]
 
 
 def test_whatif_cli_variants(tmp_path):
     from click.testing import CliRunner
     from traceinspect.cli import cli
+
     p = build_small_batch().write(tmp_path / "x.pt.trace.json")
-    for fix, model in (("launch-bound", "CUDA graphs"), ("launch-bound:cuda-graphs", "CUDA graphs"),
-                       ("launch-bound:batch", "larger batch")):
+    for fix, model in (
+        ("launch-bound", "CUDA graphs"),
+        ("launch-bound:cuda-graphs", "CUDA graphs"),
+        ("launch-bound:batch", "larger batch"),
+    ):
         r = CliRunner().invoke(cli, ["whatif", str(p), "--fix", fix, "-f", "json"])
         assert r.exit_code == 0, r.output
         assert model in r.output
@@ -102,6 +109,7 @@ def test_padding_with_varlen_attention_leaves_attention_alone(tmp_path):
     from builders import FLASH_FWD, GEMM_BF16
     from builders_compute import PAD_B, PAD_L, VARLEN_Q, build_padded_varlen
     from traceinspect.detectors.padding_waste import PaddingWaste
+
     tr = _load(build_padded_varlen(), tmp_path, "varlen")
     f = next(x for x in analyze(tr).findings if x.name == "padding-waste")
     g = build(tr)

@@ -1,6 +1,7 @@
 """The replay transformations of cpu-offload, pageable-memcpy, exposed-communication and allocator-churn:
 each fix replayed on a loop built with the cause lands within a stated tolerance of the same loop built
 with the fix (builders_whatif.py), and the speed of light's FLOPs cross-checked against recorded FLOPs."""
+
 from __future__ import annotations
 
 import json
@@ -8,8 +9,15 @@ import json
 import numpy as np
 import pytest
 
-from builders_whatif import (OFFLOAD_OPT_US, PAGEABLE_US, PINNED_US, build_churn, build_comm_then_compute,
-                             build_offload_loop, build_pageable_input)
+from builders_whatif import (
+    OFFLOAD_OPT_US,
+    PAGEABLE_US,
+    PINNED_US,
+    build_churn,
+    build_comm_then_compute,
+    build_offload_loop,
+    build_pageable_input,
+)
 from traceinspect.analyze import analyze
 from traceinspect.trace.model import load_trace
 from traceinspect.whatif import engine as E
@@ -39,7 +47,7 @@ def test_cpu_offload_state_on_the_gpu(tmp_path):
     assert abs(p.median_us - truth) / truth < 0.01, (p.median_us, truth, measured)
     assert p.median_us < 0.25 * measured
     m = p.models["cpu-offload"]
-    assert m.startswith("96 offload copies go")   # 2 x 16 per step, 3 steps
+    assert m.startswith("96 offload copies go")  # 2 x 16 per step, 3 steps
     assert f"{OFFLOAD_OPT_US / 1e3:.2f} ms" in m
 
 
@@ -84,9 +92,15 @@ def test_allocator_churn_calls_disappear(tmp_path):
     assert float(before.steps["dur_us"].iloc[1:].median()) > 1.1 * float(np.median(truth[1:]))
 
 
-@pytest.mark.parametrize("make, fix", [(build_offload_loop, "cpu-offload"), (build_pageable_input, "pageable-memcpy"),
-                                       (build_comm_then_compute, "exposed-communication"),
-                                       (build_churn, "allocator-churn")])
+@pytest.mark.parametrize(
+    "make, fix",
+    [
+        (build_offload_loop, "cpu-offload"),
+        (build_pageable_input, "pageable-memcpy"),
+        (build_comm_then_compute, "exposed-communication"),
+        (build_churn, "allocator-churn"),
+    ],
+)
 def test_fix_is_a_replay_in_the_verdict(make, fix, tmp_path):
     rep = analyze(_load(make(), tmp_path, "x"))
     path = rep.verdict.get("path") or []
@@ -103,9 +117,11 @@ def test_no_finding_changes_nothing(tmp_path):
 
 # --- speed of light: the shape model's FLOPs against the profiler's own --------------------------------
 
+
 @pytest.mark.parametrize("factor", [1.0, 0.5])
 def test_speed_of_light_cross_checks_recorded_flops(factor, tmp_path):
     from builders_whatif import GEMM_FLOPS, build_gemm_flops
+
     tr = _load(build_gemm_flops(flops_factor=factor), tmp_path, "x")
     sol = E.speed_of_light(tr)
     # 8 GEMMs per step, each 2*M*N*K by the shape model; the args say factor x that
@@ -116,6 +132,7 @@ def test_speed_of_light_cross_checks_recorded_flops(factor, tmp_path):
 
 def test_no_with_flops_no_cross_check(tmp_path):
     from builders_whatif import build_gemm_flops
+
     sol = E.speed_of_light(_load(build_gemm_flops(with_flops=False), tmp_path, "x"))
     assert sol["sol_us"] and "recorded_flops_per_step" not in sol and "recorded_vs_model" not in sol
 
@@ -126,6 +143,7 @@ def test_shape_model_flops_match_a_real_profiler_capture(tmp_path):
     torch = pytest.importorskip("torch")
     from torch.profiler import ProfilerActivity, profile
     from traceinspect.trace import roofline as rl
+
     torch.manual_seed(0)
     mlp = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 32))
     conv = torch.nn.Conv2d(3, 8, 3)
@@ -173,9 +191,14 @@ def test_shape_model_flops_match_a_real_profiler_capture(tmp_path):
 
 def test_cpu_offload_hardware_limit_says_what_the_fit_would_give(tmp_path):
     t = build_offload_loop()
-    n = 20_000_000_000      # 20 B parameters: 320 GB of state at 16 B each, more than the H100's 85 GB
-    t.meta["traceinspect"] = {"schema_version": 1, "source": "hf_trainer", "framework": {},
-                              "config": {"num_parameters": n, "offload_optimizer": "cpu"}, "steps": []}
+    n = 20_000_000_000  # 20 B parameters: 320 GB of state at 16 B each, more than the H100's 85 GB
+    t.meta["traceinspect"] = {
+        "schema_version": 1,
+        "source": "hf_trainer",
+        "framework": {},
+        "config": {"num_parameters": n, "offload_optimizer": "cpu"},
+        "steps": [],
+    }
     tr = _load(t, tmp_path, "x")
     p = _predict(tr, "cpu-offload")
     m = p.models["cpu-offload"]
@@ -188,6 +211,7 @@ def test_offload_builders_replay_sanely(tmp_path):
     """FSDP parameter offload (pinned, on a copy stream, CPU AdamW) and offloaded inference weights
     (parameter streaming, no optimizer): the fix never lengthens a step and removes every offload copy."""
     from builders_transfer import build_fsdp_param_offload, build_weight_offload_inference
+
     for make in (build_fsdp_param_offload, build_weight_offload_inference):
         tr = _load(make(), tmp_path, make.__name__)
         p = _predict(tr, "cpu-offload")
@@ -202,12 +226,13 @@ def test_flops_cross_check_when_the_file_is_gone(tmp_path, monkeypatch, native):
     once it is loaded, from either reader."""
     from builders_whatif import GEMM_FLOPS, build_gemm_flops
     from traceinspect.trace import stream
+
     if native == "1" and stream._scan is None:
         pytest.skip("the native scanner was not built")
     monkeypatch.setenv("TRACEINSPECT_NATIVE", native)
     path = build_gemm_flops(flops_factor=0.5).write(tmp_path / "x.pt.trace.json")
     tr = load_trace(str(path))
-    path.unlink()                    # moved away after loading: the cross-check is still there
+    path.unlink()  # moved away after loading: the cross-check is still there
     sol = E.speed_of_light(tr)
     assert sol["sol_us"]
     assert sol["recorded_flops_per_step"] == pytest.approx(8 * int(0.5 * GEMM_FLOPS))
@@ -218,14 +243,15 @@ def test_flops_cross_check_counts_only_matrix_ops_inside_the_steps(tmp_path):
     """Only RECORDED_MATRIX_OPS in the analysed steps count; an op without the arg adds nothing, one
     whose arg says 0 adds 0; a `flops` arg on a non-matrix op or outside every step is ignored."""
     from builders_whatif import GEMM_FLOPS, build_gemm_flops
+
     t = build_gemm_flops(flops_factor=1.0, layers=2, steps=3)
-    t.op("aten::mm", args={"flops": 10 ** 15})                 # after the last step: not analysed
+    t.op("aten::mm", args={"flops": 10**15})  # after the last step: not analysed
     doc = t.build()
     ops = [e for e in doc["traceEvents"] if e.get("name") == "aten::mm"]
-    ops[0]["args"].pop("flops")                                 # no arg: adds nothing
-    ops[1]["args"]["flops"] = 0                                 # a recorded 0: adds 0
-    relu = dict(ops[2], name="aten::relu", args={**ops[2]["args"], "flops": 10 ** 15})
-    doc["traceEvents"].append(relu)                             # not a matrix op
+    ops[0]["args"].pop("flops")  # no arg: adds nothing
+    ops[1]["args"]["flops"] = 0  # a recorded 0: adds 0
+    relu = dict(ops[2], name="aten::relu", args={**ops[2]["args"], "flops": 10**15})
+    doc["traceEvents"].append(relu)  # not a matrix op
     path = tmp_path / "x.pt.trace.json"
     path.write_text(json.dumps(doc))
     tr = load_trace(str(path))

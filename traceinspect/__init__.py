@@ -7,6 +7,7 @@ Trace, Finding; load_trace is the older name of a plain load. Rendering: tracein
 The names are loaded on first use (PEP 562 module `__getattr__`), so that `import traceinspect.capture`
 in a training process and `traceinspect --help` load neither pandas nor the analyzer.
 """
+
 from __future__ import annotations
 
 import sys
@@ -17,24 +18,47 @@ __version__ = "0.1.0"
 # public name -> (module, attribute); `analyze` and `diff` are the API's functions, which shadow the
 # modules of the same name on purpose
 _LAZY = {
-    "Evidence": ("findings", "Evidence"), "EventRef": ("findings", "EventRef"),
-    "Failure": ("findings", "Failure"), "Finding": ("findings", "Finding"), "Skipped": ("findings", "Skipped"),
-    "Report": ("report", "Report"), "ReportDiff": ("diff", "ReportDiff"), "Config": ("config", "Config"),
-    "Trace": ("trace.model", "Trace"), "load_trace": ("trace.model", "load_trace"),
-    "load": ("api", "load"), "analyze": ("api", "analyze"), "diff": ("api", "diff"),
+    "Evidence": ("findings", "Evidence"),
+    "EventRef": ("findings", "EventRef"),
+    "Failure": ("findings", "Failure"),
+    "Finding": ("findings", "Finding"),
+    "Skipped": ("findings", "Skipped"),
+    "Report": ("report", "Report"),
+    "ReportDiff": ("diff", "ReportDiff"),
+    "Config": ("config", "Config"),
+    "Trace": ("trace.model", "Trace"),
+    "load_trace": ("trace.model", "load_trace"),
+    "load": ("api", "load"),
+    "analyze": ("api", "analyze"),
+    "diff": ("api", "diff"),
 }
 
-__all__ = ["load", "analyze", "diff", "Config", "Report", "ReportDiff", "Trace", "Finding", "Evidence",
-           "EventRef", "Skipped", "Failure", "load_trace", "__version__"]
+__all__ = [
+    "load",
+    "analyze",
+    "diff",
+    "Config",
+    "Report",
+    "ReportDiff",
+    "Trace",
+    "Finding",
+    "Evidence",
+    "EventRef",
+    "Skipped",
+    "Failure",
+    "load_trace",
+    "__version__",
+]
 
 
 def __getattr__(name: str):
     if name not in _LAZY:
         raise AttributeError(f"module 'traceinspect' has no attribute {name!r}")
     import importlib
+
     module, attr = _LAZY[name]
     value = getattr(importlib.import_module(f".{module}", __name__), attr)
-    globals()[name] = value   # later lookups skip __getattr__ (and replace the submodule binding)
+    globals()[name] = value  # later lookups skip __getattr__ (and replace the submodule binding)
     return value
 
 

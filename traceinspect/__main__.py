@@ -1,4 +1,5 @@
 """python -m traceinspect"""
+
 from .cli import main
 
 main()

@@ -3,6 +3,7 @@
 Also the multi-rank path: each rank is a pure function file -> report dict, run in a process pool,
 then reduced into one report that calls out the slowest rank. Renders nothing.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,8 +24,23 @@ from .facts.efficiency import section as efficiency_section
 from .facts.memory_fit import memory_section
 from .errors import DetectorFailed, TraceError, UsageError
 from .findings import Failure, Finding, Skipped
-from .report import (Account, CrossRank, Efficiency, Memory, Part, RankSummary, Report, Setting, Steps,
-                     TimelineSample, TopKernel, TraceInfo, Verdict, known, typed)
+from .report import (
+    Account,
+    CrossRank,
+    Efficiency,
+    Memory,
+    Part,
+    RankSummary,
+    Report,
+    Setting,
+    Steps,
+    TimelineSample,
+    TopKernel,
+    TraceInfo,
+    Verdict,
+    known,
+    typed,
+)
 from .timeline_sample import representative_step
 from .whatif import engine as whatif
 from .trace.model import Trace, default_rank_warning, load_trace
@@ -51,12 +67,12 @@ MIN_WINDOW_US = 1000.0  # a training step is milliseconds at least; shorter wind
 # does not head the report over a high-confidence cause of similar size.
 CONFIDENCE_WEIGHT = {"high": 1.0, "medium": 0.7, "low": 0.35}
 UPPER_BOUND_WEIGHT = 0.8
-VERDICT_MIN_FRAC = 0.01       # a cause must cost at least 1% of the window to become the verdict
-UNEXPLAINED_MAX_FRAC = 0.10   # more unexplained GPU idle than this (of the step) is never "no slowdown"
-UNEXPLAINED = "unexplained"   # masked_by entry when no finding explains the GPU idle that hides a cause
+VERDICT_MIN_FRAC = 0.01  # a cause must cost at least 1% of the window to become the verdict
+UNEXPLAINED_MAX_FRAC = 0.10  # more unexplained GPU idle than this (of the step) is never "no slowdown"
+UNEXPLAINED = "unexplained"  # masked_by entry when no finding explains the GPU idle that hides a cause
 
 # the detector that claims each idle part (the account says why a part stayed unexplained)
-PART_OWNER = claims.PART_OWNER   # facts/claims.py resolves who claims what
+PART_OWNER = claims.PART_OWNER  # facts/claims.py resolves who claims what
 
 
 def rank_score(f: Finding) -> float:
@@ -66,8 +82,10 @@ def rank_score(f: Finding) -> float:
 def rank(findings: list[Finding]) -> list[Finding]:
     """Mark latent causes masked by the active ones that keep the GPU waiting, then order: active causes
     by confidence-weighted time lost, then the masked ones (next bottlenecks) by their projected cost."""
+
     def is_latent(f: Finding) -> bool:
-        return f.projected_lost_us is not None   # detectors set it only for a cause off the critical path
+        return f.projected_lost_us is not None  # detectors set it only for a cause off the critical path
+
     active = sorted((f for f in findings if not is_latent(f)), key=lambda f: (-rank_score(f), f.code))
     maskers = tuple(f.name for f in active if f.idle_claims_us and f.time_lost_us > 0)
     latent = [dataclasses.replace(f, masked_by=maskers or (UNEXPLAINED,)) for f in findings if is_latent(f)]
@@ -75,8 +93,9 @@ def rank(findings: list[Finding]) -> list[Finding]:
     return active + latent
 
 
-def run_detectors(trace: Trace, detectors: Sequence[type[Detector]] | None = None, *, strict: bool = False,
-                  config=None):
+def run_detectors(
+    trace: Trace, detectors: Sequence[type[Detector]] | None = None, *, strict: bool = False, config=None
+):
     """`config` (traceinspect.config.Config): which detectors run, and their thresholds."""
     ctx = Context.of(trace)
     if detectors is None:
@@ -98,33 +117,55 @@ def run_detectors(trace: Trace, detectors: Sequence[type[Detector]] | None = Non
             if strict:
                 raise DetectorFailed(f"detector {cls.name} failed: {type(e).__name__}: {e}") from e
             tb = traceback.extract_tb(e.__traceback__)[-1]
-            failures.append(Failure(code=cls.code, name=cls.name,
-                                    error=f"{type(e).__name__}: {e} (at {os.path.basename(tb.filename)}:{tb.lineno})"))
+            failures.append(
+                Failure(
+                    code=cls.code,
+                    name=cls.name,
+                    error=f"{type(e).__name__}: {e} (at {os.path.basename(tb.filename)}:{tb.lineno})",
+                )
+            )
     return rank(findings), skipped, failures
 
 
-def analyze(trace: Trace, *, strict: bool = False, detectors: Sequence[type[Detector]] | None = None,
-            config=None) -> Report:
-    findings, skipped, failures = (run_detectors(trace, detectors, strict=strict, config=config)
-                                   if trace.has_gpu or trace.has_cpu else ([], [], []))
-    warnings = list(trace.warnings)   # the Trace is not changed: analyze() twice gives one report
+def analyze(
+    trace: Trace, *, strict: bool = False, detectors: Sequence[type[Detector]] | None = None, config=None
+) -> Report:
+    findings, skipped, failures = (
+        run_detectors(trace, detectors, strict=strict, config=config)
+        if trace.has_gpu or trace.has_cpu
+        else ([], [], [])
+    )
+    warnings = list(trace.warnings)  # the Trace is not changed: analyze() twice gives one report
     if trace.window_us < MIN_WINDOW_US and (trace.has_gpu or trace.has_cpu):
-        warnings.append(f"the analysed window is only {trace.window_us:.1f} us (under 1 ms): no cause was judged; "
-                              "capture a few whole training steps")
+        warnings.append(
+            f"the analysed window is only {trace.window_us:.1f} us (under 1 ms): no cause was judged; "
+            "capture a few whole training steps"
+        )
     breakdown = _breakdown(trace)
     account = _account(trace, findings, skipped, breakdown)
     if account.get("overlap_us", 0.0) > 1.0:
-        warnings.append(f"findings claim {account['overlap_us'] / 1e3:.1f} ms of GPU idle time twice "
-                              "(overlapping claims): the explained-time account counts it once")
-    return Report(trace=typed(TraceInfo, _trace_section(trace)), steps=typed(Steps, _steps_section(trace)),
-                  breakdown=typed(dict[str, Part], breakdown), findings=findings, skipped=skipped, failures=failures,
-                  warnings=warnings, verdict=typed(Verdict, _verdict(trace, findings, account)),
-                  account=typed(Account, account), top_kernels=typed(list[TopKernel], _top_kernels(trace)),
-                  timeline_sample=typed(TimelineSample, representative_step(trace) if trace.has_gpu else {}),
-                  efficiency=typed(Efficiency, efficiency_section(trace)
-                                   if trace.has_gpu and trace.window_us >= MIN_WINDOW_US else {}),
-                  memory=typed(Memory, memory_section(trace)),
-                  settings=typed(dict[str, Setting], config.non_default() if config is not None else {}))
+        warnings.append(
+            f"findings claim {account['overlap_us'] / 1e3:.1f} ms of GPU idle time twice "
+            "(overlapping claims): the explained-time account counts it once"
+        )
+    return Report(
+        trace=typed(TraceInfo, _trace_section(trace)),
+        steps=typed(Steps, _steps_section(trace)),
+        breakdown=typed(dict[str, Part], breakdown),
+        findings=findings,
+        skipped=skipped,
+        failures=failures,
+        warnings=warnings,
+        verdict=typed(Verdict, _verdict(trace, findings, account)),
+        account=typed(Account, account),
+        top_kernels=typed(list[TopKernel], _top_kernels(trace)),
+        timeline_sample=typed(TimelineSample, representative_step(trace) if trace.has_gpu else {}),
+        efficiency=typed(
+            Efficiency, efficiency_section(trace) if trace.has_gpu and trace.window_us >= MIN_WINDOW_US else {}
+        ),
+        memory=typed(Memory, memory_section(trace)),
+        settings=typed(dict[str, Setting], config.non_default() if config is not None else {}),
+    )
 
 
 def _trace_section(trace: Trace) -> dict:
@@ -132,27 +173,52 @@ def _trace_section(trace: Trace) -> dict:
     dev = trace.device
     gpu = None
     if dev is not None:
-        gpu = {"id": dev.id, "name": dev.name, "arch": dev.arch,
-               "compute_capability": None if dev.compute_major is None else f"{dev.compute_major}.{dev.compute_minor or 0}",
-               "num_sms": dev.num_sms, "memory_bytes": dev.total_mem_bytes, "rocm": dev.is_rocm,
-               "peaks": None if dev.peaks is None else {
-                   "name": dev.peaks.name, "fp32_tflops": dev.peaks.fp32_tflops, "tf32_tflops": dev.peaks.tf32_tflops,
-                   "half_tflops": dev.peaks.half_tflops, "approximate": dev.peaks.approximate}}
+        gpu = {
+            "id": dev.id,
+            "name": dev.name,
+            "arch": dev.arch,
+            "compute_capability": None
+            if dev.compute_major is None
+            else f"{dev.compute_major}.{dev.compute_minor or 0}",
+            "num_sms": dev.num_sms,
+            "memory_bytes": dev.total_mem_bytes,
+            "rocm": dev.is_rocm,
+            "peaks": None
+            if dev.peaks is None
+            else {
+                "name": dev.peaks.name,
+                "fp32_tflops": dev.peaks.fp32_tflops,
+                "tf32_tflops": dev.peaks.tf32_tflops,
+                "half_tflops": dev.peaks.half_tflops,
+                "approximate": dev.peaks.approximate,
+            },
+        }
     rc = m.run_config or {}
     return {
         "file": os.path.basename(m.path),
-        "file_bytes": m.file_bytes, "json_bytes": m.json_bytes, "events": m.n_events,
-        "lost_bytes": m.lost_bytes, "dropped_events": m.dropped_events,
-        "truncated": m.truncated, "steps_dropped": list(m.steps_dropped),
-        "rank": m.rank, "rank_source": m.rank_source, "world_size": m.world_size,
-        "gpu": gpu, "gpu_count_in_trace": len({int(d) for d in trace.kernels["device"].unique()}) if len(trace.kernels) else 0,
+        "file_bytes": m.file_bytes,
+        "json_bytes": m.json_bytes,
+        "events": m.n_events,
+        "lost_bytes": m.lost_bytes,
+        "dropped_events": m.dropped_events,
+        "truncated": m.truncated,
+        "steps_dropped": list(m.steps_dropped),
+        "rank": m.rank,
+        "rank_source": m.rank_source,
+        "world_size": m.world_size,
+        "gpu": gpu,
+        "gpu_count_in_trace": len({int(d) for d in trace.kernels["device"].unique()}) if len(trace.kernels) else 0,
         "window": window_label(trace) if len(trace.steps) else "",
-        "profiler": m.profiler, "profiler_source": m.profiler_source, "versions": m.versions,
+        "profiler": m.profiler,
+        "profiler_source": m.profiler_source,
+        "versions": m.versions,
         "framework": Context.of(trace).framework,
         "run_config": rc.get("config") if isinstance(rc.get("config"), dict) else None,
         "run_framework": rc.get("framework") if isinstance(rc.get("framework"), dict) else None,
-        "origin_us": m.origin_us, "base_time_ns": m.base_time_ns,
-        "has_gpu": trace.has_gpu, "has_cpu": trace.has_cpu,
+        "origin_us": m.origin_us,
+        "base_time_ns": m.base_time_ns,
+        "has_gpu": trace.has_gpu,
+        "has_cpu": trace.has_cpu,
     }
 
 
@@ -167,9 +233,12 @@ def _steps_section(trace: Trace) -> dict:
             row["breakdown_us"] = {p: round(float(per[f"{p}_us"].iloc[i]), 3) for p in PARTS}
         rows.append(row)
     return {
-        "count": int(len(st)), "source": trace.step_source,
-        "mean_us": float(d.mean()) if d.size else 0.0, "median_us": float(np.median(d)) if d.size else 0.0,
-        "min_us": float(d.min()) if d.size else 0.0, "max_us": float(d.max()) if d.size else 0.0,
+        "count": int(len(st)),
+        "source": trace.step_source,
+        "mean_us": float(d.mean()) if d.size else 0.0,
+        "median_us": float(np.median(d)) if d.size else 0.0,
+        "min_us": float(d.min()) if d.size else 0.0,
+        "max_us": float(d.max()) if d.size else 0.0,
         "std_us": float(d.std(ddof=1)) if d.size > 1 else 0.0,
         "window_us": float(d.sum()),
         "per_step": rows,
@@ -185,11 +254,19 @@ def _breakdown(trace: Trace) -> dict:
     out = {}
     for p in PARTS:
         us = float(per[f"{p}_us"].sum())
-        out[p] = {"label": PART_LABELS[p], "us": us, "frac": us / win if win else 0.0,
-                  "per_step_us": us / n if n else 0.0}
+        out[p] = {
+            "label": PART_LABELS[p],
+            "us": us,
+            "frac": us / win if win else 0.0,
+            "per_step_us": us / n if n else 0.0,
+        }
     busy = sum(out[p]["us"] for p in ("compute", "comm", "memcpy"))
-    out["gpu_busy"] = {"label": "GPU busy (any kernel or copy)", "us": busy, "frac": busy / win if win else 0.0,
-                       "per_step_us": busy / n if n else 0.0}
+    out["gpu_busy"] = {
+        "label": "GPU busy (any kernel or copy)",
+        "us": busy,
+        "frac": busy / win if win else 0.0,
+        "per_step_us": busy / n if n else 0.0,
+    }
     return out
 
 
@@ -210,9 +287,17 @@ def _account(trace: Trace, findings: list[Finding], skipped: list[Skipped], brea
         us = sum(f.idle_claims_us.values())
         for p, v in f.idle_claims_us.items():
             left[p] = left.get(p, 0.0) - v
-        parts.append({"name": f.name, "code": f.code, "us": us, "per_step_us": us / n,
-                      "frac_of_idle": us / idle if idle else 0.0, "frac_of_step": us / win if win else 0.0,
-                      "by_part_us": dict(f.idle_claims_us)})
+        parts.append(
+            {
+                "name": f.name,
+                "code": f.code,
+                "us": us,
+                "per_step_us": us / n,
+                "frac_of_idle": us / idle if idle else 0.0,
+                "frac_of_step": us / win if win else 0.0,
+                "by_part_us": dict(f.idle_claims_us),
+            }
+        )
     overlap = sum(-v for v in left.values() if v < 0)
     unexpl_by = {p: max(v, 0.0) for p, v in left.items()}
     unexplained = sum(unexpl_by.values())
@@ -222,18 +307,36 @@ def _account(trace: Trace, findings: list[Finding], skipped: list[Skipped], brea
     for p in IDLE_PARTS:
         us = unexpl_by[p]
         if win and us / win >= 0.005:
-            reasons.append({"part": p, "us": us, "per_step_us": us / n, "frac_of_step": us / win,
-                            "why": _unexplained_why(trace, p, skip_reason)})
+            reasons.append(
+                {
+                    "part": p,
+                    "us": us,
+                    "per_step_us": us / n,
+                    "frac_of_step": us / win,
+                    "why": _unexplained_why(trace, p, skip_reason),
+                }
+            )
     reasons.sort(key=lambda r: -r["us"])
     per_step = _account_per_step(trace, [f for f in findings if not f.masked_by and f.idle_claims_us])
-    busy_causes = [{"name": f.name, "code": f.code, "us": f.time_lost_us - sum(f.idle_claims_us.values()),
-                    "per_step_us": (f.time_lost_us - sum(f.idle_claims_us.values())) / n}
-                   for f in findings if not f.masked_by and f.time_lost_us - sum(f.idle_claims_us.values()) > 1e-6]
+    busy_causes = [
+        {
+            "name": f.name,
+            "code": f.code,
+            "us": f.time_lost_us - sum(f.idle_claims_us.values()),
+            "per_step_us": (f.time_lost_us - sum(f.idle_claims_us.values())) / n,
+        }
+        for f in findings
+        if not f.masked_by and f.time_lost_us - sum(f.idle_claims_us.values()) > 1e-6
+    ]
     return {
-        "idle_us": idle, "idle_per_step_us": idle / n, "idle_frac_of_step": idle / win if win else 0.0,
+        "idle_us": idle,
+        "idle_per_step_us": idle / n,
+        "idle_frac_of_step": idle / win if win else 0.0,
         "parts": parts,
-        "explained_us": explained, "explained_frac_of_idle": explained / idle if idle else 1.0,
-        "unexplained_us": unexplained, "unexplained_per_step_us": unexplained / n,
+        "explained_us": explained,
+        "explained_frac_of_idle": explained / idle if idle else 1.0,
+        "unexplained_us": unexplained,
+        "unexplained_per_step_us": unexplained / n,
         "unexplained_frac_of_step": unexplained / win if win else 0.0,
         "unexplained_by_part_us": unexpl_by,
         "unexplained_reasons": reasons,
@@ -255,34 +358,49 @@ def _account_per_step(trace: Trace, claimers: list[Finding]) -> list[dict]:
             if p in f.claim_sets:
                 st, en, factor = f.claim_sets[p]
                 c += factor * iv.per_window((st, en), s0, s1)
-            else:   # a claim without its intervals (not from a detector): spread like the part's idle
+            else:  # a claim without its intervals (not from a detector): spread like the part's idle
                 part = per[f"{p}_us"].to_numpy()
                 c += us * part / part.sum() if part.sum() else 0.0
         claims[f.name] = c
     out = []
     for i in range(len(per)):
         cl = {name: float(c[i]) for name, c in claims.items()}
-        out.append({"step": int(per["step"].iloc[i]), "idle_us": float(idle[i]), "claims_us": cl,
-                    "unexplained_us": max(float(idle[i]) - sum(cl.values()), 0.0)})
+        out.append(
+            {
+                "step": int(per["step"].iloc[i]),
+                "idle_us": float(idle[i]),
+                "claims_us": cl,
+                "unexplained_us": max(float(idle[i]) - sum(cl.values()), 0.0),
+            }
+        )
     return out
 
 
 def _unexplained_why(trace: Trace, part: str, skip_reason: dict[str, Skipped]) -> str:
     if part == "idle_unknown":
         if not len(trace.runtime):
-            return ("the trace has no host (CUDA/HIP runtime) events, so GPU idle time cannot be tied to host work: "
-                    "capture with ProfilerActivity.CPU as well")
-        return ("the GPU had its next op queued and still waited: kernel-to-kernel latency, or a dependency on "
-                "another stream, event, rank or process that this trace does not show (or GPU timestamps offset from "
-                "the CPU clock)" + _longest_wait(trace))
+            return (
+                "the trace has no host (CUDA/HIP runtime) events, so GPU idle time cannot be tied to host work: "
+                "capture with ProfilerActivity.CPU as well"
+            )
+        return (
+            "the GPU had its next op queued and still waited: kernel-to-kernel latency, or a dependency on "
+            "another stream, event, rank or process that this trace does not show (or GPU timestamps offset from "
+            "the CPU clock)" + _longest_wait(trace)
+        )
     owner = PART_OWNER[part]
     if owner in skip_reason:
         s = skip_reason[owner]
-        return (f"{owner} looked at it and did not report: {s.reason}" if s.checked else
-                f"{owner} could not judge it: {s.reason}")
+        return (
+            f"{owner} looked at it and did not report: {s.reason}"
+            if s.checked
+            else f"{owner} could not judge it: {s.reason}"
+        )
     if part == "idle_sync":
-        return ("the host was blocked in a synchronising call while the GPU already had its next op queued: the "
-                "GPU waited on a dependency (another stream, event or process), not on the host")
+        return (
+            "the host was blocked in a synchronising call while the GPU already had its next op queued: the "
+            "GPU waited on a dependency (another stream, event or process), not on the host"
+        )
     if part == "idle_cpu":
         return "host work between launches that no detector claimed"
     if part == "idle_launch":
@@ -303,8 +421,14 @@ def _longest_wait(trace: Trace) -> str:
     if not len(g):
         return ""
     r = g.loc[g["dur_us"].idxmax()]
-    ops = pd.concat([t[["ts_us", "name", "stream", "launch_ts_us", "launch_dur_us"]].assign(device=t["device"])
-                     for t in (trace.kernels, trace.memcpy) if len(t)], ignore_index=True)
+    ops = pd.concat(
+        [
+            t[["ts_us", "name", "stream", "launch_ts_us", "launch_dur_us"]].assign(device=t["device"])
+            for t in (trace.kernels, trace.memcpy)
+            if len(t)
+        ],
+        ignore_index=True,
+    )
     if tl.device is not None:
         ops = ops[ops["device"].to_numpy() == tl.device]
     ops = ops.sort_values("ts_us", kind="stable")
@@ -332,21 +456,31 @@ def _verdict(trace: Trace, findings: list[Finding], account: dict | None = None)
     unexpl = float(account.get("unexplained_frac_of_step", 0.0))
     causes = [f for f in findings if not f.masked_by and f.time_lost_us > 0 and f.time_lost_frac >= VERDICT_MIN_FRAC]
     latent = [f for f in findings if f.masked_by]
-    base = {"median_step_us": median, "unexplained_frac_of_step": unexpl,
-            "explained_frac_of_idle": account.get("explained_frac_of_idle"),
-            "next_bottlenecks": [f.name for f in latent]}
+    base = {
+        "median_step_us": median,
+        "unexplained_frac_of_step": unexpl,
+        "explained_frac_of_idle": account.get("explained_frac_of_idle"),
+        "next_bottlenecks": [f.name for f in latent],
+    }
     if not causes:
         if not trace.has_gpu and trace.meta.devices:  # a GPU is named: its events are absent or lost
-            headline = (f"The trace names {trace.meta.devices[0].name} but holds no GPU events (see the "
-                        "warnings), so the GPU analyses could not run.")
+            headline = (
+                f"The trace names {trace.meta.devices[0].name} but holds no GPU events (see the "
+                "warnings), so the GPU analyses could not run."
+            )
         elif not trace.has_gpu:
-            headline = ("No GPU activity in this trace, so the GPU analyses could not run: capture with "
-                        "ProfilerActivity.CUDA on a GPU machine.")
+            headline = (
+                "No GPU activity in this trace, so the GPU analyses could not run: capture with "
+                "ProfilerActivity.CUDA on a GPU machine."
+            )
         elif unexpl > UNEXPLAINED_MAX_FRAC:
             why = "; ".join(r["why"] for r in account.get("unexplained_reasons", [])[:2])
-            headline = (f"No cause found for {100 * unexpl:.0f}% of the step: the GPU idles "
-                        f"{fmt_us(account.get('unexplained_per_step_us', 0.0))} per step that no finding explains"
-                        + (f" ({why})" if why else "") + ".")
+            headline = (
+                f"No cause found for {100 * unexpl:.0f}% of the step: the GPU idles "
+                f"{fmt_us(account.get('unexplained_per_step_us', 0.0))} per step that no finding explains"
+                + (f" ({why})" if why else "")
+                + "."
+            )
         else:
             headline = "No significant slowdown found in the analysed steps."
         if latent and trace.has_gpu:
@@ -363,8 +497,11 @@ def _verdict(trace: Trace, findings: list[Finding], account: dict | None = None)
     expected = path[-1]["to_us"]
     return {
         **base,
-        "top": top.name, "top_title": top.title, "headline": headline,
-        "top_per_step_us": top.time_lost_per_step_us, "top_frac": top.time_lost_frac,
+        "top": top.name,
+        "top_title": top.title,
+        "headline": headline,
+        "top_per_step_us": top.time_lost_per_step_us,
+        "top_frac": top.time_lost_frac,
         "top_confidence": top.confidence,
         "expected_step_us": expected,
         "expected_from": [f.name for f in fixable],
@@ -379,10 +516,14 @@ def _assumption(models: list[str]) -> str:
     if all(m == whatif.MODEL_REPLAY for m in models):
         return "replay of the trace with each fix applied in rank order, cumulatively (docs/whatif.md)"
     if not any(m == whatif.MODEL_REPLAY for m in models):
-        return ("estimate: median step time minus the per-step time lost of each cause, assuming they are "
-                "independent and each fix recovers its estimate (capped at 90% of the step)")
-    return ("replay for the fixes that have a transformation, then minus the per-step time lost of the others "
-            "(assumed independent, capped at 90% of the step)")
+        return (
+            "estimate: median step time minus the per-step time lost of each cause, assuming they are "
+            "independent and each fix recovers its estimate (capped at 90% of the step)"
+        )
+    return (
+        "replay for the fixes that have a transformation, then minus the per-step time lost of the others "
+        "(assumed independent, capped at 90% of the step)"
+    )
 
 
 def _fix_path(trace: Trace, findings: list[Finding], fixable: list[Finding], median: float):
@@ -399,6 +540,7 @@ def _fix_path(trace: Trace, findings: list[Finding], fixable: list[Finding], med
         if fixes not in memo:
             memo[fixes] = whatif.predict(trace, findings, fixes, with_path=False)
         return memo[fixes]
+
     gpu_left = float(np.median(replayed(()).floor_us)) if known and len(trace.steps) else 0.0
     for f in fixable:
         if f.name in known:
@@ -406,7 +548,7 @@ def _fix_path(trace: Trace, findings: list[Finding], fixable: list[Finding], med
             p = replayed(tuple(done))
             to, gpu_left = max(p.median_us, floor), float(np.median(p.floor_us)) if len(p.floor_us) else 0.0
             model = whatif.MODEL_REPLAY
-        else:   # no transformation: subtract, but never below the GPU work the replayed fixes leave
+        else:  # no transformation: subtract, but never below the GPU work the replayed fixes leave
             to = max(projected_step(before, f.time_lost_per_step_us), gpu_left, floor)
             model = "subtraction"
         path.append({"fix": f.name, "from_us": before, "to_us": to, "model": model})
@@ -415,9 +557,13 @@ def _fix_path(trace: Trace, findings: list[Finding], fixable: list[Finding], med
     extra = {}
     if known:
         ident = whatif.identity(trace)
-        extra = {"identity": ident, "speed_of_light": sol,
-                 "saved_alone_per_step_us": {f.name: median - replayed((f.name,)).median_us
-                                             for f in findings if f.name in known and not f.masked_by}}
+        extra = {
+            "identity": ident,
+            "speed_of_light": sol,
+            "saved_alone_per_step_us": {
+                f.name: median - replayed((f.name,)).median_us for f in findings if f.name in known and not f.masked_by
+            },
+        }
     return path, models, extra
 
 
@@ -426,20 +572,28 @@ def _top_kernels(trace: Trace, n: int = 10) -> list[dict]:
     if not len(k):
         return []
     from .detectors.base import in_steps
+
     k = in_steps(k, trace)
     if not len(k):
         return []
     g = k.groupby("name", observed=True)["dur_us"].agg(["count", "sum", "median"]).sort_values("sum", ascending=False)
     tot = float(k["dur_us"].sum())
-    return [{"name": str(name), "count": int(r["count"]), "total_us": float(r["sum"]),
-             "median_us": float(r["median"]), "frac_of_kernel_time": float(r["sum"]) / tot if tot else 0.0}
-            for name, r in g.head(n).iterrows()]
+    return [
+        {
+            "name": str(name),
+            "count": int(r["count"]),
+            "total_us": float(r["sum"]),
+            "median_us": float(r["median"]),
+            "frac_of_kernel_time": float(r["sum"]) / tot if tot else 0.0,
+        }
+        for name, r in g.head(n).iterrows()
+    ]
 
 
 # --- one path, several ranks ------------------------------------------------------------------------
 
-def analyze_file(path: str, steps: str | None = None, strict: bool = False,
-                 warn_default_rank: bool = False) -> dict:
+
+def analyze_file(path: str, steps: str | None = None, strict: bool = False, warn_default_rank: bool = False) -> dict:
     """Pure function: one trace file -> report dict (what a process pool or Dask maps)."""
     trace = load_trace(path, warn_default_rank=warn_default_rank, jobs=1)  # ranks are the parallel unit
     trace.select_steps(steps)
@@ -450,8 +604,8 @@ def analyze_file(path: str, steps: str | None = None, strict: bool = False,
 
 
 COLLECTIVES_KEY = "_collectives"
-ERROR_KEY = "_error"      # a rank file that could not be read (never a key of a report)
-STRAGGLER_MIN_FRAC = 0.01   # a rank gates the step when the job loses at least 1% of the median step to it
+ERROR_KEY = "_error"  # a rank file that could not be read (never a key of a report)
+STRAGGLER_MIN_FRAC = 0.01  # a rank gates the step when the job loses at least 1% of the median step to it
 
 
 def _safe_analyze_file(args) -> dict:
@@ -464,16 +618,32 @@ def _safe_analyze_file(args) -> dict:
     except TraceError as e:
         return {ERROR_KEY: {"path": e.path, "reason": e.reason, "hint": e.hint}}
     except OSError as e:
-        return {ERROR_KEY: {"path": path, "reason": f"cannot read the file ({e.strerror or e})",
-                            "hint": "check the file and its permissions"}}
+        return {
+            ERROR_KEY: {
+                "path": path,
+                "reason": f"cannot read the file ({e.strerror or e})",
+                "hint": "check the file and its permissions",
+            }
+        }
     except MemoryError:
-        return {ERROR_KEY: {"path": path, "reason": "out of memory while reading it",
-                            "hint": "analyse this rank on its own, or capture fewer active steps"}}
+        return {
+            ERROR_KEY: {
+                "path": path,
+                "reason": "out of memory while reading it",
+                "hint": "analyse this rank on its own, or capture fewer active steps",
+            }
+        }
 
 
-def analyze_many(paths: Sequence[str], *, steps: str | None = None, strict: bool = False,
-                 jobs: int | None = None, mapper: Callable | None = None,
-                 keep_rank: int | None = None) -> Report:
+def analyze_many(
+    paths: Sequence[str],
+    *,
+    steps: str | None = None,
+    strict: bool = False,
+    jobs: int | None = None,
+    mapper: Callable | None = None,
+    keep_rank: int | None = None,
+) -> Report:
     """Analyse rank files in parallel and reduce them into one report led by the slowest rank."""
     work = [(str(p), steps, strict) for p in paths]
     if mapper is not None:
@@ -507,8 +677,19 @@ def reduce_ranks(results: list[dict]) -> Report:
     reps = [Report.from_dict(r) for r in ok]
     # the rank each file claims is known for sure only now (the sniff before the parse reads the
     # head and tail only): two files with the same rank are not one run
-    check_one_run([RankFile(path=Path(r.trace.file), rank=r.trace.rank, rank_source=known(r.trace.rank_source),
-                            world_size=known(r.trace.world_size), worker=None) for r in reps], "the rank files")
+    check_one_run(
+        [
+            RankFile(
+                path=Path(r.trace.file),
+                rank=r.trace.rank,
+                rank_source=known(r.trace.rank_source),
+                world_size=known(r.trace.world_size),
+                worker=None,
+            )
+            for r in reps
+        ],
+        "the rank files",
+    )
     order = sorted(range(len(reps)), key=lambda i: reps[i].trace.rank)
     reps = [reps[i] for i in order]
     colls = {reps[k].trace.rank: colls[i] for k, i in enumerate(order)}
@@ -525,14 +706,27 @@ def reduce_ranks(results: list[dict]) -> Report:
         busy = r.breakdown.get("gpu_busy")
         c = per.get(r.trace.rank)
         return RankSummary(
-            rank=r.trace.rank, file=r.trace.file, median_step_us=r.steps.median_us, mean_step_us=r.steps.mean_us,
-            steps=r.steps.count, gpu_busy_frac=known(busy.frac) if busy else None,
-            top_finding=r.findings[0].name if r.findings else None, slowest=i == slow,
-            **({} if c is None else {
-                "gating": r.trace.rank == gate, "last_arrivals": c["last_arrivals"],
-                "collective_wait_us_per_step": c["wait_us_per_step"],
-                "collective_transfer_us_per_step": c["transfer_us_per_step"],
-                "clock_offset_us": c["clock_offset_us"]}))
+            rank=r.trace.rank,
+            file=r.trace.file,
+            median_step_us=r.steps.median_us,
+            mean_step_us=r.steps.mean_us,
+            steps=r.steps.count,
+            gpu_busy_frac=known(busy.frac) if busy else None,
+            top_finding=r.findings[0].name if r.findings else None,
+            slowest=i == slow,
+            **(
+                {}
+                if c is None
+                else {
+                    "gating": r.trace.rank == gate,
+                    "last_arrivals": c["last_arrivals"],
+                    "collective_wait_us_per_step": c["wait_us_per_step"],
+                    "collective_transfer_us_per_step": c["transfer_us_per_step"],
+                    "clock_offset_us": c["clock_offset_us"],
+                }
+            ),
+        )
+
     lead = msgspec.structs.replace(lead, ranks=typed(list[RankSummary], [summary(i, r) for i, r in enumerate(reps)]))
     warnings = []
     if cross:
@@ -540,30 +734,49 @@ def reduce_ranks(results: list[dict]) -> Report:
         lead = msgspec.structs.replace(lead, cross_rank=typed(CrossRank, cross))
         if cross["clock"] != "one clock":
             offs = ", ".join(f"rank {p['rank']} {p['clock_offset_us'] / 1e3:+.3f} ms" for p in cross["per_rank"])
-            warnings.append(f"the ranks' clocks differ (different hosts, or clocks not synchronised): offsets "
-                            f"against rank {cross['ranks'][0]} estimated from the collectives' end times and "
-                            f"removed before comparing arrivals ({offs})")
+            warnings.append(
+                f"the ranks' clocks differ (different hosts, or clocks not synchronised): offsets "
+                f"against rank {cross['ranks'][0]} estimated from the collectives' end times and "
+                f"removed before comparing arrivals ({offs})"
+            )
         warnings += cross["notes"]
     if gate is not None:
-        lead = msgspec.structs.replace(lead, verdict=typed(Verdict, _straggler_verdict(lead, cross, reps[lead_i], med[lead_i])))
+        lead = msgspec.structs.replace(
+            lead, verdict=typed(Verdict, _straggler_verdict(lead, cross, reps[lead_i], med[lead_i]))
+        )
     elif len(reps) > 1:
-        warnings.insert(0, (
-            f"{len(reps)} ranks analysed; the findings below are rank {reps[slow].trace.rank}'s, the slowest "
-            f"(median step {med[slow] / 1e3:.1f} ms vs fastest {fastest / 1e3:.1f} ms, "
-            f"{(med[slow] / fastest - 1) * 100 if fastest else 0:.0f}% slower)"
-            + ("; no rank gates the collectives (" + (f"arrivals within {fmt_us(cross['max_arrival_skew_us'])})"
-               if cross else "no collectives to align across ranks)") if len(reps) > 1 else "")))
+        warnings.insert(
+            0,
+            (
+                f"{len(reps)} ranks analysed; the findings below are rank {reps[slow].trace.rank}'s, the slowest "
+                f"(median step {med[slow] / 1e3:.1f} ms vs fastest {fastest / 1e3:.1f} ms, "
+                f"{(med[slow] / fastest - 1) * 100 if fastest else 0:.0f}% slower)"
+                + (
+                    "; no rank gates the collectives ("
+                    + (
+                        f"arrivals within {fmt_us(cross['max_arrival_skew_us'])})"
+                        if cross
+                        else "no collectives to align across ranks)"
+                    )
+                    if len(reps) > 1
+                    else ""
+                )
+            ),
+        )
     ws = max((known(r.trace.world_size) or 0) for r in reps)
     present = {r.trace.rank for r in reps}
     missing = sorted(set(range(ws)) - present) if ws else []
     if missing:
         shown = ", ".join(map(str, missing[:16])) + (", ..." if len(missing) > 16 else "")
-        warnings.insert(0, f"world size is {ws} but {len(present)} rank file(s) were analysed (missing rank(s): "
-                           f"{shown}): the rank that gates the step may be one that is absent; add its trace")
+        warnings.insert(
+            0,
+            f"world size is {ws} but {len(present)} rank file(s) were analysed (missing rank(s): "
+            f"{shown}): the rank that gates the step may be one that is absent; add its trace",
+        )
     warnings += lead.warnings
     for b in bad:
         warnings.append(f"rank file skipped, {b['path']}: {b['reason']}")
-    for i, r in enumerate(reps):   # a rank that was assumed: its rank_source says so, not its warning text
+    for i, r in enumerate(reps):  # a rank that was assumed: its rank_source says so, not its warning text
         if i != lead_i and r.trace.rank_source == "default":
             warnings.append(default_rank_warning(r.trace.file))
     return msgspec.structs.replace(lead, warnings=warnings)
@@ -590,14 +803,22 @@ def _straggler_verdict(lead: Report, cross: dict, rep: Report, median_us: float)
     v = lead.verdict
     top = known(v.top)
     busy_s = f"{100 * busy:.0f}% GPU busy" if busy is not None else "GPU busy unknown"
-    cause = (f"The cause is rank {s}'s own: {top}, {busy_s} ({known(v.top_title, '').rstrip('.')})"
-             if top else
-             f"Rank {s} has no finding of its own ({busy_s}): look at its input pipeline, host and data balance")
-    headline = (f"Rank {s} gates the step: it is last to arrive at {p['last_arrivals']} of {cross['matched']} "
-                f"collectives, the other ranks wait {fmt_us(mean_wait)} per step on average in collectives, and "
-                f"the job loses {fmt_us(p['job_cost_us_per_step'])} per step to it. {cause}. The other ranks' "
-                f"collective time is waiting for rank {s}, not communication to tune.")
-    return {**v.to_dict(), "headline": headline, "gating_rank": s,
-            "gating_cost_per_step_us": p["job_cost_us_per_step"],
-            "gating_caused_wait_per_step_us": p["caused_wait_us_per_step"],
-            "rank_headline": known(v.headline, "")}
+    cause = (
+        f"The cause is rank {s}'s own: {top}, {busy_s} ({known(v.top_title, '').rstrip('.')})"
+        if top
+        else f"Rank {s} has no finding of its own ({busy_s}): look at its input pipeline, host and data balance"
+    )
+    headline = (
+        f"Rank {s} gates the step: it is last to arrive at {p['last_arrivals']} of {cross['matched']} "
+        f"collectives, the other ranks wait {fmt_us(mean_wait)} per step on average in collectives, and "
+        f"the job loses {fmt_us(p['job_cost_us_per_step'])} per step to it. {cause}. The other ranks' "
+        f"collective time is waiting for rank {s}, not communication to tune."
+    )
+    return {
+        **v.to_dict(),
+        "headline": headline,
+        "gating_rank": s,
+        "gating_cost_per_step_us": p["job_cost_us_per_step"],
+        "gating_caused_wait_per_step_us": p["caused_wait_us_per_step"],
+        "rank_headline": known(v.headline, ""),
+    }

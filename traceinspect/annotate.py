@@ -4,6 +4,7 @@ Owns the annotation events (one track per finding, slices over the intervals it 
 per step with its breakdown) and splicing them into the original bytes, which stay untouched. Must not
 render reports or change what the analyzer reads: the added events carry a category no reader classifies.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -43,29 +44,63 @@ def annotation_events(trace, report) -> list[dict]:
     per = trace.timeline.per_step
     for row in per.itertuples(index=False):
         parts = {p: round(float(getattr(row, f"{p}_us")), 3) for p in PARTS}
-        ev.append({"ph": "i", "s": "t", "cat": CATEGORY,
-                   "name": f"step {int(row.step)}: {float(row.dur_us) / 1e3:.1f} ms",
-                   "pid": pid, "tid": 0, "ts": _ts(origin, row.start_us),
-                   "args": {"step": int(row.step), "dur_us": round(float(row.dur_us), 3),
-                            "breakdown_us": parts}})
+        ev.append(
+            {
+                "ph": "i",
+                "s": "t",
+                "cat": CATEGORY,
+                "name": f"step {int(row.step)}: {float(row.dur_us) / 1e3:.1f} ms",
+                "pid": pid,
+                "tid": 0,
+                "ts": _ts(origin, row.start_us),
+                "args": {"step": int(row.step), "dur_us": round(float(row.dur_us), 3), "breakdown_us": parts},
+            }
+        )
     ctx = Context.of(trace)
     for i, f in enumerate(report.findings, 1):
-        ev.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": i,
-                   "args": {"name": f"{i}. {f.name} ({f.code})"}})
+        ev.append(
+            {"ph": "M", "name": "thread_name", "pid": pid, "tid": i, "args": {"name": f"{i}. {f.name} ({f.code})"}}
+        )
         ev.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": i, "args": {"sort_index": i}})
-        common = {"finding": f.name, "code": f.code, "title": f.title,
-                  "finding_time_lost_us": round(f.time_lost_us, 3), "fix": f.fix}
+        common = {
+            "finding": f.name,
+            "code": f.code,
+            "title": f.title,
+            "finding_time_lost_us": round(f.time_lost_us, 3),
+            "fix": f.fix,
+        }
         slices = _claimed(trace, ctx, f)
         for a, b, lost, what in slices:
-            ev.append({"ph": "X", "cat": CATEGORY, "name": f.name, "pid": pid, "tid": i,
-                       "ts": _ts(origin, a), "dur": round(b - a, 3),
-                       "args": {**common, "what": what, "time_lost_us": lost}})
+            ev.append(
+                {
+                    "ph": "X",
+                    "cat": CATEGORY,
+                    "name": f.name,
+                    "pid": pid,
+                    "tid": i,
+                    "ts": _ts(origin, a),
+                    "dur": round(b - a, 3),
+                    "args": {**common, "what": what, "time_lost_us": lost},
+                }
+            )
         if not slices:
             for e in f.events:
-                ev.append({"ph": "X", "cat": CATEGORY, "name": f.name, "pid": pid, "tid": i,
-                           "ts": _ts(origin, e.ts_us), "dur": round(e.dur_us, 3),
-                           "args": {**common, "what": f"example event {e.name} on {e.track} (this finding does "
-                                                      "not itemise its intervals)"}})
+                ev.append(
+                    {
+                        "ph": "X",
+                        "cat": CATEGORY,
+                        "name": f.name,
+                        "pid": pid,
+                        "tid": i,
+                        "ts": _ts(origin, e.ts_us),
+                        "dur": round(e.dur_us, 3),
+                        "args": {
+                            **common,
+                            "what": f"example event {e.name} on {e.track} (this finding does "
+                            "not itemise its intervals)",
+                        },
+                    }
+                )
     return ev
 
 
@@ -76,13 +111,20 @@ def _claimed(trace, ctx, f) -> list[tuple[float, float, float, str]]:
     out = []
     for part, (s, e, factor) in sorted((getattr(f, "claim_sets", None) or {}).items()):
         what = f"GPU {part.replace('_', ': ', 1)} claimed by this finding" + (
-            f" ({100 * factor:.0f}% of it)" if factor < 1 - 1e-9 else "")
+            f" ({100 * factor:.0f}% of it)" if factor < 1 - 1e-9 else ""
+        )
         out += [(a, b, (b - a) * factor, what) for a, b in zip(s.tolist(), e.tolist())]
     cls = registry.BY_KEY.get(f.name)
     claim = cls().claims(trace, ctx, f) if cls is not None else None
     if claim is not None:
-        out += list(zip(claim.start_us.tolist(), claim.end_us.tolist(), claim.lost_us.tolist(),
-                        [claim.what] * claim.start_us.size))
+        out += list(
+            zip(
+                claim.start_us.tolist(),
+                claim.end_us.tolist(),
+                claim.lost_us.tolist(),
+                [claim.what] * claim.start_us.size,
+            )
+        )
     return sorted(out)
 
 
@@ -96,18 +138,27 @@ def annotate_file(src: str, out: str, trace, report) -> int:
     warnings: list[str] = []
     data, _ = read_bytes(Path(src), warnings)
     if warnings:
-        raise TraceError(src, f"cannot annotate a damaged trace ({warnings[0]})",
-                         hint="annotate a complete trace; 'analyze' still reads what this one holds")
+        raise TraceError(
+            src,
+            f"cannot annotate a damaged trace ({warnings[0]})",
+            hint="annotate a complete trace; 'analyze' still reads what this one holds",
+        )
     # validate the whole document without building its events: top-level values stay raw JSON bytes
     shape = list[msgspec.Raw] if data.lstrip()[:1] == b"[" else dict[str, msgspec.Raw]
     try:
         doc = msgspec.json.decode(data, type=shape)
     except msgspec.DecodeError as e:
-        raise TraceError(src, f"cannot annotate a trace that is not complete JSON ({e})",
-                         hint="annotate a complete trace; 'analyze' still reads what this one holds") from None
+        raise TraceError(
+            src,
+            f"cannot annotate a trace that is not complete JSON ({e})",
+            hint="annotate a complete trace; 'analyze' still reads what this one holds",
+        ) from None
     if isinstance(doc, dict) and not bytes(doc.get("traceEvents", b"")).lstrip().startswith(b"["):
-        raise TraceError(src, "cannot annotate: not a Chrome trace (no traceEvents array)",
-                         hint="pass the .pt.trace.json[.gz] file torch.profiler wrote")
+        raise TraceError(
+            src,
+            "cannot annotate: not a Chrome trace (no traceEvents array)",
+            hint="pass the .pt.trace.json[.gz] file torch.profiler wrote",
+        )
     extra = annotation_events(trace, report)
     blob = _encode(extra)
     at = _splice_point(data, doc)
@@ -116,7 +167,7 @@ def annotate_file(src: str, out: str, trace, report) -> int:
         sep = b"" if rest.startswith(b"]") else b","
         body = data[:at] + b"\n" + blob[1:-1] + sep + data[at:]
     else:
-        doc = msgspec.json.decode(data)       # only here, where the splice point is ambiguous
+        doc = msgspec.json.decode(data)  # only here, where the splice point is ambiguous
         if isinstance(doc, list):
             doc = extra + doc
         else:
@@ -151,7 +202,7 @@ def _splice_point(data: bytes, doc) -> int | None:
     # with escapes, "trace\u0045vents", would leave a nested one as the only textual match)
     raw = bytes(doc["traceEvents"])
     at = hits[0].end() - 1
-    return hits[0].end() if data[at:at + len(raw)] == raw else None
+    return hits[0].end() if data[at : at + len(raw)] == raw else None
 
 
 def _unescaped(data: bytes, i: int) -> bool:
@@ -179,6 +230,9 @@ def _ts(origin: float, rel_us) -> float:
 
 def _free_pid(trace) -> int:
     """A pid no process of the trace uses: above Linux's pid_max (4194304), and above any pid the tables hold."""
-    used = [int(t["pid"].max()) for t in (trace.kernels, trace.cpu_ops, trace.runtime)
-            if len(t) and "pid" in t.columns and t["pid"].dtype.kind in "iu"]
+    used = [
+        int(t["pid"].max())
+        for t in (trace.kernels, trace.cpu_ops, trace.runtime)
+        if len(t) and "pid" in t.columns and t["pid"].dtype.kind in "iu"
+    ]
     return max([1 << 30] + [u + 1 for u in used])

@@ -22,6 +22,7 @@ Protections (docs/security.md):
   shape or types (Report.from_dict checks every key the renderers read) is a miss.
 Location: $TRACEINSPECT_CACHE_DIR, else $XDG_CACHE_HOME/traceinspect, else ~/.cache/traceinspect.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -32,7 +33,7 @@ import tempfile
 from functools import lru_cache
 from pathlib import Path
 
-MIN_BYTES = 32 << 20      # smaller traces analyse in about a second: not worth a cache entry
+MIN_BYTES = 32 << 20  # smaller traces analyse in about a second: not worth a cache entry
 MAX_ENTRY_BYTES = 64 << 20  # a report is KiBs to a few MiB; anything larger is not ours
 ENTRY_FORMAT = 1
 _READ = 1 << 20
@@ -103,6 +104,7 @@ def key_for(path: str | os.PathLike, options: dict) -> str | None:
 def load(key: str | None):
     """The cached Report for `key`, or None (a miss) for anything but a well-formed entry of ours."""
     from .report import Report
+
     if key is None:
         return None
     d = _usable_dir(create=False)
@@ -119,8 +121,12 @@ def load(key: str | None):
                 return None
             data = f.read(MAX_ENTRY_BYTES + 1)
         entry = json.loads(data)
-        if (not isinstance(entry, dict) or entry.get("format") != ENTRY_FORMAT or entry.get("key") != key
-                or not isinstance(entry.get("report"), dict)):
+        if (
+            not isinstance(entry, dict)
+            or entry.get("format") != ENTRY_FORMAT
+            or entry.get("key") != key
+            or not isinstance(entry.get("report"), dict)
+        ):
             return None
         return Report.from_dict(entry["report"])
     except (OSError, ValueError, RecursionError, MemoryError):

@@ -4,6 +4,7 @@ Exit codes: 0 ok; 1 a finding at or above --fail-on (or a diff regression); 2 us
 be read; 4 a detector failed under --strict; 5 internal error (a bug: please report it).
 Holds no analysis logic: it parses flags and calls traceinspect.api. Nothing imports this module.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,13 +34,16 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except TraceError as e:
             _fail(f"error: {e}", e.hint, e.exit_code)
-        except UsageError as e:          # the library names the parameter; here it is a flag
+        except UsageError as e:  # the library names the parameter; here it is a flag
             _fail(f"error: {e.flag_message(FLAGS)}", e.hint, e.exit_code)
         except TraceinspectError as e:
             _fail(f"error: {e}", e.hint, e.exit_code)
         except MemoryError:
-            _fail("error: out of memory while reading the trace",
-                  "analyse one rank at a time (--rank N) or a shorter capture (fewer active steps)", 3)
+            _fail(
+                "error: out of memory while reading the trace",
+                "analyse one rank at a time (--rank N) or a shorter capture (fewer active steps)",
+                3,
+            )
         except OSError as e:  # reading an input (output errors are UsageErrors with their own message)
             where = f"{e.filename}: " if e.filename else ""
             _fail(f"error: {where}cannot read ({e.strerror or e})", "check the path and its permissions", 3)
@@ -50,15 +54,18 @@ class _Group(click.Group):
         except Exception as e:  # a bug: say so in one line, keep the traceback behind a variable
             if os.environ.get("TRACEINSPECT_DEBUG"):
                 raise
-            _fail(f"internal error: {type(e).__name__}: {e}",
-                  "this is a traceinspect bug; rerun with TRACEINSPECT_DEBUG=1 and attach the output to an issue",
-                  EXIT_INTERNAL)
+            _fail(
+                f"internal error: {type(e).__name__}: {e}",
+                "this is a traceinspect bug; rerun with TRACEINSPECT_DEBUG=1 and attach the output to an issue",
+                EXIT_INTERNAL,
+            )
 
 
 def _say(msg: str) -> None:
     """One line on stderr. Messages echo file names and trace values: control characters and terminal
     escapes are shown as visible escapes (inert.text), and nothing the terminal cannot encode raises."""
     from .inert import text
+
     _echo(text(msg) + "\n", err=True)
 
 
@@ -85,6 +92,7 @@ def _write(text: str, output: str | None) -> None:
     """Every report and diff leaves through here: a last guard keeps only \\n and \\t of the control
     characters (terminal escapes, also in a file: `cat report.txt` replays them) and no lone surrogate."""
     from .inert import document
+
     text = document(text)
     if output and output != "-":
         try:
@@ -100,15 +108,19 @@ def _choose_format(fmt: str | None, output: str | None, formats=None) -> str:
     error, never a silent plain-text file); else text (also for a name without an extension, such
     as /dev/null)."""
     from .render import RENDERERS, format_for_path
+
     if fmt:
         return fmt
     if output and output != "-" and Path(output).suffix:
         guess = format_for_path(output)
         if guess is None or (formats is not None and guess not in formats):
-            known = ", ".join(f"{ext} ({name})" for name, (_, ext) in RENDERERS.items()
-                              if formats is None or name in formats)
-            raise UsageError(f"-o {output}: the extension names no output format (known: {known})",
-                             hint="use one of these extensions, or give the format with --format")
+            known = ", ".join(
+                f"{ext} ({name})" for name, (_, ext) in RENDERERS.items() if formats is None or name in formats
+            )
+            raise UsageError(
+                f"-o {output}: the extension names no output format (known: {known})",
+                hint="use one of these extensions, or give the format with --format",
+            )
         return guess
     return "text"
 
@@ -118,7 +130,8 @@ class _Progress:
 
     def __init__(self, label: str, enabled: bool):
         from .inert import text
-        self.label = text(label)       # a file name: no terminal escapes
+
+        self.label = text(label)  # a file name: no terminal escapes
         self.enabled = enabled and sys.stderr.isatty()
         self.last = -1
 
@@ -144,35 +157,98 @@ _FORMATS = ["text", "md", "json", "html"]
 
 @cli.command()
 @click.argument("path", type=click.Path())
-@click.option("-f", "--format", "fmt", type=click.Choice(_FORMATS), default=None,
-              help="Output format (default: from -o's extension, else text).")
+@click.option(
+    "-f",
+    "--format",
+    "fmt",
+    type=click.Choice(_FORMATS),
+    default=None,
+    help="Output format (default: from -o's extension, else text).",
+)
 @click.option("-o", "--output", default=None, help="Write the report to this file instead of stdout.")
 @click.option("--rank", default=None, help="For a directory of rank files: N, or 'all' (default).")
-@click.option("--steps", default=None, help="Steps to analyse, a Python slice over steps in time order, e.g. '1:' or '2:5'.")
-@click.option("--fail-on", type=float, default=None,
-              help="Exit 1 if a finding loses at least this fraction of the step time (e.g. 0.1).")
+@click.option(
+    "--steps", default=None, help="Steps to analyse, a Python slice over steps in time order, e.g. '1:' or '2:5'."
+)
+@click.option(
+    "--fail-on",
+    type=float,
+    default=None,
+    help="Exit 1 if a finding loses at least this fraction of the step time (e.g. 0.1).",
+)
 @click.option("--strict", is_flag=True, help="Exit 4 if a detector fails instead of reporting the failure.")
-@click.option("-j", "--jobs", type=int, default=None, help="Parallel workers (1: none): processes for rank files (default: cores); for one "
-                   "file, chunk decoders: threads with the native scanner (default: cores, up to 4), "
-                   "else processes (default: 1 below 4 cores, where they do not pay).")
-@click.option("--assets", default=None, type=click.Path(), help="With --format md: also write charts as image files here.")
-@click.option("--tensorboard", "tb_logdir", default=None, type=click.Path(),
-              help="Also write the report and key numbers into a TensorBoard event file in this directory.")
+@click.option(
+    "-j",
+    "--jobs",
+    type=int,
+    default=None,
+    help="Parallel workers (1: none): processes for rank files (default: cores); for one "
+    "file, chunk decoders: threads with the native scanner (default: cores, up to 4), "
+    "else processes (default: 1 below 4 cores, where they do not pay).",
+)
+@click.option(
+    "--assets", default=None, type=click.Path(), help="With --format md: also write charts as image files here."
+)
+@click.option(
+    "--tensorboard",
+    "tb_logdir",
+    default=None,
+    type=click.Path(),
+    help="Also write the report and key numbers into a TensorBoard event file in this directory.",
+)
 @click.option("--scheduler", default=None, help="Dask scheduler address for many rank files (optional extra).")
-@click.option("--no-cache", is_flag=True,
-              help="Do not read or write the report cache (used for single files of 32 MB of JSON or more).")
-@click.option("--annotate", "annotate_out", default=None, type=click.Path(),
-              help="Also write the trace with the findings drawn in as tracks (see 'annotate'), e.g. out.json.gz.")
-@click.option("--config", "config_file", default=None, type=click.Path(),
-              help="Settings file (default: [tool.traceinspect] of the nearest pyproject.toml above the trace).")
-@click.option("--select", multiple=True, help="Run only these detectors: codes, code prefixes or names (comma-separated).")
+@click.option(
+    "--no-cache",
+    is_flag=True,
+    help="Do not read or write the report cache (used for single files of 32 MB of JSON or more).",
+)
+@click.option(
+    "--annotate",
+    "annotate_out",
+    default=None,
+    type=click.Path(),
+    help="Also write the trace with the findings drawn in as tracks (see 'annotate'), e.g. out.json.gz.",
+)
+@click.option(
+    "--config",
+    "config_file",
+    default=None,
+    type=click.Path(),
+    help="Settings file (default: [tool.traceinspect] of the nearest pyproject.toml above the trace).",
+)
+@click.option(
+    "--select", multiple=True, help="Run only these detectors: codes, code prefixes or names (comma-separated)."
+)
 @click.option("--ignore", multiple=True, help="Do not run these detectors (codes, code prefixes or names).")
-@click.option("--set", "settings", multiple=True, metavar="DETECTOR.OPTION=VALUE",
-              help="A detector threshold, e.g. launch-bound.min_idle_frac=0.05 (see 'traceinspect detectors').")
-def analyze(path, fmt, output, rank, steps, fail_on, strict, jobs, assets, tb_logdir, scheduler, no_cache,
-            annotate_out, config_file, select, ignore, settings):
+@click.option(
+    "--set",
+    "settings",
+    multiple=True,
+    metavar="DETECTOR.OPTION=VALUE",
+    help="A detector threshold, e.g. launch-bound.min_idle_frac=0.05 (see 'traceinspect detectors').",
+)
+def analyze(
+    path,
+    fmt,
+    output,
+    rank,
+    steps,
+    fail_on,
+    strict,
+    jobs,
+    assets,
+    tb_logdir,
+    scheduler,
+    no_cache,
+    annotate_out,
+    config_file,
+    select,
+    ignore,
+    settings,
+):
     """Analyse a trace file (.json or .json.gz) or the directory of one run's rank files."""
     from . import api
+
     if rank not in (None, "all"):
         try:
             int(rank)
@@ -187,47 +263,79 @@ def analyze(path, fmt, output, rank, steps, fail_on, strict, jobs, assets, tb_lo
         cfg = _config(path, config_file, select, ignore, settings)
         bar = _Progress(f"reading {Path(path).name}", True)
         try:
-            report = api.analyze(path, cfg, rank=rank, steps=steps, strict=strict, jobs=jobs, scheduler=scheduler,
-                                 cache=not no_cache, progress=bar)
+            report = api.analyze(
+                path,
+                cfg,
+                rank=rank,
+                steps=steps,
+                strict=strict,
+                jobs=jobs,
+                scheduler=scheduler,
+                cache=not no_cache,
+                progress=bar,
+            )
         finally:
             bar.done()
     width = shutil.get_terminal_size((100, 24)).columns if not output else 100
-    text = api.render(report, fmt, width=width, assets=assets if fmt == "md" else None,
-                      relative_to=output if output and output != "-" else None)
+    text = api.render(
+        report,
+        fmt,
+        width=width,
+        assets=assets if fmt == "md" else None,
+        relative_to=output if output and output != "-" else None,
+    )
     _write(text, output)
     if tb_logdir:
         from .tensorboard import write_report
+
         write_report(report, tb_logdir)
     if fail_on is not None and any(f.time_lost_frac >= fail_on for f in report.findings):
         worst = report.findings[0]
-        _say(f"fail-on: {worst.name} loses {100 * worst.time_lost_frac:.1f}% of the step time "
-                   f"(threshold {100 * fail_on:.1f}%)")
+        _say(
+            f"fail-on: {worst.name} loses {100 * worst.time_lost_frac:.1f}% of the step time "
+            f"(threshold {100 * fail_on:.1f}%)"
+        )
         sys.exit(EXIT_FINDING)
 
 
 def _config(path, config_file, select, ignore, settings):
     """The analyze command's settings: the file's, with --select / --ignore / --set on top."""
     from . import config
+
     split = lambda vs: [v for x in vs for v in x.split(",") if v.strip()]  # noqa: E731
-    return config.override(config.load(config_file, start=path), select=split(select), ignore=split(ignore),
-                           settings=settings)
+    return config.override(
+        config.load(config_file, start=path), select=split(select), ignore=split(ignore), settings=settings
+    )
 
 
 @cli.command()
 @click.argument("before", type=click.Path())
 @click.argument("after", type=click.Path())
-@click.option("-f", "--format", "fmt", type=click.Choice(_FORMATS), default=None,
-              help="Output format (default: from -o's extension, else text).")
+@click.option(
+    "-f",
+    "--format",
+    "fmt",
+    type=click.Choice(_FORMATS),
+    default=None,
+    help="Output format (default: from -o's extension, else text).",
+)
 @click.option("-o", "--output", default=None, help="Write the comparison to this file instead of stdout.")
 @click.option("--steps", default=None, help="Steps to analyse in each trace (not in saved reports), e.g. '1:'.")
-@click.option("--fail-on-regression", "fail_pct", type=float, default=None, metavar="PCT",
-              help="Exit 1 if the median step time got more than PCT percent slower and, with 2+ steps "
-                   "on each side, more than the step-to-step noise (2 standard errors).")
+@click.option(
+    "--fail-on-regression",
+    "fail_pct",
+    type=float,
+    default=None,
+    metavar="PCT",
+    help="Exit 1 if the median step time got more than PCT percent slower and, with 2+ steps "
+    "on each side, more than the step-to-step noise (2 standard errors).",
+)
 def diff(before, after, fmt, output, steps, fail_pct):
     """Compare two runs: each a trace, or a report saved with 'analyze --format json -o x.json'."""
     from . import api
     from .config import Config
     from .render.diff import DIFF_RENDERERS
+
     if fail_pct is not None and not 0 <= fail_pct < float("inf"):
         raise UsageError("--fail-on-regression takes a percentage >= 0, e.g. 5 for 5%")
     fmt = _choose_format(fmt, output, DIFF_RENDERERS)
@@ -244,29 +352,41 @@ def diff(before, after, fmt, output, steps, fail_pct):
 
 @cli.command()
 @click.argument("trace", type=click.Path())
-@click.option("-o", "--output", required=True, type=click.Path(),
-              help="Where to write the annotated trace (.json, or .json.gz to compress).")
+@click.option(
+    "-o",
+    "--output",
+    required=True,
+    type=click.Path(),
+    help="Where to write the annotated trace (.json, or .json.gz to compress).",
+)
 @click.option("--steps", default=None, help="Steps to analyse, e.g. '1:'.")
 def annotate(trace, output, steps):
     """Write TRACE with a "traceinspect" process added: one track per finding, slices over the time it
     claims, and a marker per step; open it in Perfetto or chrome://tracing."""
     from .api import annotate as run
     from .report import known
+
     report = run(trace, output, steps=steps)
     _say(f"wrote {output}: {len(report.findings)} finding track(s) and {known(report.steps.count, 0)} step marker(s)")
 
 
 @cli.command()
 @click.argument("path", type=click.Path())
-@click.option("--fix", "fixes", required=True, metavar="NAME[,NAME...]",
-              help="Detector fixes to apply, in order (names from 'traceinspect detectors'; NAME:VARIANT picks "
-                   "a variant: launch-bound:cuda-graphs (the default) or launch-bound:batch).")
+@click.option(
+    "--fix",
+    "fixes",
+    required=True,
+    metavar="NAME[,NAME...]",
+    help="Detector fixes to apply, in order (names from 'traceinspect detectors'; NAME:VARIANT picks "
+    "a variant: launch-bound:cuda-graphs (the default) or launch-bound:batch).",
+)
 @click.option("-f", "--format", "fmt", type=click.Choice(["text", "json"]), default="text", help="Output format.")
 @click.option("--steps", default=None, help="Steps to analyse, e.g. '1:'.")
 def whatif(path, fixes, fmt, steps):
     """Predict the step time after fixes by replaying a trace file (docs/whatif.md)."""
     from .api import whatif as predict
     from .render.text import render_whatif
+
     d = predict(path, fixes, steps=steps)
     _echo(json.dumps(d, sort_keys=True, indent=1) if fmt == "json" else render_whatif(d))
 
@@ -275,6 +395,7 @@ def whatif(path, fixes, fmt, steps):
 def detectors():
     """List the detector catalogue."""
     from .detectors import ALL
+
     for d in ALL:
         click.echo(f"{d.code}  {d.name:<22} {d.summary}")
 
@@ -285,6 +406,7 @@ def explain(what):
     """Print a detector's documentation page (by code or name)."""
     from .detectors import BY_KEY
     from .docs import detector_page
+
     d = BY_KEY.get(what) or BY_KEY.get(what.upper())
     if d is None:
         raise UsageError(f"unknown detector {what!r}; run 'traceinspect detectors' for the list")

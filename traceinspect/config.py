@@ -11,6 +11,7 @@ name; per-detector thresholds typed from the detector's declared options (detect
 Unknown keys, unknown detectors and badly typed values are UsageErrors (exit 2) naming the file and
 the key. Library code: the messages name settings, never command-line flags.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,14 +27,15 @@ TOP_KEYS = ("select", "ignore")
 
 @dataclass(frozen=True)
 class Config:
-    select: tuple[str, ...] = ()                  # empty: every detector
+    select: tuple[str, ...] = ()  # empty: every detector
     ignore: tuple[str, ...] = ()
-    options: dict[str, dict[str, Any]] = field(default_factory=dict)   # detector name -> {option: value}
-    source: str | None = None                     # the file the settings came from, if any
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)  # detector name -> {option: value}
+    source: str | None = None  # the file the settings came from, if any
 
     def detectors(self) -> tuple:
         """The registry's detectors this configuration runs, in registry order."""
         from .detectors import ALL
+
         chosen = [d for d in ALL if not self.select or any(_matches(d, s) for s in self.select)]
         return tuple(d for d in chosen if not any(_matches(d, s) for s in self.ignore))
 
@@ -63,11 +65,13 @@ def _matches(det, sel: str) -> bool:
 
 def _known(sel: str) -> bool:
     from .detectors import ALL
+
     return any(_matches(d, sel) for d in ALL)
 
 
 def _detector(name: str):
     from .detectors import BY_KEY
+
     return BY_KEY.get(name) or BY_KEY.get(name.upper())
 
 
@@ -75,6 +79,7 @@ def find_pyproject(start: str | Path | None) -> Path | None:
     """The nearest pyproject.toml with a [tool.traceinspect] table, walking up from `start` (a trace
     file or a directory), else from the working directory."""
     import tomllib
+
     here = Path(start).resolve() if start is not None else Path.cwd()
     if here.is_file() or not here.exists():
         here = here.parent
@@ -84,7 +89,7 @@ def find_pyproject(start: str | Path | None) -> Path | None:
             try:
                 doc = tomllib.loads(p.read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-                continue   # someone else's broken file is not our configuration
+                continue  # someone else's broken file is not our configuration
             if isinstance(doc.get("tool"), dict) and "traceinspect" in doc["tool"]:
                 return p
     return None
@@ -107,8 +112,9 @@ def _typed(where: str, key: str, value: Any, default: Any) -> Any:
                 raise ValueError
             return value
         if kind is int:
-            if isinstance(value, bool) or not (isinstance(value, int) or isinstance(value, float)
-                                               and value.is_integer()):
+            if isinstance(value, bool) or not (
+                isinstance(value, int) or isinstance(value, float) and value.is_integer()
+            ):
                 raise ValueError
             return int(value)
         if kind is float:
@@ -119,8 +125,10 @@ def _typed(where: str, key: str, value: Any, default: Any) -> Any:
             raise ValueError
         return value
     except (ValueError, OverflowError):
-        raise UsageError(f"{where}: {key} must be a {kind.__name__} (like {default!r}), not {repr(value)}",
-                         hint="see 'traceinspect detectors' for each detector's options") from None
+        raise UsageError(
+            f"{where}: {key} must be a {kind.__name__} (like {default!r}), not {repr(value)}",
+            hint="see 'traceinspect detectors' for each detector's options",
+        ) from None
 
 
 def _names(where: str, key: str, value: Any) -> tuple[str, ...]:
@@ -130,20 +138,24 @@ def _names(where: str, key: str, value: Any) -> tuple[str, ...]:
         raise UsageError(f"{where}: {key} must be a list of detector codes or names")
     for v in value:
         if not _known(v):
-            raise UsageError(f"{where}: {key}: unknown detector {repr(v)}",
-                             hint="see 'traceinspect detectors' for the codes and names")
+            raise UsageError(
+                f"{where}: {key}: unknown detector {repr(v)}",
+                hint="see 'traceinspect detectors' for the codes and names",
+            )
     return tuple(v.strip() for v in value)
 
 
 def _option(where: str, det_key: str, opt: str, value: Any, options: dict) -> None:
     det = _detector(det_key)
     if det is None:
-        raise UsageError(f"{where}: unknown detector {repr(det_key)}",
-                         hint="see 'traceinspect detectors' for the codes and names")
+        raise UsageError(
+            f"{where}: unknown detector {repr(det_key)}", hint="see 'traceinspect detectors' for the codes and names"
+        )
     declared = {name: default for name, default, _ in det.options()}
     if opt not in declared:
-        raise UsageError(f"{where}: unknown option {repr(f'{det_key}.{opt}')} "
-                         f"({det.name} has: {', '.join(declared) or 'none'})")
+        raise UsageError(
+            f"{where}: unknown option {repr(f'{det_key}.{opt}')} ({det.name} has: {', '.join(declared) or 'none'})"
+        )
     options.setdefault(det.name, {})[opt] = _typed(where, f"{det_key}.{opt}", value, declared[opt])
 
 
@@ -162,8 +174,10 @@ def from_table(table: Any, where: str) -> Config:
             for opt, v in value.items():
                 _option(where, key, opt, v, options)
         else:
-            raise UsageError(f"{where}: unknown key {repr(key)} in [tool.traceinspect]",
-                             hint="keys are select, ignore and one table per detector name")
+            raise UsageError(
+                f"{where}: unknown key {repr(key)} in [tool.traceinspect]",
+                hint="keys are select, ignore and one table per detector name",
+            )
     return Config(select=select, ignore=ignore, options=options, source=where)
 
 
@@ -171,6 +185,7 @@ def load(config_file: str | Path | None = None, start: str | Path | None = None)
     """The configuration: the explicit file (a pyproject.toml or a TOML file whose [tool.traceinspect],
     or top level, holds the settings), else the nearest pyproject.toml above `start`, else defaults."""
     import tomllib
+
     path = Path(config_file) if config_file is not None else find_pyproject(start)
     if path is None:
         return Config()
@@ -186,7 +201,7 @@ def load(config_file: str | Path | None = None, start: str | Path | None = None)
     tool = doc.get("tool")
     if isinstance(tool, dict) and "traceinspect" in tool:
         table = tool["traceinspect"]
-    elif config_file is not None:          # a dedicated file: the settings at its top level
+    elif config_file is not None:  # a dedicated file: the settings at its top level
         table = {k: v for k, v in doc.items() if k != "tool"}
     else:
         table = {}
@@ -202,11 +217,13 @@ def override(base: Config, *, select=None, ignore=None, settings=()) -> Config:
         key, eq, value = s.partition("=")
         det_key, dot, opt = key.strip().partition(".")
         if not eq or not dot or not det_key or not opt:
-            raise UsageError(f"setting {repr(s)} is not detector.option=value",
-                             hint="for example launch-bound.min_idle_frac=0.05")
+            raise UsageError(
+                f"setting {repr(s)} is not detector.option=value", hint="for example launch-bound.min_idle_frac=0.05"
+            )
         _option(where, det_key, opt.strip(), value.strip(), options)
     return dataclasses.replace(
         base,
         select=_names(where, "select", list(select)) if select else base.select,
         ignore=_names(where, "ignore", list(ignore)) if ignore else base.ignore,
-        options=options)
+        options=options,
+    )

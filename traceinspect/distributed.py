@@ -4,6 +4,7 @@ Dask cluster; the reduction into one report stays local (analyze.reduce_ranks).
 Install with `pip install 'traceinspect[dask]'`; use with `traceinspect analyze DIR --scheduler ADDRESS`.
 The files must be readable at the same paths on the workers (a shared filesystem).
 """
+
 from __future__ import annotations
 
 from typing import Callable, Iterable
@@ -15,8 +16,9 @@ def dask_mapper(address: str) -> Callable:
     try:
         from distributed import Client
     except ImportError:
-        raise UsageError("needs the optional extra: pip install 'traceinspect[dask]'", param="scheduler",
-                         value=address) from None
+        raise UsageError(
+            "needs the optional extra: pip install 'traceinspect[dask]'", param="scheduler", value=address
+        ) from None
 
     def mapper(fn: Callable, items: Iterable) -> list:
         try:

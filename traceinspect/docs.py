@@ -3,6 +3,7 @@
 `traceinspect explain` prints them; docs/detectors/*.md are the same text, checked by a test.
 Regenerate with: python -m traceinspect.docs docs/detectors
 """
+
 from __future__ import annotations
 
 import inspect
@@ -14,6 +15,7 @@ def detector_page(cls) -> str:
     lines = [f"# {cls.name} ({cls.code})", "", cls.summary, ""]
     doc = cls.doc()
     from .detectors.base import DOC_SECTIONS
+
     body = doc.splitlines()
     for line in body:
         stripped = line.strip()
@@ -22,7 +24,7 @@ def detector_page(cls) -> str:
         else:
             lines.append(line[4:] if line.startswith("    ") else line)
     wf = getattr(cls, "whatif", None)
-    if callable(wf) and wf.__doc__:   # the fix as a replay transformation (docs/whatif.md)
+    if callable(wf) and wf.__doc__:  # the fix as a replay transformation (docs/whatif.md)
         lines += ["", "## What-if (replay)", "", inspect.cleandoc(wf.__doc__)]
     opts = cls.options()
     if opts:
@@ -37,12 +39,18 @@ def detector_page(cls) -> str:
 
 def write_all(out_dir: str | Path) -> list[Path]:
     from .detectors import ALL
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    index = ["# Detector catalogue", "", "Generated from the detector classes by "
-             "`python -m traceinspect.docs docs/detectors`; do not edit by hand.", "",
-             "| code | name | what it finds |", "|---|---|---|"]
+    index = [
+        "# Detector catalogue",
+        "",
+        "Generated from the detector classes by `python -m traceinspect.docs docs/detectors`; do not edit by hand.",
+        "",
+        "| code | name | what it finds |",
+        "|---|---|---|",
+    ]
     for cls in ALL:
         p = out / f"{cls.name}.md"
         p.write_text(detector_page(cls), encoding="utf-8")

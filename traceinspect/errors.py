@@ -8,6 +8,7 @@
 Messages and hints are made inert on the way in (inert.text): they echo file names and trace values,
 and whoever prints them (the CLI, a notebook, a log) must not replay a terminal escape.
 """
+
 from __future__ import annotations
 
 from .inert import text
@@ -54,8 +55,10 @@ class TraceError(TraceinspectError):
     """A trace that cannot be read. The message names the file and what is wrong."""
 
     exit_code = 3
-    hint = ("capture the trace again with torch.profiler (see README, 'Capturing a trace') "
-            "and pass the .pt.trace.json or .pt.trace.json.gz file")
+    hint = (
+        "capture the trace again with torch.profiler (see README, 'Capturing a trace') "
+        "and pass the .pt.trace.json or .pt.trace.json.gz file"
+    )
 
     def __init__(self, path: str, reason: str, *, hint: str = "") -> None:
         self.path = str(path)

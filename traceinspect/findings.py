@@ -1,4 +1,5 @@
 """Findings and their parts: frozen, keyword-only dataclasses. No logic beyond (de)serialisation."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
@@ -20,9 +21,9 @@ class EventRef:
     """An exemplar event a user can find in Perfetto / chrome://tracing."""
 
     name: str
-    ts_us: float          # relative to the start of the trace window (see Report.trace.origin_us)
+    ts_us: float  # relative to the start of the trace window (see Report.trace.origin_us)
     dur_us: float
-    track: str            # e.g. "GPU 0 stream 7" or "CPU thread 25738"
+    track: str  # e.g. "GPU 0 stream 7" or "CPU thread 25738"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,14 +31,14 @@ class Finding:
     code: str
     name: str
     title: str
-    time_lost_us: float               # recoverable wall time over the analysed window, >= 0
-    time_lost_frac: float = 0.0       # of the analysed window (sum of step times)
+    time_lost_us: float  # recoverable wall time over the analysed window, >= 0
+    time_lost_frac: float = 0.0  # of the analysed window (sum of step times)
     time_lost_per_step_us: float = 0.0
-    confidence: str = "medium"        # "high" | "medium" | "low"
+    confidence: str = "medium"  # "high" | "medium" | "low"
     evidence: tuple[Evidence, ...] = ()
     fix: str = ""
     events: tuple[EventRef, ...] = ()
-    upper_bound: bool = False         # the estimate is an upper bound, not a point estimate
+    upper_bound: bool = False  # the estimate is an upper bound, not a point estimate
     # GPU idle time (us over the window) this finding claims, per timeline idle part ("idle_cpu": ...).
     # Part of time_lost_us; the explained-time account adds these up. Empty for busy-time causes.
     idle_claims_us: dict[str, float] = field(default_factory=dict)
@@ -70,9 +71,11 @@ class Finding:
         mb = d.get("masked_by")
         d["masked_by"] = tuple(str(x) for x in mb) if isinstance(mb, (list, tuple)) else ()
         ic = d.get("idle_claims_us")
-        d["idle_claims_us"] = ({str(k): float(v) for k, v in ic.items()
-                                if isinstance(v, (int, float)) and not isinstance(v, bool)}
-                               if isinstance(ic, dict) else {})
+        d["idle_claims_us"] = (
+            {str(k): float(v) for k, v in ic.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            if isinstance(ic, dict)
+            else {}
+        )
         pl = d.get("projected_lost_us")
         d["projected_lost_us"] = float(pl) if isinstance(pl, (int, float)) and not isinstance(pl, bool) else None
         d.pop("claim_sets", None)
@@ -87,7 +90,7 @@ class Skipped:
     code: str
     name: str
     reason: str
-    checked: bool = False   # True: the signature is present but below the detector's threshold
+    checked: bool = False  # True: the signature is present but below the detector's threshold
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

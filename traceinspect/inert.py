@@ -12,6 +12,7 @@ Rules (docs/security.md, "Output is inert"):
   broken with an invisible U+2060 WORD JOINER where the GFM grammar forbids any character.
 - md_code(): text() in a code span whose backtick fence is longer than any backtick run inside.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,7 +30,7 @@ def _escape(ch: str) -> str:
     cp = ord(ch)
     if ch in _NAMED:
         return _NAMED[ch]
-    if 0xDC80 <= cp <= 0xDCFF:          # surrogateescape: show the original byte, as backslashreplace does
+    if 0xDC80 <= cp <= 0xDCFF:  # surrogateescape: show the original byte, as backslashreplace does
         return f"\\x{cp - 0xDC00:02x}"
     return f"\\x{cp:02x}" if cp < 0x100 else f"\\u{cp:04x}"
 
@@ -120,5 +121,5 @@ def md_code(s, limit: int | None = None, *, in_table: bool = False) -> str:
     if not s.strip(" "):
         s = s or " "
     elif s[0] == "`" or s[-1] == "`" or (s[0] == " " and s[-1] == " "):
-        s = f" {s} "                       # CommonMark strips one space from each side
+        s = f" {s} "  # CommonMark strips one space from each side
     return f"{fence}{s}{fence}"

@@ -2,6 +2,7 @@
 
 Owns to_dict()/from_dict() and the schema version. Must not read trace tables (analyze.py fills it).
 """
+
 from __future__ import annotations
 
 import numbers
@@ -11,12 +12,12 @@ import msgspec
 
 from .findings import Failure, Finding, Skipped
 
-SCHEMA_VERSION = 2   # 2: findings ranked by confidence-weighted time lost; account, masked_by, idle claims
+SCHEMA_VERSION = 2  # 2: findings ranked by confidence-weighted time lost; account, masked_by, idle claims
 
 
 def severity(frac: float) -> str:
     """Derived from the share of the window lost, so ranking is consistent across detectors."""
-    if isinstance(frac, bool) or not isinstance(frac, numbers.Real):   # a malformed saved report
+    if isinstance(frac, bool) or not isinstance(frac, numbers.Real):  # a malformed saved report
         return "low"
     if frac >= 0.20:
         return "high"
@@ -25,7 +26,7 @@ def severity(frac: float) -> str:
     return "low"
 
 
-Num = Union[int, float]   # JSON has one number type: an int stays an int, a float a float (byte-identical output)
+Num = Union[int, float]  # JSON has one number type: an int stays an int, a float a float (byte-identical output)
 _U = msgspec.UnsetType
 UNSET = msgspec.UNSET
 
@@ -72,9 +73,10 @@ class Section(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=False):
 
 class Peaks(Section, frozen=True):
     """A GPU's peak throughput (traceinspect.trace.roofline's table), as the report states it."""
+
     required = ("name",)
     name: Union[str, _U] = UNSET
-    source: Union[str, _U] = UNSET               # where the figures come from (efficiency section only)
+    source: Union[str, _U] = UNSET  # where the figures come from (efficiency section only)
     approximate: Union[bool, _U] = UNSET
     mem_tbps: Union[Num, None, _U] = UNSET
     fp32_tflops: Union[Num, None, _U] = UNSET
@@ -98,6 +100,7 @@ class Gpu(Section, frozen=True):
 
 class TraceInfo(Section, frozen=True):
     """What was analysed: the file, its size and integrity, the GPU, the capture's settings."""
+
     file: Union[str, _U] = UNSET
     file_bytes: Union[int, None, _U] = UNSET
     json_bytes: Union[int, None, _U] = UNSET
@@ -135,6 +138,7 @@ class StepRow(Section, frozen=True):
 class Steps(Section, frozen=True):
     """The analysed steps: count, their statistics and one row per step. Empty (every field UNSET) for
     a report saved without steps."""
+
     required = ("count", "source", "mean_us", "median_us", "min_us", "max_us")
     count: Union[int, _U] = UNSET
     source: Union[str, _U] = UNSET
@@ -149,6 +153,7 @@ class Steps(Section, frozen=True):
 
 class Part(Section, frozen=True):
     """One part of the step-time breakdown (compute, comm, memcpy, an idle cause)."""
+
     required, allow_empty = ("us",), False
     us: Union[Num, _U] = UNSET
     label: Union[str, _U] = UNSET
@@ -167,6 +172,7 @@ class TopKernel(Section, frozen=True):
 
 class RankSummary(Section, frozen=True):
     """One rank of a multi-rank analysis, reduced from that rank's typed Report (never from strings)."""
+
     required, allow_empty = ("rank", "file", "median_step_us", "mean_step_us", "steps", "slowest"), False
     rank: Union[int, _U] = UNSET
     file: Union[str, _U] = UNSET
@@ -185,8 +191,10 @@ class RankSummary(Section, frozen=True):
 
 # --- the verdict: the headline, the expected step time and the path of fixes to it ---------------------
 
+
 class FixStep(Section, frozen=True):
     """One fix on the verdict's cumulative path: the step time before and after it, and the model used."""
+
     required, allow_empty = ("fix", "from_us", "to_us", "model"), False
     fix: Union[str, _U] = UNSET
     from_us: Union[Num, _U] = UNSET
@@ -196,6 +204,7 @@ class FixStep(Section, frozen=True):
 
 class Identity(Section, frozen=True):
     """The replay of the unmodified trace against the measured steps: the what-if model's own error."""
+
     median_error_frac: Union[Num, _U] = UNSET
     max_error_frac: Union[Num, _U] = UNSET
     replayed_median_us: Union[Num, _U] = UNSET
@@ -204,32 +213,34 @@ class Identity(Section, frozen=True):
 
 class SpeedOfLight(Section, frozen=True):
     """Per step, the matrix FLOPs from recorded shapes at the GPU's peak (sol_us None: why says what is missing)."""
+
     sol_us: Union[Num, None, _U] = UNSET
     why: Union[str, _U] = UNSET
     matrix_flops_per_step: Union[Num, _U] = UNSET
     achieved_tflops: Union[Num, _U] = UNSET
     mfu: Union[Num, None, _U] = UNSET
     modelled_kernel_frac: Union[Num, _U] = UNSET
-    recorded_flops_per_step: Union[Num, _U] = UNSET   # with_flops traces: the profiler's own count
+    recorded_flops_per_step: Union[Num, _U] = UNSET  # with_flops traces: the profiler's own count
     recorded_vs_model: Union[Num, None, _U] = UNSET
 
 
 class WhatIf(Section, frozen=True):
     identity: Union[Identity, _U] = UNSET
     speed_of_light: Union[SpeedOfLight, _U] = UNSET
-    saved_alone_per_step_us: Union[dict[str, Num], _U] = UNSET   # fix -> per-step time its replay alone saves
+    saved_alone_per_step_us: Union[dict[str, Num], _U] = UNSET  # fix -> per-step time its replay alone saves
 
 
 class Verdict(Section, frozen=True):
     """The report's headline. `top` is the top cause's name, or None (then `headline` says why: no
     cause, no GPU, or time no finding explains). A multi-rank job's verdict names the gating rank."""
+
     top: Union[str, None, _U] = UNSET
     top_title: Union[str, _U] = UNSET
     headline: Union[str, _U] = UNSET
     median_step_us: Union[Num, None, _U] = UNSET
     unexplained_frac_of_step: Union[Num, _U] = UNSET
     explained_frac_of_idle: Union[Num, None, _U] = UNSET
-    next_bottlenecks: Union[list[str], _U] = UNSET     # latent causes, hidden by the active ones
+    next_bottlenecks: Union[list[str], _U] = UNSET  # latent causes, hidden by the active ones
     top_per_step_us: Union[Num, None, _U] = UNSET
     top_frac: Union[Num, None, _U] = UNSET
     top_confidence: Union[str, _U] = UNSET
@@ -242,10 +253,15 @@ class Verdict(Section, frozen=True):
     gating_rank: Union[int, _U] = UNSET
     gating_cost_per_step_us: Union[Num, _U] = UNSET
     gating_caused_wait_per_step_us: Union[Num, _U] = UNSET
-    rank_headline: Union[str, _U] = UNSET              # the gating rank's own headline
+    rank_headline: Union[str, _U] = UNSET  # the gating rank's own headline
     # a named cause comes with its title and the expected step time
-    required_with_top: ClassVar[tuple[str, ...]] = ("top_title", "median_step_us", "expected_step_us",
-                                                    "expected_from", "assumption")
+    required_with_top: ClassVar[tuple[str, ...]] = (
+        "top_title",
+        "median_step_us",
+        "expected_step_us",
+        "expected_from",
+        "assumption",
+    )
 
     def __post_init__(self) -> None:
         if self.top not in (None, UNSET):
@@ -255,6 +271,7 @@ class Verdict(Section, frozen=True):
 
 
 # --- the explained-time account: GPU idle time split into what each finding claims + unexplained -------
+
 
 class AccountPart(Section, frozen=True):
     required, allow_empty = ("name", "us"), False
@@ -295,6 +312,7 @@ class AccountStep(Section, frozen=True):
 class Account(Section, frozen=True):
     """The GPU idle time of the analysed steps: what each active finding claims, per idle part, and the
     unexplained rest. The parts add up to the idle time."""
+
     required = ("idle_us",)
     idle_us: Union[Num, _U] = UNSET
     idle_per_step_us: Union[Num, _U] = UNSET
@@ -313,6 +331,7 @@ class Account(Section, frozen=True):
 
 
 # --- device memory: capacity, peaks, headroom, and the batch that fits --------------------------------
+
 
 class MemoryStep(Section, frozen=True):
     required, allow_empty = ("step",), False
@@ -335,6 +354,7 @@ class MemoryDevice(Section, frozen=True):
 
 class BatchFit(Section, frozen=True):
     """The largest micro-batch under the margin, and the accumulation that keeps the effective batch."""
+
     required = ("factor", "max_factor")
     batch: Union[int, None, _U] = UNSET
     factor: Union[int, _U] = UNSET
@@ -355,8 +375,9 @@ class BatchFit(Section, frozen=True):
 
 class Memory(Section, frozen=True):
     """Device memory per step, or (source "") the reason there is no figure and the capture option that adds one."""
+
     required = ("source",)
-    source: Union[str, _U] = UNSET                    # "trace" | "capture" | "" (no figure)
+    source: Union[str, _U] = UNSET  # "trace" | "capture" | "" (no figure)
     margin_frac: Union[Num, _U] = UNSET
     reason: Union[str, _U] = UNSET
     hint: Union[str, _U] = UNSET
@@ -366,8 +387,10 @@ class Memory(Section, frozen=True):
 
 # --- per-shape efficiency against the roofline --------------------------------------------------------
 
+
 class ShapeRow(Section, frozen=True):
     """One (op, input shapes, input types) group of the analysed steps against the roofline; None: not modelled."""
+
     required, allow_empty = ("op",), False
     op: Union[str, _U] = UNSET
     family: Union[str, _U] = UNSET
@@ -392,7 +415,7 @@ class ShapeRow(Section, frozen=True):
 
 
 class Efficiency(Section, frozen=True):
-    peaks: Union[Peaks, None, _U] = UNSET             # None: no peak table entry for this GPU
+    peaks: Union[Peaks, None, _U] = UNSET  # None: no peak table entry for this GPU
     kernel_us_per_step: Union[Num, _U] = UNSET
     modelled_frac: Union[Num, _U] = UNSET
     rows_total: Union[int, _U] = UNSET
@@ -400,6 +423,7 @@ class Efficiency(Section, frozen=True):
 
 
 # --- many ranks: collectives aligned across ranks, and the rank that gates the step -------------------
+
 
 class RankAlignment(Section, frozen=True):
     required, allow_empty = ("rank",), False
@@ -436,12 +460,13 @@ class CrossRank(Section, frozen=True):
     max_arrival_skew_us: Union[Num, _U] = UNSET
 
 
-Span = Annotated[list[Num], msgspec.Meta(min_length=2, max_length=2)]   # [start, end]: JSON has no tuples
+Span = Annotated[list[Num], msgspec.Meta(min_length=2, max_length=2)]  # [start, end]: JSON has no tuples
 
 
 class TimelineSample(Section, frozen=True):
     """One representative step's intervals per timeline part, for the HTML chart."""
-    intervals: Union[dict[str, list[Span]], _U] = UNSET      # part -> [start_us, end_us] pairs
+
+    intervals: Union[dict[str, list[Span]], _U] = UNSET  # part -> [start_us, end_us] pairs
     step: Union[int, None, _U] = UNSET
     index: Union[int, None, _U] = UNSET
     start_us: Union[Num, None, _U] = UNSET
@@ -461,7 +486,7 @@ def known(value: Any, default: Any = None) -> Any:
 
 
 def _np(o: Any) -> Any:
-    if hasattr(o, "item"):   # numpy scalars: the same value as a Python number
+    if hasattr(o, "item"):  # numpy scalars: the same value as a Python number
         return o.item()
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
@@ -477,21 +502,21 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
 
     trace: TraceInfo = msgspec.field(default_factory=TraceInfo)
     steps: Steps = msgspec.field(default_factory=Steps)
-    breakdown: dict[str, Part] = {}               # part -> Part
+    breakdown: dict[str, Part] = {}  # part -> Part
     findings: list[Finding] = []
     skipped: list[Skipped] = []
     failures: list[Failure] = []
     warnings: list[str] = []
     verdict: Verdict = msgspec.field(default_factory=Verdict)
     top_kernels: list[TopKernel] = []
-    ranks: list[RankSummary] = []                 # per-rank summaries when several ranks were analysed
+    ranks: list[RankSummary] = []  # per-rank summaries when several ranks were analysed
     # optional sections (additive: reports without them keep their exact shape)
-    timeline_sample: TimelineSample = msgspec.field(default_factory=TimelineSample)   # the HTML chart's step
-    efficiency: Efficiency = msgspec.field(default_factory=Efficiency)   # per-shape table against the roofline
-    account: Account = msgspec.field(default_factory=Account)   # GPU idle time: claimed by findings + unexplained
-    memory: Memory = msgspec.field(default_factory=Memory)      # device memory per step, headroom, batch fit
-    cross_rank: CrossRank = msgspec.field(default_factory=CrossRank)   # collectives aligned across ranks
-    settings: dict[str, Setting] = {}             # the non-default configuration used
+    timeline_sample: TimelineSample = msgspec.field(default_factory=TimelineSample)  # the HTML chart's step
+    efficiency: Efficiency = msgspec.field(default_factory=Efficiency)  # per-shape table against the roofline
+    account: Account = msgspec.field(default_factory=Account)  # GPU idle time: claimed by findings + unexplained
+    memory: Memory = msgspec.field(default_factory=Memory)  # device memory per step, headroom, batch fit
+    cross_rank: CrossRank = msgspec.field(default_factory=CrossRank)  # collectives aligned across ranks
+    settings: dict[str, Setting] = {}  # the non-default configuration used
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -542,29 +567,34 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
     # --- renderers (traceinspect.render): one method per format -----------------------------------
     def to_text(self, *, width: int = 100, color: bool = False) -> str:
         from .render import text
+
         return text.render(self, width=width, color=color)
 
     def to_markdown(self, *, width: int = 100) -> str:
         from .render import markdown
+
         return markdown.render(self, width=width)
 
     def to_html(self, *, width: int = 100) -> str:
         from .render import html
+
         return html.render(self, width=width)
 
     def to_json(self) -> str:
         from .render import json
+
         return json.render(self)
 
 
-_SECTION_TYPES = {c.__name__: c for c in Section.__subclasses__()}   # every typed section, by name
-REQUIRED_KEYS = ("breakdown", "findings", "schema_version")   # every report has these (the JSON Schema says so)
+_SECTION_TYPES = {c.__name__: c for c in Section.__subclasses__()}  # every typed section, by name
+REQUIRED_KEYS = ("breakdown", "findings", "schema_version")  # every report has these (the JSON Schema says so)
 OPTIONAL_SECTIONS = ("account", "timeline_sample", "efficiency", "memory", "cross_rank")
 SECTIONS = ("trace", "steps", "verdict") + OPTIONAL_SECTIONS
 
 
 def _version() -> str:
     from . import __version__
+
     return __version__
 
 
@@ -573,13 +603,15 @@ def json_schema() -> dict[str, Any]:
     checked by tests/test_report_schema.py). Three things are added to msgspec's schema of the Structs:
     the `tool` key and each finding's derived `severity` (written by to_dict, not stored), and the keys
     a report must have (those from_dict requires); Finding's transient claim_sets is not serialised."""
-    s = msgspec.json.decode(msgspec.json.encode(msgspec.json.schema(Report)))   # tuples as lists, as JSON has them
+    s = msgspec.json.decode(msgspec.json.encode(msgspec.json.schema(Report)))  # tuples as lists, as JSON has them
     defs = s["$defs"]
     rep = defs["Report"]
-    rep["properties"]["tool"] = {"type": "object", "properties": {"name": {"type": "string"},
-                                                                  "version": {"type": "string"}}}
+    rep["properties"]["tool"] = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "version": {"type": "string"}},
+    }
     rep["required"] = ["breakdown", "findings", "schema_version"]
-    for name, d in defs.items():   # each section's `required` rule (Section.__post_init__), as JSON Schema
+    for name, d in defs.items():  # each section's `required` rule (Section.__post_init__), as JSON Schema
         cls = _SECTION_TYPES.get(name)
         if cls is None:
             continue
@@ -589,8 +621,10 @@ def json_schema() -> dict[str, Any]:
             d["required"] = list(cls.required)
     v = defs["Verdict"]
     v["if"] = {"properties": {"top": {"type": "string"}}, "required": ["top"]}
-    v["then"] = {"required": list(Verdict.required_with_top),
-                 "properties": {f: {"not": {"type": "null"}} for f in Verdict.required_with_top}}
+    v["then"] = {
+        "required": list(Verdict.required_with_top),
+        "properties": {f: {"not": {"type": "null"}} for f in Verdict.required_with_top},
+    }
     fin = defs["Finding"]
     fin["properties"].pop("claim_sets", None)
     fin["properties"]["severity"] = {"enum": ["high", "medium", "low"]}
@@ -599,6 +633,7 @@ def json_schema() -> dict[str, Any]:
     return s
 
 
-if __name__ == "__main__":   # python -m traceinspect.report > docs/report.schema.json
+if __name__ == "__main__":  # python -m traceinspect.report > docs/report.schema.json
     import json
+
     print(json.dumps(json_schema(), indent=2, sort_keys=True))

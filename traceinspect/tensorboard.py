@@ -3,6 +3,7 @@
 Uses tensorboard's own event writer and protos (no TensorFlow, no torch). tensorboard is the optional
 extra `traceinspect[tensorboard]`; it is imported only here, only when --tensorboard is given.
 """
+
 from __future__ import annotations
 
 import time
@@ -37,7 +38,9 @@ def write_report(report, logdir) -> str:
     try:
         Path(logdir).mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise UsageError(f": cannot create the directory: {e.strerror or e}", param="logdir", value=str(logdir)) from None
+        raise UsageError(
+            f": cannot create the directory: {e.strerror or e}", param="logdir", value=str(logdir)
+        ) from None
 
     scalar_md = scalar_meta.create_summary_metadata(display_name="", description="")
 
@@ -45,20 +48,27 @@ def write_report(report, logdir) -> str:
         return summary_pb2.Summary.Value(tag=f"{PREFIX}/{tag}", simple_value=float(value), metadata=scalar_md)
 
     def text(tag: str, value: str) -> "summary_pb2.Summary.Value":
-        tensor = TensorProto(dtype=7,  # DT_STRING
-                             string_val=[value.encode("utf-8")],
-                             tensor_shape=TensorShapeProto(dim=[TensorShapeProto.Dim(size=1)]))
-        return summary_pb2.Summary.Value(tag=f"{PREFIX}/{tag}", tensor=tensor,
-                                         metadata=text_meta.create_summary_metadata(display_name=tag,
-                                                                                    description=""))
+        tensor = TensorProto(
+            dtype=7,  # DT_STRING
+            string_val=[value.encode("utf-8")],
+            tensor_shape=TensorShapeProto(dim=[TensorShapeProto.Dim(size=1)]),
+        )
+        return summary_pb2.Summary.Value(
+            tag=f"{PREFIX}/{tag}",
+            tensor=tensor,
+            metadata=text_meta.create_summary_metadata(display_name=tag, description=""),
+        )
 
     # a saved or cached report is typed on read (Report.from_dict), but a number may still be NaN: left out
     events: list[tuple[int, list]] = []
     for r in known(report.steps.per_step, []):
         vals = [scalar("step_time_ms", num(r.dur_us) / 1e3)] if num(r.dur_us) is not None else []
         bd_us = known(r.breakdown_us, {})
-        vals += [scalar(f"breakdown_ms/{inert_text(p)}", num(us) / 1e3) for p, us in sorted(bd_us.items())
-                 if num(us) is not None]
+        vals += [
+            scalar(f"breakdown_ms/{inert_text(p)}", num(us) / 1e3)
+            for p, us in sorted(bd_us.items())
+            if num(us) is not None
+        ]
         events.append((int(num(r.step)), vals))
     last = events[-1][0] if events else 0
     summary = []
@@ -106,19 +116,28 @@ def summary_markdown(report) -> str:
         line += f"; median step **{_ms(known(st.median_us))} ms** over {md_text(st.count)} steps"
     o = [f"## traceinspect: {md_text(known(t.file, '?'))}", "", line, ""]
     if known(v.top):
-        o += [f"**Verdict:** {md_text(known(v.top_title, ''))}", "",
-              f"Expected step if fixed: about {_ms(v.expected_step_us)} ms "
-              f"(fixing {', '.join(md_code(n) for n in known(v.expected_from, []))}).", ""]
+        o += [
+            f"**Verdict:** {md_text(known(v.top_title, ''))}",
+            "",
+            f"Expected step if fixed: about {_ms(v.expected_step_us)} ms "
+            f"(fixing {', '.join(md_code(n) for n in known(v.expected_from, []))}).",
+            "",
+        ]
     elif v:
         o += [f"**Verdict:** {md_text(known(v.headline, ''))}", ""]
     if bd:
         o += ["| where each step goes | ms per step | share |", "|---|---:|---:|"]
-        o += [f"| {md_text(known(b.label, p))} | {_ms(known(b.per_step_us), 2)} | {_pct(known(b.frac))} |"
-              for p, b in bd.items() if isinstance(b, Part) and b.us]
+        o += [
+            f"| {md_text(known(b.label, p))} | {_ms(known(b.per_step_us), 2)} | {_pct(known(b.frac))} |"
+            for p, b in bd.items()
+            if isinstance(b, Part) and b.us
+        ]
         o.append("")
     for i, f in enumerate(report.findings, 1):
-        o.append(f"{md_text(i)}. {md_code(f.name)} ({md_text(f.code)}): {_ms(f.time_lost_per_step_us)} ms/step, "
-                 f"{_pct(f.time_lost_frac)} of the window. {md_text(f.title)}. Fix: {md_text(f.fix)}")
+        o.append(
+            f"{md_text(i)}. {md_code(f.name)} ({md_text(f.code)}): {_ms(f.time_lost_per_step_us)} ms/step, "
+            f"{_pct(f.time_lost_frac)} of the window. {md_text(f.title)}. Fix: {md_text(f.fix)}"
+        )
     if not report.findings:
         o.append("No findings.")
     return "\n".join(o) + "\n"

@@ -3,6 +3,7 @@
 Reads a Trace's derived timeline (never the raw tables) and returns plain JSON-able data; renders
 nothing. Lives beside analyze.py, not under render/, because renderers must not touch a Trace.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,8 +11,8 @@ import numpy as np
 from .trace import intervals as iv
 from .trace.timeline import BUSY_PARTS, IDLE_PARTS
 
-MAX_INTERVALS = 6000       # keeps the JSON report and the HTML chart small (a few hundred KB at most)
-PIXELS = 1000              # columns the step is drawn in: finer than the chart's width in pixels
+MAX_INTERVALS = 6000  # keeps the JSON report and the HTML chart small (a few hundred KB at most)
+PIXELS = 1000  # columns the step is drawn in: finer than the chart's width in pixels
 
 
 def representative_step(trace) -> dict:

@@ -1,5 +1,6 @@
 """The HTML report in a real browser (headless Chromium via Selenium): no console errors, charts present,
 markup from the trace shown as text. Screenshots go to tests/artifacts/. Skips where no browser is installed."""
+
 from __future__ import annotations
 
 import shutil
@@ -24,6 +25,7 @@ def browser():
     if not CHROMIUM or not DRIVER:
         pytest.skip("no headless Chromium: apt-get install -y chromium chromium-driver")
     from selenium.webdriver.chrome.service import Service
+
     opts = webdriver.ChromeOptions()
     opts.binary_location = CHROMIUM
     for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,2400"):
@@ -54,6 +56,7 @@ def load_report(drv, tmp_path, builder, name):
 
 def test_report_opens_without_errors_and_shows_charts(browser, tmp_path):
     from selenium.webdriver.common.by import By
+
     errors = load_report(browser, tmp_path, build_dataloader_stall(), "stall")
     assert errors == []
     assert "dataloader-stall" in browser.find_element(By.ID, "verdict").text
@@ -66,12 +69,16 @@ def test_report_opens_without_errors_and_shows_charts(browser, tmp_path):
 def test_markup_in_names_is_text_in_the_browser(browser, tmp_path):
     from selenium.common.exceptions import NoAlertPresentException
     from selenium.webdriver.common.by import By
+
     errors = load_report(browser, tmp_path, crafted(), "xss")
-    assert errors == []          # an injected script would also show as a CSP violation here
+    assert errors == []  # an injected script would also show as a CSP violation here
     with pytest.raises(NoAlertPresentException):
         browser.switch_to.alert
     # no executable script and no injected image in the DOM; the name is shown as text
-    assert browser.execute_script("return document.querySelectorAll('script:not([type=\"application/json\"])').length") == 0
+    assert (
+        browser.execute_script("return document.querySelectorAll('script:not([type=\"application/json\"])').length")
+        == 0
+    )
     assert browser.execute_script("return document.querySelectorAll('img').length") == 0
     assert XSS_KERNEL in browser.find_element(By.ID, "kernels").text
     screenshot(browser, "report-xss.png")
@@ -79,8 +86,11 @@ def test_markup_in_names_is_text_in_the_browser(browser, tmp_path):
 
 def test_diff_page_opens_without_errors(browser, tmp_path):
     from selenium.webdriver.common.by import By
-    d = diff(report_of(build_dataloader_stall(), tmp_path, "b.pt.trace.json"),
-             report_of(build_healthy(), tmp_path, "a.pt.trace.json"))
+
+    d = diff(
+        report_of(build_dataloader_stall(), tmp_path, "b.pt.trace.json"),
+        report_of(build_healthy(), tmp_path, "a.pt.trace.json"),
+    )
     page = tmp_path / "diff.html"
     page.write_text(render_diff(d), encoding="utf-8")
     browser.get(page.as_uri())
@@ -89,9 +99,11 @@ def test_diff_page_opens_without_errors(browser, tmp_path):
     screenshot(browser, "diff.png")
 
 
-CUDNN = ("void cudnn::engines_precompiled::implicit_convolve_sgemm_nchwToNhwcKernel<float, float, float, false, true, (cudnnKernelDataType_t)2>"
-         "(cudnn::engines_precompiled::nchw2nhwc_params_t<float>, float const*, float*)sm80_xmma_fprop_implicit_gemm_"
-         "f32f32_f32f32_f32_nhwckrsc_nhwc_tilesize128x128x8_stage3_warpsize2x2x1_g1_ffma_aligna4_alignc4_execute_kernel")
+CUDNN = (
+    "void cudnn::engines_precompiled::implicit_convolve_sgemm_nchwToNhwcKernel<float, float, float, false, true, (cudnnKernelDataType_t)2>"
+    "(cudnn::engines_precompiled::nchw2nhwc_params_t<float>, float const*, float*)sm80_xmma_fprop_implicit_gemm_"
+    "f32f32_f32f32_f32_nhwckrsc_nhwc_tilesize128x128x8_stage3_warpsize2x2x1_g1_ffma_aligna4_alignc4_execute_kernel"
+)
 
 
 @pytest.mark.parametrize("width", [1400, 900])
@@ -100,7 +112,8 @@ def test_long_kernel_names_stay_inside_their_card(browser, tmp_path, width):
     its finding card, with the full text on hover; the page never scrolls sideways."""
     from selenium.webdriver.common.by import By
     from builders_compute import _gemm_steps
-    t = _gemm_steps("A100", CUDNN)        # fp32 (Input type float) GEMM/conv under a cuDNN kernel name
+
+    t = _gemm_steps("A100", CUDNN)  # fp32 (Input type float) GEMM/conv under a cuDNN kernel name
     browser.set_window_size(width, 1200)
     assert load_report(browser, tmp_path, t, f"cudnn{width}") == []
     cards = browser.find_elements(By.CSS_SELECTOR, "article.finding")

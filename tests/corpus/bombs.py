@@ -1,9 +1,11 @@
 """gzip bombs built without ever holding their inflated content (tests/test_bad_input.py, bench/hostile.py)."""
+
 from __future__ import annotations
 
 import struct
 import zlib
 from pathlib import Path
+
 
 def write_bomb(path: Path, prefix: bytes, fill: bytes, total: int) -> int:
     """A valid gzip file whose content is `prefix` then `total` bytes of `fill`, at deflate's maximum

@@ -7,6 +7,7 @@ promises, and the words the message (stderr for an error, the report for a warni
 file's name and the problem. tests/test_contract_cli.py runs each one in a fresh
 `python -m traceinspect` process.
 """
+
 from __future__ import annotations
 
 import copy
@@ -24,8 +25,8 @@ from builders import build_dataloader_stall
 class Case:
     argv: list[str]
     exit: int
-    says: list[str] = field(default_factory=list)   # in stderr (exit != 0) or in the JSON report (exit 0)
-    report: bool = False                             # exit 0: `says` is checked in the report's warnings
+    says: list[str] = field(default_factory=list)  # in stderr (exit != 0) or in the JSON report (exit 0)
+    report: bool = False  # exit 0: `says` is checked in the report's warnings
 
 
 CASES: dict[str, Callable[[Path], Case]] = {}
@@ -56,6 +57,7 @@ def _rename_first_step(doc: dict, name: str) -> dict:
 
 # --- class 2: exit 5 on crafted but plausible input ------------------------------------------------
 
+
 @case
 def step_suffix_not_a_number(tmp):
     p = _write(tmp / "step_x.pt.trace.json", _rename_first_step(_doc(), "ProfilerStep#x"))
@@ -64,7 +66,9 @@ def step_suffix_not_a_number(tmp):
 
 @case
 def step_suffix_with_markup(tmp):
-    p = _write(tmp / "step_img.pt.trace.json", _rename_first_step(_doc(), "ProfilerStep#1<img src=https://x.invalid/a.png>"))
+    p = _write(
+        tmp / "step_img.pt.trace.json", _rename_first_step(_doc(), "ProfilerStep#1<img src=https://x.invalid/a.png>")
+    )
     return Case(["analyze", str(p), "-f", "json"], 0, ["ProfilerStep", "not taken as steps"], report=True)
 
 
@@ -88,7 +92,7 @@ def steps_without_length(tmp):
 def device_id_as_string(tmp):
     doc = _doc()
     doc["deviceProperties"][0]["id"] = "GPU-0<script>"
-    for key, value in (("numSms", "132"), ("computeMinor", True), ("totalGlobalMem", 10 ** 30)):
+    for key, value in (("numSms", "132"), ("computeMinor", True), ("totalGlobalMem", 10**30)):
         doc["deviceProperties"][0][key] = value
     p = _write(tmp / "devid.pt.trace.json", doc)
     return Case(["analyze", str(p), "-f", "json"], 0, [], report=True)
@@ -152,6 +156,7 @@ def no_readable_rank_is_exit_3(tmp):
 def _saved(tmp: Path, name: str, mutate) -> Path:
     from traceinspect.analyze import analyze
     from traceinspect.trace.model import load_trace
+
     rep = analyze(load_trace(_write(tmp / f"{name}.src.pt.trace.json", _doc()))).to_dict()
     mutate(rep)
     return _write(tmp / f"{name}.json", rep)
@@ -162,13 +167,16 @@ def _diff_case(name, mutate, where):
         p = _saved(tmp, name, mutate)
         other = _write(tmp / "other.pt.trace.json", _doc())
         return Case(["diff", str(p), str(other)], 3, [f"{name}.json", "wrong shape", where])
+
     make.__name__ = f"diff_saved_report_{name}"
     return case(make)
 
 
 _diff_case("findings_not_a_list", lambda r: r.update(findings={"a": 1}), "$.findings")
 _diff_case("rank_as_string", lambda r: r["trace"].update(rank="<img src=x>"), "$.trace.rank")
-_diff_case("step_duration_as_string", lambda r: r["steps"]["per_step"][0].update(dur_us="fast"), "$.steps.per_step[0].dur_us")
+_diff_case(
+    "step_duration_as_string", lambda r: r["steps"]["per_step"][0].update(dur_us="fast"), "$.steps.per_step[0].dur_us"
+)
 _diff_case("breakdown_missing", lambda r: r.pop("breakdown"), "breakdown")
 _diff_case("finding_without_title", lambda r: r["findings"][0].pop("title"), "$.findings[0]")
 _diff_case("verdict_without_title", lambda r: r["verdict"].pop("top_title"), "$.verdict")
@@ -178,6 +186,7 @@ _diff_case("schema_from_the_future", lambda r: r.update(schema_version=99), "sch
 
 # --- class 5: directories, empty path, output names -----------------------------------------------
 
+
 @case
 def mixed_runs_in_one_folder(tmp):
     d = tmp / "logdir"
@@ -186,8 +195,9 @@ def mixed_runs_in_one_folder(tmp):
         _write(d / f"a_rank{r}.pt.trace.json", _doc(rank=r, world=2))
     for r in range(4):
         _write(d / f"b_rank{r}.pt.trace.json", _doc(rank=r, world=4))
-    return Case(["analyze", str(d)], 2, ["different runs", "a_rank0.pt.trace.json", "b_rank3.pt.trace.json",
-                                         "one run's folder"])
+    return Case(
+        ["analyze", str(d)], 2, ["different runs", "a_rank0.pt.trace.json", "b_rank3.pt.trace.json", "one run's folder"]
+    )
 
 
 @case
@@ -216,8 +226,9 @@ def one_handler_worker_with_two_cycles(tmp):
     d.mkdir()
     _write(d / "node1_4242.1700000000001.pt.trace.json.gz", _doc(), gz=True)
     _write(d / "node1_4242.1700000005002.pt.trace.json.gz", _doc(), gz=True)
-    return Case(["analyze", str(d)], 2, ["one process", "node1_4242", "profiling cycle", "1700000000001",
-                                         "1700000005002"])
+    return Case(
+        ["analyze", str(d)], 2, ["one process", "node1_4242", "profiling cycle", "1700000000001", "1700000005002"]
+    )
 
 
 @case

@@ -7,6 +7,7 @@ Both write a gzipped Kineto trace (``*.pt.trace.json.gz``) whose top-level ``"tr
 key carries the run's configuration and per-step token counts (schema: docs/capture.md).
 Importing this package needs neither torch nor transformers; they are imported on use.
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -9,6 +9,7 @@ the key (e.g. a torch build whose exporter drops metadata), the file is rewritte
 
 Capture problems never break training: they become warnings.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,18 +27,30 @@ class CaptureWarning(UserWarning):
 
 
 def _warn(what: str, exc: BaseException) -> None:
-    warnings.warn(f"traceinspect.capture: {what}: {type(exc).__name__}: {exc}",
-                  CaptureWarning, stacklevel=3)
+    warnings.warn(f"traceinspect.capture: {what}: {type(exc).__name__}: {exc}", CaptureWarning, stacklevel=3)
 
 
 class ProfileSession:
-    def __init__(self, out_dir: str | os.PathLike, *, wait: int, warmup: int, active: int,
-                 source: str, config_fn: Callable[[], Mapping[str, Any]],
-                 device: Any = None, record_shapes: bool = True, profile_memory: bool = False,
-                 with_stack: bool = False, with_flops: bool = False,
-                 activities: Iterable[Any] | None = None, worker_name: str | None = None,
-                 filename: str | None = None, extra: Mapping[str, Any] | None = None,
-                 step_offset: int | None = None) -> None:
+    def __init__(
+        self,
+        out_dir: str | os.PathLike,
+        *,
+        wait: int,
+        warmup: int,
+        active: int,
+        source: str,
+        config_fn: Callable[[], Mapping[str, Any]],
+        device: Any = None,
+        record_shapes: bool = True,
+        profile_memory: bool = False,
+        with_stack: bool = False,
+        with_flops: bool = False,
+        activities: Iterable[Any] | None = None,
+        worker_name: str | None = None,
+        filename: str | None = None,
+        extra: Mapping[str, Any] | None = None,
+        step_offset: int | None = None,
+    ) -> None:
         if active < 1:
             raise ValueError("active must be >= 1")
         if wait < 0 or warmup < 0:
@@ -77,8 +90,7 @@ class ProfileSession:
             import torch
             from torch.profiler import ProfilerActivity, profile, schedule
         except ImportError as exc:
-            raise ImportError("traceinspect.capture needs torch: pip install 'traceinspect[capture]'"
-                              f" ({exc})") from exc
+            raise ImportError(f"traceinspect.capture needs torch: pip install 'traceinspect[capture]' ({exc})") from exc
 
         acts = self.activities
         if acts is None:
@@ -89,9 +101,14 @@ class ProfileSession:
             warnings.simplefilter("ignore")  # "Profiler won't be using warmup" when warmup=0
             sched = schedule(wait=self.wait, warmup=self.warmup, active=self.active, repeat=1)
         self._prof = profile(
-            activities=acts, schedule=sched, on_trace_ready=self._on_trace_ready,
-            record_shapes=self.record_shapes, profile_memory=self.profile_memory,
-            with_stack=self.with_stack, with_flops=self.with_flops)
+            activities=acts,
+            schedule=sched,
+            on_trace_ready=self._on_trace_ready,
+            record_shapes=self.record_shapes,
+            profile_memory=self.profile_memory,
+            with_stack=self.with_stack,
+            with_flops=self.with_flops,
+        )
         self._prof.__enter__()
         self._mem_index, self._mem_reason = _meta.memory_device(self.device)
         self._mem_begin()
@@ -215,8 +232,7 @@ class ProfileSession:
         import torch
 
         steps = self._steps
-        if any(s.get("real_tokens") is not None and not isinstance(s.get("real_tokens"), int)
-               for s in steps):
+        if any(s.get("real_tokens") is not None and not isinstance(s.get("real_tokens"), int) for s in steps):
             with torch.profiler.record_function("traceinspect::resolve_token_counts"):
                 steps = _meta.resolve_counts(steps)
             self._steps = steps
@@ -226,8 +242,9 @@ class ProfileSession:
             _warn("could not read the run configuration", exc)
             config = {}
         memory = _meta.memory_block(self._mem_index, self._mem_reason, self._mem_steps)
-        return _meta.build_metadata(source=self.source, config=config, steps=steps,
-                                    device=self.device, extra=self.extra, memory=memory)
+        return _meta.build_metadata(
+            source=self.source, config=config, steps=steps, device=self.device, extra=self.extra, memory=memory
+        )
 
     def _push_metadata(self, live: bool) -> None:
         self.metadata = self._build_metadata()

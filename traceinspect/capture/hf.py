@@ -19,6 +19,7 @@ Step numbering: the profiler is created at ``on_train_begin`` and ``prof.step()`
 ``on_step_end``, so ProfilerStep#N is optimizer step N of this ``train()`` call (= global step N
 unless resumed from a checkpoint; each ``steps`` entry also carries ``global_step``).
 """
+
 from __future__ import annotations
 
 import functools
@@ -44,12 +45,23 @@ class TraceinspectCallback(TrainerCallback):
     ``all_ranks``: profile every process, not only world process zero.
     """
 
-    def __init__(self, start_step: int = 5, num_steps: int = 3, *, warmup: int = 1,
-                 output_dir: str | os.PathLike | None = None, record_shapes: bool = True,
-                 profile_memory: bool = False, with_stack: bool = False,
-                 with_flops: bool = False, activities: Iterable[Any] | None = None,
-                 config: Mapping[str, Any] | None = None, all_ranks: bool = False,
-                 filename: str | None = None, extra: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        start_step: int = 5,
+        num_steps: int = 3,
+        *,
+        warmup: int = 1,
+        output_dir: str | os.PathLike | None = None,
+        record_shapes: bool = True,
+        profile_memory: bool = False,
+        with_stack: bool = False,
+        with_flops: bool = False,
+        activities: Iterable[Any] | None = None,
+        config: Mapping[str, Any] | None = None,
+        all_ranks: bool = False,
+        filename: str | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
         if num_steps < 1:
             raise ValueError("num_steps must be >= 1")
         self.start_step = max(int(start_step), 0)
@@ -122,9 +134,9 @@ class TraceinspectCallback(TrainerCallback):
 
     # -- config ------------------------------------------------------------
     def _config(self) -> dict[str, Any]:
-        return _meta.merge_config(_meta.config_from_model(self._model),
-                                  _meta.config_from_training_args(self._args),
-                                  self.user_config)
+        return _meta.merge_config(
+            _meta.config_from_model(self._model), _meta.config_from_training_args(self._args), self.user_config
+        )
 
     # -- TrainerCallback events -------------------------------------------
     def on_train_begin(self, args, state, control, model=None, **kwargs):
@@ -140,9 +152,13 @@ class TraceinspectCallback(TrainerCallback):
             begin = _meta._try(lambda: int(state.global_step or 0), 0)
             rel = self.start_step - begin
             if rel + self.num_steps <= 0:
-                _warn("nothing to profile", RuntimeError(
-                    f"training resumes at step {begin}, after the window "
-                    f"{self.start_step}..{self.start_step + self.num_steps - 1}"))
+                _warn(
+                    "nothing to profile",
+                    RuntimeError(
+                        f"training resumes at step {begin}, after the window "
+                        f"{self.start_step}..{self.start_step + self.num_steps - 1}"
+                    ),
+                )
                 return control
             rel = max(rel, 0)
             warmup = min(self.warmup, rel)
@@ -150,12 +166,22 @@ class TraceinspectCallback(TrainerCallback):
             if out_dir is None:
                 out_dir = Path(_meta._try(lambda: args.output_dir) or ".") / "traceinspect"
             self._session = ProfileSession(
-                out_dir, wait=rel - warmup, warmup=warmup, active=self.num_steps,
-                source="hf_trainer", config_fn=self._config,
-                device=_meta._try(lambda: args.device), record_shapes=self.record_shapes,
-                profile_memory=self.profile_memory, with_stack=self.with_stack,
-                with_flops=self.with_flops, activities=self.activities,
-                filename=self.filename, extra=self.extra, step_offset=begin)
+                out_dir,
+                wait=rel - warmup,
+                warmup=warmup,
+                active=self.num_steps,
+                source="hf_trainer",
+                config_fn=self._config,
+                device=_meta._try(lambda: args.device),
+                record_shapes=self.record_shapes,
+                profile_memory=self.profile_memory,
+                with_stack=self.with_stack,
+                with_flops=self.with_flops,
+                activities=self.activities,
+                filename=self.filename,
+                extra=self.extra,
+                step_offset=begin,
+            )
             self._session.start()
         except Exception as exc:  # noqa: BLE001
             self._session = None

@@ -13,6 +13,7 @@
 
 or ``for batch in cap.wrap(loader): ...`` which calls ``cap.step(batch)`` after each body.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,12 +27,25 @@ from ._session import ProfileSession
 class StepCapture:
     """Context manager returned by :func:`profile_steps`."""
 
-    def __init__(self, out_dir: str | os.PathLike, *, wait: int = 1, warmup: int = 1,
-                 active: int = 3, config: Mapping[str, Any] | None = None, model: Any = None,
-                 device: Any = None, record_shapes: bool = True, profile_memory: bool = False,
-                 with_stack: bool = False, with_flops: bool = False,
-                 activities: Iterable[Any] | None = None, worker_name: str | None = None,
-                 filename: str | None = None, extra: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        out_dir: str | os.PathLike,
+        *,
+        wait: int = 1,
+        warmup: int = 1,
+        active: int = 3,
+        config: Mapping[str, Any] | None = None,
+        model: Any = None,
+        device: Any = None,
+        record_shapes: bool = True,
+        profile_memory: bool = False,
+        with_stack: bool = False,
+        with_flops: bool = False,
+        activities: Iterable[Any] | None = None,
+        worker_name: str | None = None,
+        filename: str | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
         self.model = model
         self.user_config = dict(config or {})
         if device is None and model is not None:
@@ -40,10 +54,22 @@ class StepCapture:
             except Exception:
                 device = None
         self._session = ProfileSession(
-            out_dir, wait=wait, warmup=warmup, active=active, source="loop",
-            config_fn=self._config, device=device, record_shapes=record_shapes,
-            profile_memory=profile_memory, with_stack=with_stack, with_flops=with_flops,
-            activities=activities, worker_name=worker_name, filename=filename, extra=extra)
+            out_dir,
+            wait=wait,
+            warmup=warmup,
+            active=active,
+            source="loop",
+            config_fn=self._config,
+            device=device,
+            record_shapes=record_shapes,
+            profile_memory=profile_memory,
+            with_stack=with_stack,
+            with_flops=with_flops,
+            activities=activities,
+            worker_name=worker_name,
+            filename=filename,
+            extra=extra,
+        )
 
     def _config(self) -> dict[str, Any]:
         return _meta.merge_config(_meta.config_from_model(self.model), self.user_config)
@@ -109,13 +135,24 @@ class StepCapture:
         return self._session.total_steps
 
 
-def profile_steps(out_dir: str | os.PathLike, *, wait: int = 1, warmup: int = 1,
-                  active: int = 3, config: Mapping[str, Any] | None = None,
-                  model: Any = None, device: Any = None, record_shapes: bool = True,
-                  profile_memory: bool = False, with_stack: bool = False,
-                  with_flops: bool = False, activities: Iterable[Any] | None = None,
-                  worker_name: str | None = None, filename: str | None = None,
-                  extra: Mapping[str, Any] | None = None) -> StepCapture:
+def profile_steps(
+    out_dir: str | os.PathLike,
+    *,
+    wait: int = 1,
+    warmup: int = 1,
+    active: int = 3,
+    config: Mapping[str, Any] | None = None,
+    model: Any = None,
+    device: Any = None,
+    record_shapes: bool = True,
+    profile_memory: bool = False,
+    with_stack: bool = False,
+    with_flops: bool = False,
+    activities: Iterable[Any] | None = None,
+    worker_name: str | None = None,
+    filename: str | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> StepCapture:
     """Profile steps ``wait+warmup .. wait+warmup+active-1`` of a loop into ``out_dir``.
 
     ``config``: any schema config keys (see docs/capture.md) plus free extra keys;
@@ -123,8 +160,20 @@ def profile_steps(out_dir: str | os.PathLike, *, wait: int = 1, warmup: int = 1,
     ``filename``: fixed file name instead of ``<host>_<pid>.<ns>.pt.trace.json.gz``.
     ``extra``: additional top-level keys of the metadata block (never replacing schema keys).
     """
-    return StepCapture(out_dir, wait=wait, warmup=warmup, active=active, config=config,
-                       model=model, device=device, record_shapes=record_shapes,
-                       profile_memory=profile_memory, with_stack=with_stack,
-                       with_flops=with_flops, activities=activities, worker_name=worker_name,
-                       filename=filename, extra=extra)
+    return StepCapture(
+        out_dir,
+        wait=wait,
+        warmup=warmup,
+        active=active,
+        config=config,
+        model=model,
+        device=device,
+        record_shapes=record_shapes,
+        profile_memory=profile_memory,
+        with_stack=with_stack,
+        with_flops=with_flops,
+        activities=activities,
+        worker_name=worker_name,
+        filename=filename,
+        extra=extra,
+    )

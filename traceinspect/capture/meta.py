@@ -7,6 +7,7 @@ and it does not import torch at module import time (torch is an optional extra).
 The schema is written down in docs/capture.md. The analyzer reads the top-level
 ``"traceinspect"`` key of a Kineto Chrome-trace JSON.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -97,7 +98,7 @@ def _coerce(value: Any, kind: type) -> Any:
             inner = getattr(value, "value", value)
             text = str(inner)
             if text.startswith("torch."):  # torch.bfloat16 -> "bfloat16"
-                text = text[len("torch."):]
+                text = text[len("torch.") :]
             return text
     except Exception:
         return None
@@ -145,6 +146,7 @@ def merge_config(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
 # ---------------------------------------------------------------------------
 # environment
 # ---------------------------------------------------------------------------
+
 
 def framework_versions() -> dict[str, str]:
     """Installed versions of torch/transformers/trl/accelerate (absent ones omitted) and python."""
@@ -206,21 +208,25 @@ def torch_state() -> dict[str, Any]:
         out["cudnn_allow_tf32"] = _try(lambda: bool(torch.backends.cudnn.allow_tf32))
         out["float32_matmul_precision"] = _try(lambda: str(torch.get_float32_matmul_precision()))
         out["fp32_precision"] = _try(lambda: str(torch.backends.fp32_precision))
-        out["cuda_matmul_fp32_precision"] = _try(
-            lambda: str(torch.backends.cuda.matmul.fp32_precision))
+        out["cuda_matmul_fp32_precision"] = _try(lambda: str(torch.backends.cuda.matmul.fp32_precision))
         for dev in ("cuda", "cpu"):
             enabled = _try(lambda: bool(torch.is_autocast_enabled(dev)))
             out[f"autocast_{dev}_enabled"] = enabled
             out[f"autocast_{dev}_dtype"] = (
-                _try(lambda: _coerce(torch.get_autocast_dtype(dev), str)) if enabled else None)
+                _try(lambda: _coerce(torch.get_autocast_dtype(dev), str)) if enabled else None
+            )
     out["tf32_effective"] = _tf32_effective(out)
     return out
 
 
 def _tf32_effective(state: Mapping[str, Any]) -> bool | None:
     """Would an fp32 CUDA matmul use TF32 tensor cores under these flags?"""
-    flags = [state.get("cuda_matmul_allow_tf32"), state.get("float32_matmul_precision"),
-             state.get("cuda_matmul_fp32_precision"), state.get("fp32_precision")]
+    flags = [
+        state.get("cuda_matmul_allow_tf32"),
+        state.get("float32_matmul_precision"),
+        state.get("cuda_matmul_fp32_precision"),
+        state.get("fp32_precision"),
+    ]
     if all(f is None for f in flags):
         return None
     if state.get("cuda_matmul_allow_tf32") is True:
@@ -237,6 +243,7 @@ def _tf32_effective(state: Mapping[str, Any]) -> bool | None:
 # ---------------------------------------------------------------------------
 # configuration readers
 # ---------------------------------------------------------------------------
+
 
 def _unwrap_model(model: Any) -> Any:
     seen = 0
@@ -266,8 +273,7 @@ def config_from_model(model: Any) -> dict[str, Any]:
     if num is None:
         num = _try(lambda: int(sum(p.numel() for p in base.parameters())))
     out["num_parameters"] = num
-    out["num_trainable_parameters"] = _try(
-        lambda: int(sum(p.numel() for p in base.parameters() if p.requires_grad)))
+    out["num_trainable_parameters"] = _try(lambda: int(sum(p.numel() for p in base.parameters() if p.requires_grad)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # transformers 5 deprecates is_gradient_checkpointing
         gc = _try(lambda: bool(base.is_activation_checkpointing))
@@ -282,9 +288,19 @@ def config_from_training_args(args: Any) -> dict[str, Any]:
     if args is None:
         return {}
     out: dict[str, Any] = {}
-    for key in ("per_device_train_batch_size", "gradient_accumulation_steps",
-                "dataloader_num_workers", "dataloader_pin_memory", "bf16", "fp16", "tf32",
-                "gradient_checkpointing", "torch_compile", "packing", "padding_free"):
+    for key in (
+        "per_device_train_batch_size",
+        "gradient_accumulation_steps",
+        "dataloader_num_workers",
+        "dataloader_pin_memory",
+        "bf16",
+        "fp16",
+        "tf32",
+        "gradient_checkpointing",
+        "torch_compile",
+        "packing",
+        "padding_free",
+    ):
         out[key] = _try(lambda: getattr(args, key))
     out["optim"] = _try(lambda: _coerce(args.optim, str))
     # transformers < 5: group_by_length; >= 5: train_sampling_strategy == "group_by_length"
@@ -319,6 +335,7 @@ def effective_tf32(explicit: Any, device: Mapping[str, Any], state: Mapping[str,
 # ---------------------------------------------------------------------------
 # per-step token counts
 # ---------------------------------------------------------------------------
+
 
 def _get(batch: Any, key: str) -> Any:
     try:
@@ -365,10 +382,15 @@ def token_counts(batch: Any) -> dict[str, Any] | None:
             ids_shape = (1, ids_shape[0])
         bs, seq = ids_shape[0], ids_shape[-1]
         padded = bs * seq
-        padding_free = any(_get(batch, k) is not None
-                           for k in ("position_ids", "cu_seq_lens_q", "seq_lengths", "cu_seqlens"))
-        return {"batch_size": bs, "seq_len": seq,
-                "real_tokens": padded if padding_free else None, "padded_tokens": padded}
+        padding_free = any(
+            _get(batch, k) is not None for k in ("position_ids", "cu_seq_lens_q", "seq_lengths", "cu_seqlens")
+        )
+        return {
+            "batch_size": bs,
+            "seq_len": seq,
+            "real_tokens": padded if padding_free else None,
+            "padded_tokens": padded,
+        }
     except Exception:
         return None
 
@@ -409,10 +431,16 @@ def resolve_counts(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # the block itself
 # ---------------------------------------------------------------------------
 
-def build_metadata(*, source: str, config: Mapping[str, Any] | None = None,
-                   steps: list[dict[str, Any]] | None = None, device: Any = None,
-                   extra: Mapping[str, Any] | None = None,
-                   memory: Mapping[str, Any] | None = None) -> dict[str, Any]:
+
+def build_metadata(
+    *,
+    source: str,
+    config: Mapping[str, Any] | None = None,
+    steps: list[dict[str, Any]] | None = None,
+    device: Any = None,
+    extra: Mapping[str, Any] | None = None,
+    memory: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """The complete ``"traceinspect"`` object (schema_version 1)."""
     dev = _try(lambda: device_info(device)) or {"type": None, "name": None, "count": None}
     state = _try(torch_state) or {}
@@ -444,8 +472,9 @@ def build_metadata(*, source: str, config: Mapping[str, Any] | None = None,
 # device memory per profiled step (read by traceinspect/trace/memory.py)
 # ---------------------------------------------------------------------------
 
-NO_CUDA_MEMORY = ("no CUDA device: torch.cuda.max_memory_allocated() measures GPU memory only, "
-                  "so a CPU run has no figure")
+NO_CUDA_MEMORY = (
+    "no CUDA device: torch.cuda.max_memory_allocated() measures GPU memory only, so a CPU run has no figure"
+)
 
 
 def memory_device(device: Any = None) -> tuple[int | None, str | None]:
@@ -477,9 +506,12 @@ def memory_step_begin(index: int | None) -> int | None:
 def memory_step_end(index: int | None, step: int, start: int | None) -> dict[str, Any]:
     """One ``memory.steps`` entry: the step's peaks since memory_step_begin (null on the CPU)."""
     torch = _torch() if index is not None else None
-    return {"step": step, "start_allocated_bytes": start,
-            "max_allocated_bytes": _try(lambda: int(torch.cuda.max_memory_allocated(index))) if torch else None,
-            "max_reserved_bytes": _try(lambda: int(torch.cuda.max_memory_reserved(index))) if torch else None}
+    return {
+        "step": step,
+        "start_allocated_bytes": start,
+        "max_allocated_bytes": _try(lambda: int(torch.cuda.max_memory_allocated(index))) if torch else None,
+        "max_reserved_bytes": _try(lambda: int(torch.cuda.max_memory_reserved(index))) if torch else None,
+    }
 
 
 def memory_block(index: int | None, reason: str | None, steps: list[dict[str, Any]]) -> dict[str, Any]:
@@ -488,8 +520,7 @@ def memory_block(index: int | None, reason: str | None, steps: list[dict[str, An
     if index is not None:
         torch = _torch()
         total = _try(lambda: int(torch.cuda.get_device_properties(index).total_memory))
-    return {"device_index": index, "device_total_bytes": total, "reason": reason,
-            "steps": [dict(s) for s in steps]}
+    return {"device_index": index, "device_total_bytes": total, "reason": reason, "steps": [dict(s) for s in steps]}
 
 
 def dumps(meta: Mapping[str, Any]) -> str:

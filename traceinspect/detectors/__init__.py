@@ -1,4 +1,5 @@
 """The one ordered registry of detectors. Adding a detector: its file, one line here, its test."""
+
 from __future__ import annotations
 
 from .allocator_churn import AllocatorChurn

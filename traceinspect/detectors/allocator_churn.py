@@ -1,4 +1,5 @@
 """allocator-churn: device memory allocated and freed through the driver inside steady-state steps."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,11 +14,23 @@ from .base import Detector, events_from, fmt_us, in_steps, option, pct, window_l
 
 # blocking driver allocations; stream-ordered cudaMallocAsync/cudaFreeAsync are not churn
 ALLOC_CALLS = {
-    "cudaMalloc", "cudaFree", "cuMemAlloc", "cuMemAlloc_v2", "cuMemFree", "cuMemFree_v2",
-    "hipMalloc", "hipFree", "hipExtMallocWithFlags", "hipMallocManaged",
-    "cudaHostAlloc", "cudaMallocHost", "cudaFreeHost", "hipHostMalloc", "hipHostFree",
+    "cudaMalloc",
+    "cudaFree",
+    "cuMemAlloc",
+    "cuMemAlloc_v2",
+    "cuMemFree",
+    "cuMemFree_v2",
+    "hipMalloc",
+    "hipFree",
+    "hipExtMallocWithFlags",
+    "hipMallocManaged",
+    "cudaHostAlloc",
+    "cudaMallocHost",
+    "cudaFreeHost",
+    "hipHostMalloc",
+    "hipHostFree",
 }
-_ALLOC_CBIDS = {20, 22}       # cudaMalloc, cudaFree when CUPTI names the call "INVALID"
+_ALLOC_CBIDS = {20, 22}  # cudaMalloc, cudaFree when CUPTI names the call "INVALID"
 
 
 # idle under a blocking allocation call is the call's doing, whatever the host-late rule labelled it;
@@ -28,8 +41,9 @@ CLAIMED_PARTS = ("idle_launch", "idle_cpu", "idle_unknown")
 def _alloc_rows(rt: pd.DataFrame) -> pd.DataFrame:
     if not len(rt):
         return rt
-    mask = name_flags(rt["name"], ALLOC_CALLS) | (name_flags(rt["name"], {"INVALID"})
-                                                  & rt["cbid"].isin(_ALLOC_CBIDS).to_numpy())
+    mask = name_flags(rt["name"], ALLOC_CALLS) | (
+        name_flags(rt["name"], {"INVALID"}) & rt["cbid"].isin(_ALLOC_CBIDS).to_numpy()
+    )
     return rt[mask]
 
 
@@ -110,7 +124,7 @@ class AllocatorChurn(Detector):
     silent_on = ("builders.build_healthy", "builders_host.build_allocator_warmup")
 
     claims_parts = CLAIMED_PARTS
-    reserves = ("idle_launch", "idle_cpu")     # the GPU idle under its allocation calls
+    reserves = ("idle_launch", "idle_cpu")  # the GPU idle under its allocation calls
     min_frac: float = option(0.02, "minimum share of the analysed steps the GPU idles under allocation calls")
     no_cache_calls: int = option(100, "allocation calls per step above which the caching allocator looks disabled")
 
@@ -152,8 +166,10 @@ class AllocatorChurn(Detector):
         synced = iv.total(iv.intersect(tl.sets["idle_sync"], under))
         frac = lost / ctx.window_us if ctx.window_us else 0.0
         if frac < self.min_frac:
-            yield self.declined(f"{len(calls)} steady-state allocation call(s), GPU idle under them {100 * frac:.1f}% of "
-                            f"the window, below the {100 * self.min_frac:g}% threshold")
+            yield self.declined(
+                f"{len(calls)} steady-state allocation call(s), GPU idle under them {100 * frac:.1f}% of "
+                f"the window, below the {100 * self.min_frac:g}% threshold"
+            )
             return
         n_steady = len(st) - 1
         w = f"steps 2..{len(st)} of {window_label(trace)}"
@@ -162,17 +178,25 @@ class AllocatorChurn(Detector):
         host = float(calls["dur_us"].sum())
         longest = calls.nlargest(1, "dur_us").iloc[0]
         ev = [
-            Evidence(label="GPU idle under allocation calls", value=round(lost / n_steady / 1e3, 3),
-                     unit="ms/step", window=w),
+            Evidence(
+                label="GPU idle under allocation calls", value=round(lost / n_steady / 1e3, 3), unit="ms/step", window=w
+            ),
             Evidence(label="share of analysed time", value=round(100 * frac, 1), unit="%", window=window_label(trace)),
             Evidence(label="allocation calls per steady-state step", value=per_name, unit="calls/step", window=w),
-            Evidence(label="host time in allocation calls", value=round(host / n_steady / 1e3, 3), unit="ms/step",
-                     window=w),
+            Evidence(
+                label="host time in allocation calls", value=round(host / n_steady / 1e3, 3), unit="ms/step", window=w
+            ),
             Evidence(label="longest call", value=f"{longest['name']} {fmt_us(float(longest['dur_us']))}", unit=""),
         ]
         if synced > 0:
-            ev.append(Evidence(label="idle under these calls already attributed to host syncs (not counted)",
-                               value=round(synced / n_steady / 1e3, 3), unit="ms/step", window=w))
+            ev.append(
+                Evidence(
+                    label="idle under these calls already attributed to host syncs (not counted)",
+                    value=round(synced / n_steady / 1e3, 3),
+                    unit="ms/step",
+                    window=w,
+                )
+            )
         mem = trace.memory
         if len(mem):
             m = in_steps(mem, trace)
@@ -181,28 +205,54 @@ class AllocatorChurn(Detector):
                 res = m["total_reserved_bytes"].to_numpy()
                 changes = int(np.count_nonzero(np.diff(res)))
                 if changes:
-                    ev.append(Evidence(label="reserved-memory changes in steady-state steps ([memory] events)",
-                                       value=changes, unit="changes", window=w))
+                    ev.append(
+                        Evidence(
+                            label="reserved-memory changes in steady-state steps ([memory] events)",
+                            value=changes,
+                            unit="changes",
+                            window=w,
+                        )
+                    )
         no_cache = len(calls) / n_steady >= self.no_cache_calls
         if no_cache:
-            ev.append(Evidence(label="diagnosis", value="allocation calls on nearly every tensor: the caching "
-                               "allocator looks disabled (PYTORCH_NO_CUDA_MEMORY_CACHING=1?)", unit=""))
-        title = (f"{len(calls) / n_steady:.0f} cudaMalloc/cudaFree calls per steady-state step stall the GPU "
-                 f"{fmt_us(lost / n_steady)} per steady-state step ({pct(frac)} of the analysed time)")
+            ev.append(
+                Evidence(
+                    label="diagnosis",
+                    value="allocation calls on nearly every tensor: the caching "
+                    "allocator looks disabled (PYTORCH_NO_CUDA_MEMORY_CACHING=1?)",
+                    unit="",
+                )
+            )
+        title = (
+            f"{len(calls) / n_steady:.0f} cudaMalloc/cudaFree calls per steady-state step stall the GPU "
+            f"{fmt_us(lost / n_steady)} per steady-state step ({pct(frac)} of the analysed time)"
+        )
         if trace.is_rocm:
             title = title.replace("cudaMalloc/cudaFree", "hipMalloc/hipFree")
-        yield self.finding(ctx, title=title, time_lost_us=lost,
-                           confidence="high" if frac >= 0.05 else "medium", evidence=ev,
-                           fix=self._fix(ctx, no_cache), events=events_from(calls, trace, "runtime"),
-                           idle_claims=claims)
+        yield self.finding(
+            ctx,
+            title=title,
+            time_lost_us=lost,
+            confidence="high" if frac >= 0.05 else "medium",
+            evidence=ev,
+            fix=self._fix(ctx, no_cache),
+            events=events_from(calls, trace, "runtime"),
+            idle_claims=claims,
+        )
 
     @staticmethod
     def _fix(ctx, no_cache: bool) -> str:
         if no_cache:
-            return ("Re-enable the caching allocator (unset PYTORCH_NO_CUDA_MEMORY_CACHING) and set "
-                    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.")
+            return (
+                "Re-enable the caching allocator (unset PYTORCH_NO_CUDA_MEMORY_CACHING) and set "
+                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True."
+            )
         if ctx.framework in ("hf_trainer", "trl"):
-            return ("Keep shapes static (pad_to_multiple_of=64 in the data collator), set "
-                    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, and remove torch.cuda.empty_cache() from callbacks.")
-        return ("Keep shapes static (pad to a few bucket sizes), set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, "
-                "and remove torch.cuda.empty_cache() from the training loop.")
+            return (
+                "Keep shapes static (pad_to_multiple_of=64 in the data collator), set "
+                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, and remove torch.cuda.empty_cache() from callbacks."
+            )
+        return (
+            "Keep shapes static (pad to a few bucket sizes), set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, "
+            "and remove torch.cuda.empty_cache() from the training loop."
+        )

@@ -2,6 +2,7 @@
 
 A detector reads a Trace and yields Finding | Skipped. It never prints, logs, renders or writes.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -38,14 +39,13 @@ def option(default, doc: str):
 class Context:
     """Facts about the run shared by detectors (computed once per trace)."""
 
-    framework: str            # "hf_trainer" | "trl" | "lightning" | "accelerate" | "plain" | "unknown"
+    framework: str  # "hf_trainer" | "trl" | "lightning" | "accelerate" | "plain" | "unknown"
     n_steps: int
-    window_us: float          # sum of analysed step durations
+    window_us: float  # sum of analysed step durations
 
     @staticmethod
     def of(trace: Trace) -> "Context":
-        return Context(framework=detect_framework(trace), n_steps=len(trace.steps),
-                       window_us=trace.window_us)
+        return Context(framework=detect_framework(trace), n_steps=len(trace.steps), window_us=trace.window_us)
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class Claim:
     the interval (a kernel that would run faster). Read by `annotate`, which draws the intervals into the
     trace; never by renderers."""
 
-    what: str               # what the intervals are, e.g. "fp32 GEMM/convolution kernel"
+    what: str  # what the intervals are, e.g. "fp32 GEMM/convolution kernel"
     start_us: np.ndarray
     end_us: np.ndarray
     lost_us: np.ndarray
@@ -71,9 +71,9 @@ class Detector:
     fires_on: ClassVar[tuple[str, ...]] = ()
     silent_on: ClassVar[tuple[str, ...]] = ()
     # explicit time claims, resolved in facts/claims.py (its ORDER says who comes first in each part)
-    claims_parts: ClassVar[tuple[str, ...]] = ()   # the timeline idle parts its findings may claim
-    reserves: ClassVar[tuple[str, ...]] = ()       # the parts where reserved() intervals go to it first
-    provides: ClassVar[dict[str, str]] = {}        # fact name -> method computing it by this detector's thresholds
+    claims_parts: ClassVar[tuple[str, ...]] = ()  # the timeline idle parts its findings may claim
+    reserves: ClassVar[tuple[str, ...]] = ()  # the parts where reserved() intervals go to it first
+    provides: ClassVar[dict[str, str]] = {}  # fact name -> method computing it by this detector's thresholds
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -101,10 +101,20 @@ class Detector:
         was checked, so a user (and diff) can tell it from a detector that did not apply."""
         return Skipped(code=self.code, name=self.name, reason=reason, checked=True)
 
-    def finding(self, ctx: Context, *, title: str, time_lost_us: float, confidence: str,
-                evidence: Iterable[Evidence], fix: str, events: Iterable[EventRef] = (),
-                upper_bound: bool = False, idle_claims: dict | None = None,
-                projected_lost_us: float | None = None) -> Finding:
+    def finding(
+        self,
+        ctx: Context,
+        *,
+        title: str,
+        time_lost_us: float,
+        confidence: str,
+        evidence: Iterable[Evidence],
+        fix: str,
+        events: Iterable[EventRef] = (),
+        upper_bound: bool = False,
+        idle_claims: dict | None = None,
+        projected_lost_us: float | None = None,
+    ) -> Finding:
         """idle_claims: the GPU idle time, per timeline idle part, that time_lost_us consists of (the
         explained-time account adds these up, so they must not overlap another detector's claim): per
         part, the claimed interval set, or (set, factor) when only a share factor <= 1 of it is claimed.
@@ -124,17 +134,27 @@ class Detector:
         claims = {p: float((e - s).sum()) * f for p, (s, e, f) in sets.items()}
         claims = {p: v for p, v in claims.items() if v > 0}
         total = sum(claims.values())
-        if total > lost > 0 or (lost == 0 and total > 0):   # a claim never exceeds the time lost
+        if total > lost > 0 or (lost == 0 and total > 0):  # a claim never exceeds the time lost
             k = lost / total
             claims = {p: v * k for p, v in claims.items()}
             sets = {p: (s, e, f * k) for p, (s, e, f) in sets.items()}
         proj = None if projected_lost_us is None else float(max(0.0, min(projected_lost_us, ctx.window_us)))
-        return Finding(code=self.code, name=self.name, title=title, time_lost_us=lost,
-                       time_lost_frac=lost / ctx.window_us if ctx.window_us > 0 else 0.0,
-                       time_lost_per_step_us=lost / ctx.n_steps if ctx.n_steps else 0.0,
-                       confidence=confidence, evidence=tuple(evidence), fix=fix,
-                       events=tuple(events), upper_bound=upper_bound, idle_claims_us=claims,
-                       projected_lost_us=proj, claim_sets={p: sets[p] for p in claims})
+        return Finding(
+            code=self.code,
+            name=self.name,
+            title=title,
+            time_lost_us=lost,
+            time_lost_frac=lost / ctx.window_us if ctx.window_us > 0 else 0.0,
+            time_lost_per_step_us=lost / ctx.n_steps if ctx.n_steps else 0.0,
+            confidence=confidence,
+            evidence=tuple(evidence),
+            fix=fix,
+            events=tuple(events),
+            upper_bound=upper_bound,
+            idle_claims_us=claims,
+            projected_lost_us=proj,
+            claim_sets={p: sets[p] for p in claims},
+        )
 
     @classmethod
     def options(cls) -> list[tuple[str, object, str]]:
@@ -168,12 +188,18 @@ def events_from(df: pd.DataFrame, trace: Trace, kind: str, n: int = 3, by: str =
     top = df.nlargest(n, by) if by in df.columns else df.head(n)
     out = []
     for row in top.itertuples(index=False):
-        out.append(EventRef(name=str(row.name), ts_us=round(float(row.ts_us), 3),
-                            dur_us=round(float(row.dur_us), 3), track=trace.track(row, kind)))
+        out.append(
+            EventRef(
+                name=str(row.name),
+                ts_us=round(float(row.ts_us), 3),
+                dur_us=round(float(row.dur_us), 3),
+                track=trace.track(row, kind),
+            )
+        )
     return tuple(out)
 
 
-MAX_PROMISE = 0.9   # an estimate never promises more than 90% of the step back
+MAX_PROMISE = 0.9  # an estimate never promises more than 90% of the step back
 
 
 def projected_step(median_us: float, saved_per_step_us: float) -> float:

@@ -3,6 +3,7 @@
 Also owns the classification of host<->device copies into input batches and offload traffic,
 shared with pageable-memcpy (which must not count offload copies twice).
 """
+
 from __future__ import annotations
 
 import re
@@ -36,14 +37,14 @@ TRAIN_BYTES_PER_PARAM = MIXED_ADAM_BYTES
 class OffloadTraffic:
     """Which host<->device copies of the analysed steps are offload traffic, and why."""
 
-    mask: np.ndarray            # bool over trace.memcpy rows: the copy is offload traffic
-    input_mask: np.ndarray      # bool over trace.memcpy rows: the copy is an input-batch copy
-    rule: str                   # the rule that fired ("" when it is not offload)
-    htod_bytes: float           # non-input host->device bytes per step
-    dtoh_bytes: float           # device->host bytes per step
-    input_bytes: float          # input-batch host->device bytes per step
-    big_htod_copies: float      # non-input host->device copies >= the chunk size, per step
-    cpu_opt: pd.DataFrame       # Optimizer.step spans judged to run on the CPU (+ n_kernels column)
+    mask: np.ndarray  # bool over trace.memcpy rows: the copy is offload traffic
+    input_mask: np.ndarray  # bool over trace.memcpy rows: the copy is an input-batch copy
+    rule: str  # the rule that fired ("" when it is not offload)
+    htod_bytes: float  # non-input host->device bytes per step
+    dtoh_bytes: float  # device->host bytes per step
+    input_bytes: float  # input-batch host->device bytes per step
+    big_htod_copies: float  # non-input host->device copies >= the chunk size, per step
+    cpu_opt: pd.DataFrame  # Optimizer.step spans judged to run on the CPU (+ n_kernels column)
 
     @property
     def is_offload(self) -> bool:
@@ -103,8 +104,9 @@ def _input_copy_mask(trace, hc: pd.DataFrame) -> np.ndarray:
     if len(ops):
         # FSDP2 names its parameter transfers (FSDP::pre_forward ...) and its input move
         # (FSDP::inputs_to_device): a copy under any other FSDP:: annotation is never an input batch
-        fsdp = ops[name_flags(ops["name"], lambda n: n.startswith("FSDP::")
-                              and not n.startswith("FSDP::inputs_to_device"))]
+        fsdp = ops[
+            name_flags(ops["name"], lambda n: n.startswith("FSDP::") and not n.startswith("FSDP::inputs_to_device"))
+        ]
         if len(fsdp):
             is_htod &= ~iv.contains(iv.union(fsdp["ts_us"], fsdp["end_us"]), t)
     for th in np.unique(tid):
@@ -209,26 +211,42 @@ class CpuOffload(Detector):
     name = "cpu-offload"
     summary = "Optimizer states or parameters in host memory cross PCIe every step (GPU memory capacity limit)"
     fires_on = ("builders_transfer.build_cpu_offload", "builders_transfer.build_fsdp_param_offload")
-    silent_on = ("builders.build_healthy", "builders.build_dataloader_stall",
-                 "builders_transfer.build_input_copies_only", "builders_transfer.build_pageable_outputs",
-                 "builders_transfer.build_exposed_nccl")
+    silent_on = (
+        "builders.build_healthy",
+        "builders.build_dataloader_stall",
+        "builders_transfer.build_input_copies_only",
+        "builders_transfer.build_pageable_outputs",
+        "builders_transfer.build_exposed_nccl",
+    )
 
     claims_parts = ("idle_cpu",)
-    reserves = ("idle_cpu",)                   # the GPU idle under a CPU-side optimizer step
+    reserves = ("idle_cpu",)  # the GPU idle under a CPU-side optimizer step
     provides = {"offload traffic": "traffic"}  # read by pageable-memcpy, which leaves that traffic alone
-    min_bytes_per_step: float = option(128 * MB, "bytes per step each direction must carry (both-directions "
-                                                 "rule) or host-to-device must carry (parameter streaming)")
+    min_bytes_per_step: float = option(
+        128 * MB,
+        "bytes per step each direction must carry (both-directions "
+        "rule) or host-to-device must carry (parameter streaming)",
+    )
     min_direction_ratio: float = option(0.2, "smaller direction / larger direction for the both-directions rule")
-    min_bytes_with_cpu_optimizer: float = option(16 * MB, "bytes per step each direction must carry when an "
-                                                          "optimizer step runs on the CPU")
-    chunk_bytes: float = option(1 << 20, "a copy at least this large is a state chunk; smaller copies are "
-                                         "scalars, masks or metrics and are never offload traffic")
-    min_stream_copies: float = option(16, "non-input host-to-device chunks per step for the parameter "
-                                          "streaming rule")
-    min_cpu_opt_us: float = option(5000.0, "an Optimizer.step span at least this long (us) that launches at most "
-                                          "max_cpu_opt_kernels kernels runs on the CPU")
-    max_cpu_opt_kernels: int = option(0, "most kernels a CPU-side Optimizer.step span may launch (foreach/fused GPU "
-                                         "optimizers launch as few as 2-5 kernels per step)")
+    min_bytes_with_cpu_optimizer: float = option(
+        16 * MB, "bytes per step each direction must carry when an optimizer step runs on the CPU"
+    )
+    chunk_bytes: float = option(
+        1 << 20,
+        "a copy at least this large is a state chunk; smaller copies are "
+        "scalars, masks or metrics and are never offload traffic",
+    )
+    min_stream_copies: float = option(16, "non-input host-to-device chunks per step for the parameter streaming rule")
+    min_cpu_opt_us: float = option(
+        5000.0,
+        "an Optimizer.step span at least this long (us) that launches at most "
+        "max_cpu_opt_kernels kernels runs on the CPU",
+    )
+    max_cpu_opt_kernels: int = option(
+        0,
+        "most kernels a CPU-side Optimizer.step span may launch (foreach/fused GPU "
+        "optimizers launch as few as 2-5 kernels per step)",
+    )
     min_frac: float = option(0.02, "minimum share of the step time lost to report")
 
     # --- classification shared with pageable-memcpy ------------------------------------------------
@@ -275,8 +293,17 @@ class CpuOffload(Detector):
         with_opt = len(cpu_opt) > 0 and lo >= self.min_bytes_with_cpu_optimizer
         streaming = htod >= self.min_bytes_per_step and big_htod >= self.min_stream_copies
         config = run_config_says_offload(trace) and (lo >= self.min_bytes_with_cpu_optimizer or len(cpu_opt) > 0)
-        rule = ("both directions" if both else "CPU optimizer" if with_opt else
-                "parameter streaming" if streaming else "run config" if config else "")
+        rule = (
+            "both directions"
+            if both
+            else "CPU optimizer"
+            if with_opt
+            else "parameter streaming"
+            if streaming
+            else "run config"
+            if config
+            else ""
+        )
         if rule:
             sel = big & ~inp
             if rule == "parameter streaming":
@@ -333,19 +360,23 @@ class CpuOffload(Detector):
             if opt_us is None:
                 text += "; the CPU optimizer step stays (the GPU's memory bandwidth is unknown)"
             else:
-                text += (f"; the CPU optimizer step ({removed_host / max(len(opt), 1) / 1e3:.1f} ms of host work) "
-                         f"becomes a GPU step of {opt_us / 1e3:.2f} ms ({nparams / 1e6:.0f} M parameters x "
-                         f"2 x {TRAIN_BYTES_PER_PARAM:g} B at {peaks.mem_gbps:g} GB/s, {peaks.name})")
+                text += (
+                    f"; the CPU optimizer step ({removed_host / max(len(opt), 1) / 1e3:.1f} ms of host work) "
+                    f"becomes a GPU step of {opt_us / 1e3:.2f} ms ({nparams / 1e6:.0f} M parameters x "
+                    f"2 x {TRAIN_BYTES_PER_PARAM:g} B at {peaks.mem_gbps:g} GB/s, {peaks.name})"
+                )
         mem = trace.device.total_mem_bytes if trace.device is not None else None
         options = state_options(nparams, mem) if nparams and mem else []
         if options and not options[0].fits:
-            text += (f"; the state ({options[0].footprint_bytes / GB:.1f} GB) does not fit in {mem / GB:.0f} GB: "
-                     "this is the step a GPU that holds it (or sharding that makes it fit) would give")
+            text += (
+                f"; the state ({options[0].footprint_bytes / GB:.1f} GB) does not fit in {mem / GB:.0f} GB: "
+                "this is the step a GPU that holds it (or sharding that makes it fit) would give"
+            )
         return text
 
     # --- detector -----------------------------------------------------------------------------------
     def reserved(self, trace) -> iv.Set:
-        tr = trace.memo(("offload traffic", self), lambda: self.traffic(trace))   # claims.provided's key
+        tr = trace.memo(("offload traffic", self), lambda: self.traffic(trace))  # claims.provided's key
         if not tr.is_offload or tr.rule == "parameter streaming" or not len(tr.cpu_opt):
             return iv.EMPTY
         return iv.union(tr.cpu_opt["ts_us"], tr.cpu_opt["end_us"])
@@ -371,8 +402,10 @@ class CpuOffload(Detector):
         lost = exposed + opt_idle
         frac = lost / ctx.window_us if ctx.window_us else 0.0
         if frac < self.min_frac:
-            yield self.declined(f"offload traffic present ({tr.rule}), stalling the GPU {100 * frac:.1f}% of the "
-                                f"window, below the {100 * self.min_frac:g}% threshold")
+            yield self.declined(
+                f"offload traffic present ({tr.rule}), stalling the GPU {100 * frac:.1f}% of the "
+                f"window, below the {100 * self.min_frac:g}% threshold"
+            )
             return
         n = max(ctx.n_steps, 1)
         w = window_label(trace)
@@ -389,33 +422,77 @@ class CpuOffload(Detector):
         for label, b, t in (("host-to-device", htod_b, htod_t), ("device-to-host", dtoh_b, dtoh_t)):
             if b > 0 and t > 0:
                 gbps = b / t / 1e3
-                ev.append(Evidence(label=f"{label} achieved bandwidth" + (f" (bus ~{link:g} GB/s pinned)" if link else ""),
-                                   value=round(gbps, 1), unit="GB/s", window=w))
+                ev.append(
+                    Evidence(
+                        label=f"{label} achieved bandwidth" + (f" (bus ~{link:g} GB/s pinned)" if link else ""),
+                        value=round(gbps, 1),
+                        unit="GB/s",
+                        window=w,
+                    )
+                )
         if link:
             floor = max(htod_b, dtoh_b) / n / (link * 1e3)
-            ev.append(Evidence(label="copy time per step even at full bus bandwidth", value=round(floor / 1e3, 1),
-                               unit="ms", window=w))
-        ev.append(Evidence(label="GPU busy only with offload copies (exposed)", value=round(exposed / n / 1e3, 2),
-                           unit="ms/step", window=w))
+            ev.append(
+                Evidence(
+                    label="copy time per step even at full bus bandwidth",
+                    value=round(floor / 1e3, 1),
+                    unit="ms",
+                    window=w,
+                )
+            )
+        ev.append(
+            Evidence(
+                label="GPU busy only with offload copies (exposed)",
+                value=round(exposed / n / 1e3, 2),
+                unit="ms/step",
+                window=w,
+            )
+        )
         pageable = mc["src_kind"].astype(str).eq("Pageable") | mc["dst_kind"].astype(str).eq("Pageable")
-        ev.append(Evidence(label="offload bytes through pageable memory",
-                           value=round(100 * float(mc["size_bytes"][pageable.to_numpy()].sum()) / max(htod_b + dtoh_b, 1), 1),
-                           unit="%", window=w))
+        ev.append(
+            Evidence(
+                label="offload bytes through pageable memory",
+                value=round(100 * float(mc["size_bytes"][pageable.to_numpy()].sum()) / max(htod_b + dtoh_b, 1), 1),
+                unit="%",
+                window=w,
+            )
+        )
         if tr.input_bytes > 0:
-            ev.append(Evidence(label="input-batch copies (excluded)", value=round(tr.input_bytes / MB, 1),
-                               unit="MB/step", window=w))
+            ev.append(
+                Evidence(
+                    label="input-batch copies (excluded)", value=round(tr.input_bytes / MB, 1), unit="MB/step", window=w
+                )
+            )
         opt_name = ""
         if len(opt):
             opt_name = str(opt["name"].iloc[0])
-            ev.append(Evidence(label=f"CPU-side optimizer step ({opt_name})",
-                               value=round(float(opt["dur_us"].median()) / 1e3, 1), unit="ms (median)", window=w))
+            ev.append(
+                Evidence(
+                    label=f"CPU-side optimizer step ({opt_name})",
+                    value=round(float(opt["dur_us"].median()) / 1e3, 1),
+                    unit="ms (median)",
+                    window=w,
+                )
+            )
             ev.append(Evidence(label="kernels launched inside it", value=int(opt["n_kernels"].max()), unit="max"))
-            ev.append(Evidence(label="GPU idle during the CPU optimizer step", value=round(opt_idle_all / n / 1e3, 2),
-                               unit="ms/step", window=w))
+            ev.append(
+                Evidence(
+                    label="GPU idle during the CPU optimizer step",
+                    value=round(opt_idle_all / n / 1e3, 2),
+                    unit="ms/step",
+                    window=w,
+                )
+            )
             if opt_idle_all - opt_idle > 1.0:
-                ev.append(Evidence(label="of which counted here (timeline: idle on CPU work; the rest is "
-                                         "attributed to another idle cause)",
-                                   value=round(opt_idle / n / 1e3, 2), unit="ms/step", window=w))
+                ev.append(
+                    Evidence(
+                        label="of which counted here (timeline: idle on CPU work; the rest is "
+                        "attributed to another idle cause)",
+                        value=round(opt_idle / n / 1e3, 2),
+                        unit="ms/step",
+                        window=w,
+                    )
+                )
         ev.append(Evidence(label="offload rule", value=tr.rule, unit=""))
         dev = trace.device
         mem = dev.total_mem_bytes if dev is not None else None
@@ -433,38 +510,72 @@ class CpuOffload(Detector):
             rises = [s.rise_bytes for s in prof.device_steps(trace.device_id) if s.rise_bytes is not None]
             acts = max(rises) if rises else 0.0
             how = "capture helper" if prof.source == "capture" else "[memory] events"
-            ev.append(Evidence(label=f"peak allocated on the GPU with offload ({how})",
-                               value=round((prof.peak(trace.device_id) or 0) / GB, 2), unit="GB"))
+            ev.append(
+                Evidence(
+                    label=f"peak allocated on the GPU with offload ({how})",
+                    value=round((prof.peak(trace.device_id) or 0) / GB, 2),
+                    unit="GB",
+                )
+            )
         options = state_options(nparams, mem, acts) if nparams else []
         if nparams:
-            ev.append(Evidence(label=f"parameters (from the {n_source})", value=round(nparams / 1e6, 1),
-                               unit="M"))
-            ev.append(Evidence(label=f"training state at ~{TRAIN_BYTES_PER_PARAM:g} B/parameter (mixed-precision Adam)",
-                               value=round(nparams * TRAIN_BYTES_PER_PARAM / GB, 1), unit="GB"))
+            ev.append(Evidence(label=f"parameters (from the {n_source})", value=round(nparams / 1e6, 1), unit="M"))
+            ev.append(
+                Evidence(
+                    label=f"training state at ~{TRAIN_BYTES_PER_PARAM:g} B/parameter (mixed-precision Adam)",
+                    value=round(nparams * TRAIN_BYTES_PER_PARAM / GB, 1),
+                    unit="GB",
+                )
+            )
         if mem:
             ev.append(Evidence(label="GPU memory", value=round(mem / GB, 1), unit="GB"))
         for o in options:
             verdict = ("fits" if o.fits else "does not fit") + (
-                f" under {SAFETY_MARGIN:.0%} of {mem / GB:.0f} GB" if mem else "")
-            ev.append(Evidence(label=f"{o.recipe}: {o.bytes_per_param:g} B/parameter"
-                                     + (" + measured activations" if acts else "") + f" ({verdict})",
-                               value=round(o.footprint_bytes / GB, 1), unit="GB"))
+                f" under {SAFETY_MARGIN:.0%} of {mem / GB:.0f} GB" if mem else ""
+            )
+            ev.append(
+                Evidence(
+                    label=f"{o.recipe}: {o.bytes_per_param:g} B/parameter"
+                    + (" + measured activations" if acts else "")
+                    + f" ({verdict})",
+                    value=round(o.footprint_bytes / GB, 1),
+                    unit="GB",
+                )
+            )
         if options and mem:
-            ev.append(Evidence(label=f"GPUs of {mem / GB:.0f} GB that hold the current state sharded (ZeRO-3/FSDP)",
-                               value=gpus_needed(options[0].footprint_bytes, mem), unit="GPUs"))
-            ev.append(Evidence(label="smallest single GPU that holds the current state without offload",
-                               value=round(options[0].footprint_bytes / SAFETY_MARGIN / GB, 0), unit="GB"))
+            ev.append(
+                Evidence(
+                    label=f"GPUs of {mem / GB:.0f} GB that hold the current state sharded (ZeRO-3/FSDP)",
+                    value=gpus_needed(options[0].footprint_bytes, mem),
+                    unit="GPUs",
+                )
+            )
+            ev.append(
+                Evidence(
+                    label="smallest single GPU that holds the current state without offload",
+                    value=round(options[0].footprint_bytes / SAFETY_MARGIN / GB, 0),
+                    unit="GB",
+                )
+            )
         moved = (htod_b + dtoh_b) / n
-        title = (f"CPU offload moves {moved / GB:.2f} GB per step over PCIe"
-                 + (f" and runs the optimizer on the CPU ({fmt_us(float(opt['dur_us'].median()))})" if len(opt) else "")
-                 + f": GPU stalled {fmt_us(lost / n)} per step ({pct(frac)}); the "
-                 + ("weights do" if tr.rule == "parameter streaming" else "training state does") + " not fit"
-                 + (f" in {mem / GB:.0f} GB of GPU memory" if mem else " in GPU memory"))
-        yield self.finding(ctx, title=title, time_lost_us=lost,
-                           confidence="high" if tr.rule in ("both directions", "CPU optimizer") else "medium",
-                           evidence=ev, fix=_fix(ctx.framework, mem) + _smallest_change(options, mem, n_source),
-                           idle_claims={"idle_cpu": opt_claim} if len(opt) else None,
-                           events=events_from(mc, trace, "memcpy", 2) + events_from(opt, trace, "cpu", 1))
+        title = (
+            f"CPU offload moves {moved / GB:.2f} GB per step over PCIe"
+            + (f" and runs the optimizer on the CPU ({fmt_us(float(opt['dur_us'].median()))})" if len(opt) else "")
+            + f": GPU stalled {fmt_us(lost / n)} per step ({pct(frac)}); the "
+            + ("weights do" if tr.rule == "parameter streaming" else "training state does")
+            + " not fit"
+            + (f" in {mem / GB:.0f} GB of GPU memory" if mem else " in GPU memory")
+        )
+        yield self.finding(
+            ctx,
+            title=title,
+            time_lost_us=lost,
+            confidence="high" if tr.rule in ("both directions", "CPU optimizer") else "medium",
+            evidence=ev,
+            fix=_fix(ctx.framework, mem) + _smallest_change(options, mem, n_source),
+            idle_claims={"idle_cpu": opt_claim} if len(opt) else None,
+            events=events_from(mc, trace, "memcpy", 2) + events_from(opt, trace, "cpu", 1),
+        )
 
 
 def offload_optimizer_set(trace) -> iv.Set:
@@ -479,29 +590,44 @@ def _smallest_change(options, mem, n_source: str) -> str:
         return ""
     if options[0].fits:
         if n_source == "run configuration":
-            return (f" By the memory model the state fits as it is ({options[0].footprint_bytes / GB:.1f} GB of "
-                    f"{mem / GB:.0f} GB at {SAFETY_MARGIN:.0%}): try dropping the offload first.")
-        return (f" Estimated from the gradient copies ({n_source}), the state would fit as it is "
-                f"({options[0].footprint_bytes / GB:.1f} GB of {mem / GB:.0f} GB at {SAFETY_MARGIN:.0%}): check "
-                "the parameter count (with ZeRO/FSDP sharding each rank copies only its shard) before resizing.")
+            return (
+                f" By the memory model the state fits as it is ({options[0].footprint_bytes / GB:.1f} GB of "
+                f"{mem / GB:.0f} GB at {SAFETY_MARGIN:.0%}): try dropping the offload first."
+            )
+        return (
+            f" Estimated from the gradient copies ({n_source}), the state would fit as it is "
+            f"({options[0].footprint_bytes / GB:.1f} GB of {mem / GB:.0f} GB at {SAFETY_MARGIN:.0%}): check "
+            "the parameter count (with ZeRO/FSDP sharding each rank copies only its shard) before resizing."
+        )
     fit = next((o for o in options if o.fits), None)
     if fit is not None:
-        return (f" Smallest change that fits: {fit.recipe} (~{fit.footprint_bytes / GB:.1f} GB of "
-                f"{mem / GB:.0f} GB at {SAFETY_MARGIN:.0%}; memory model, docs/memory.md).")
-    return (f" No single-GPU recipe here fits {mem / GB:.0f} GB; shard over "
-            f"{gpus_needed(options[0].footprint_bytes, mem)} such GPUs or use one of at least "
-            f"{options[0].footprint_bytes / SAFETY_MARGIN / GB:.0f} GB.")
+        return (
+            f" Smallest change that fits: {fit.recipe} (~{fit.footprint_bytes / GB:.1f} GB of "
+            f"{mem / GB:.0f} GB at {SAFETY_MARGIN:.0%}; memory model, docs/memory.md)."
+        )
+    return (
+        f" No single-GPU recipe here fits {mem / GB:.0f} GB; shard over "
+        f"{gpus_needed(options[0].footprint_bytes, mem)} such GPUs or use one of at least "
+        f"{options[0].footprint_bytes / SAFETY_MARGIN / GB:.0f} GB."
+    )
 
 
 def _fix(framework: str, mem: int | None) -> str:
     fits = f"the {mem / GB:.0f} GB of GPU memory" if mem else "GPU memory"
     if framework in ("hf_trainer", "trl", "accelerate", "lightning"):
-        how = ("remove offload_optimizer/offload_param from the DeepSpeed config (or the FSDP 'offload' option) and "
-               f"make the state fit in {fits}: more or larger GPUs with ZeRO-3/FSDP sharding, or a smaller state "
-               "(LoRA/QLoRA with load_in_4bit, optim='paged_adamw_8bit', a smaller model)")
+        how = (
+            "remove offload_optimizer/offload_param from the DeepSpeed config (or the FSDP 'offload' option) and "
+            f"make the state fit in {fits}: more or larger GPUs with ZeRO-3/FSDP sharding, or a smaller state "
+            "(LoRA/QLoRA with load_in_4bit, optim='paged_adamw_8bit', a smaller model)"
+        )
     else:
-        how = ("drop CPUOffload/CPUOffloadPolicy or DeepSpeed offload_* and make the state fit in "
-               f"{fits}: more or larger GPUs with FSDP/ZeRO-3 sharding, or a smaller state (LoRA/QLoRA, "
-               "bitsandbytes AdamW8bit, a smaller model)")
-    return ("This is a GPU memory capacity limit, not an offload tuning problem: " + how +
-            "; pinned offload buffers (pin_memory) only narrow the gap.")
+        how = (
+            "drop CPUOffload/CPUOffloadPolicy or DeepSpeed offload_* and make the state fit in "
+            f"{fits}: more or larger GPUs with FSDP/ZeRO-3 sharding, or a smaller state (LoRA/QLoRA, "
+            "bitsandbytes AdamW8bit, a smaller model)"
+        )
+    return (
+        "This is a GPU memory capacity limit, not an offload tuning problem: "
+        + how
+        + "; pinned offload buffers (pin_memory) only narrow the gap."
+    )

@@ -1,4 +1,5 @@
 """dataloader-stall: GPU idle while the training loop waits for the next batch."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -70,8 +71,11 @@ class DataloaderStall(Detector):
     claims_parts = ("idle_dataloader",)
     min_frac: float = option(0.03, "minimum share of the step time the GPU idles in the DataLoader")
     prefetched_us: float = option(100.0, "what-if: host cost of __next__ when the next batch is already prefetched")
-    host_copy_gbps: float = option(10.0, "what-if: one host thread's memory copy rate (the batch is copied once "
-                                         "out of the workers' shared memory / into pinned memory)")
+    host_copy_gbps: float = option(
+        10.0,
+        "what-if: one host thread's memory copy rate (the batch is copied once "
+        "out of the workers' shared memory / into pinned memory)",
+    )
 
     def whatif(self, graph, finding) -> str:
         """Replay model: each DataLoader __next__ span shrinks to its prefetched cost: `prefetched_us`
@@ -84,13 +88,18 @@ class DataloaderStall(Detector):
         if not len(dl):
             return "no DataLoader spans: nothing to change"
         mc = in_steps(trace.memcpy, trace) if len(trace.memcpy) else trace.memcpy
-        batch = float(mc.loc[mc["kind"].to_numpy() == "HtoD", "size_bytes"].clip(lower=0).sum()) / max(len(trace.steps), 1) \
-            if len(mc) else 0.0
-        keep = self.prefetched_us + batch / (self.host_copy_gbps * 1e3)      # bytes / (bytes per us)
+        batch = (
+            float(mc.loc[mc["kind"].to_numpy() == "HtoD", "size_bytes"].clip(lower=0).sum()) / max(len(trace.steps), 1)
+            if len(mc)
+            else 0.0
+        )
+        keep = self.prefetched_us + batch / (self.host_copy_gbps * 1e3)  # bytes / (bytes per us)
         ts = dl["ts_us"].to_numpy()
         graph.remove_host_time(np.minimum(ts + keep, dl["end_us"].to_numpy()), dl["end_us"].to_numpy())
-        return (f"each DataLoader __next__ span shrinks to {keep:.0f} us (prefetched: {self.prefetched_us:g} us + "
-                f"{batch / 1e6:.1f} MB copied at {self.host_copy_gbps:g} GB/s)")
+        return (
+            f"each DataLoader __next__ span shrinks to {keep:.0f} us (prefetched: {self.prefetched_us:g} us + "
+            f"{batch / 1e6:.1f} MB copied at {self.host_copy_gbps:g} GB/s)"
+        )
 
     def detect(self, trace, ctx):
         if not trace.has_gpu:
@@ -106,8 +115,10 @@ class DataloaderStall(Detector):
         idle = iv.total(claim)
         frac = idle / ctx.window_us if ctx.window_us else 0.0
         if frac < self.min_frac:
-            yield self.declined(f"DataLoader spans present, GPU idle in them {fmt_us(idle / max(ctx.n_steps, 1))}/step "
-                            f"({100 * frac:.1f}%), below the {100 * self.min_frac:g}% threshold")
+            yield self.declined(
+                f"DataLoader spans present, GPU idle in them {fmt_us(idle / max(ctx.n_steps, 1))}/step "
+                f"({100 * frac:.1f}%), below the {100 * self.min_frac:g}% threshold"
+            )
             return
         dl_in = in_steps(dl, trace)
         dl_set = iv.union(dl["ts_us"], dl["end_us"])
@@ -119,35 +130,75 @@ class DataloaderStall(Detector):
         htod = mc[(mc["kind"] == "HtoD")]
         pageable = htod[htod["src_kind"] == "Pageable"]
         ev = [
-            Evidence(label="GPU idle waiting for the DataLoader", value=round(idle / ctx.n_steps / 1e3, 2),
-                     unit="ms/step", window=window_label(trace)),
+            Evidence(
+                label="GPU idle waiting for the DataLoader",
+                value=round(idle / ctx.n_steps / 1e3, 2),
+                unit="ms/step",
+                window=window_label(trace),
+            ),
             Evidence(label="share of step time", value=round(100 * frac, 1), unit="%", window=window_label(trace)),
-            Evidence(label="DataLoader __next__ span per step (median)", value=round(float(np.median(per_step)) / 1e3, 2),
-                     unit="ms", window=window_label(trace)),
-            Evidence(label="DataLoader share of each step (min..max)",
-                     value=f"{100 * share.min():.1f}..{100 * share.max():.1f}", unit="%", window=window_label(trace)),
-            Evidence(label="iterator", value="single-process (num_workers=0)" if single else "multi-process (workers)",
-                     unit=""),
+            Evidence(
+                label="DataLoader __next__ span per step (median)",
+                value=round(float(np.median(per_step)) / 1e3, 2),
+                unit="ms",
+                window=window_label(trace),
+            ),
+            Evidence(
+                label="DataLoader share of each step (min..max)",
+                value=f"{100 * share.min():.1f}..{100 * share.max():.1f}",
+                unit="%",
+                window=window_label(trace),
+            ),
+            Evidence(
+                label="iterator",
+                value="single-process (num_workers=0)" if single else "multi-process (workers)",
+                unit="",
+            ),
         ]
         if len(htod):
-            ev.append(Evidence(label="host-to-device copies from pageable memory",
-                               value=f"{len(pageable)} of {len(htod)}", unit="copies", window=window_label(trace)))
+            ev.append(
+                Evidence(
+                    label="host-to-device copies from pageable memory",
+                    value=f"{len(pageable)} of {len(htod)}",
+                    unit="copies",
+                    window=window_label(trace),
+                )
+            )
         workers = config_value(trace, "dataloader_num_workers")
         hf = ctx.framework in ("hf_trainer", "trl")
         if single:
-            fix = (("Set dataloader_num_workers=4, dataloader_pin_memory=True and dataloader_persistent_workers=True "
-                    "in TrainingArguments" if hf else
-                    "Load batches in background workers: DataLoader(num_workers=4, pin_memory=True, "
-                    "persistent_workers=True)") + current(trace, "dataloader_num_workers")
-                   + ", and pre-tokenize the dataset once.")
+            fix = (
+                (
+                    "Set dataloader_num_workers=4, dataloader_pin_memory=True and dataloader_persistent_workers=True "
+                    "in TrainingArguments"
+                    if hf
+                    else "Load batches in background workers: DataLoader(num_workers=4, pin_memory=True, "
+                    "persistent_workers=True)"
+                )
+                + current(trace, "dataloader_num_workers")
+                + ", and pre-tokenize the dataset once."
+            )
         else:
-            more = f"dataloader_num_workers={2 * workers}" if isinstance(workers, int) and workers > 0 else \
-                "more dataloader workers"
-            fix = (f"The workers cannot keep up: use {more}{current(trace, 'dataloader_num_workers')}, enable "
-                   "pin_memory and persistent_workers, and move tokenization/decoding out of __getitem__ "
-                   "(pre-tokenize and cache).")
-        title = (f"GPU idles {fmt_us(idle / ctx.n_steps)} per step ({pct(frac)}) waiting for the DataLoader"
-                 + (" (num_workers=0)" if single else ""))
-        yield self.finding(ctx, title=title, time_lost_us=idle,
-                           confidence="high" if frac >= 0.1 else "medium", evidence=ev, fix=fix,
-                           events=events_from(dl_in, trace, "cpu"), idle_claims={"idle_dataloader": claim})
+            more = (
+                f"dataloader_num_workers={2 * workers}"
+                if isinstance(workers, int) and workers > 0
+                else "more dataloader workers"
+            )
+            fix = (
+                f"The workers cannot keep up: use {more}{current(trace, 'dataloader_num_workers')}, enable "
+                "pin_memory and persistent_workers, and move tokenization/decoding out of __getitem__ "
+                "(pre-tokenize and cache)."
+            )
+        title = f"GPU idles {fmt_us(idle / ctx.n_steps)} per step ({pct(frac)}) waiting for the DataLoader" + (
+            " (num_workers=0)" if single else ""
+        )
+        yield self.finding(
+            ctx,
+            title=title,
+            time_lost_us=idle,
+            confidence="high" if frac >= 0.1 else "medium",
+            evidence=ev,
+            fix=fix,
+            events=events_from(dl_in, trace, "cpu"),
+            idle_claims={"idle_dataloader": claim},
+        )

@@ -1,4 +1,5 @@
 """eager-attention: attention computed as separate bmm / softmax / mask / dropout / bmm kernels instead of one fused kernel."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -87,12 +88,21 @@ class EagerAttention(Detector):
     code = "TI103"
     name = "eager-attention"
     summary = "unfused attention (bmm + softmax + mask/dropout + bmm) instead of a fused attention kernel"
-    fires_on = ("builders_compute.build_eager_attention", "builders_compute.build_eager_attention_no_shapes",
-                "builders_compute.build_eager_attention_training", "builders_compute.build_sdpa_math_fallback")
-    silent_on = ("builders.build_healthy", "builders_compute.build_sdpa_flash",
-                 "builders_compute.build_classifier_softmax")
+    fires_on = (
+        "builders_compute.build_eager_attention",
+        "builders_compute.build_eager_attention_no_shapes",
+        "builders_compute.build_eager_attention_training",
+        "builders_compute.build_sdpa_math_fallback",
+    )
+    silent_on = (
+        "builders.build_healthy",
+        "builders_compute.build_sdpa_flash",
+        "builders_compute.build_classifier_softmax",
+    )
 
-    min_saving_frac: float = option(0.01, "minimum GPU-time saving of a fused kernel, as a share of the analysed window")
+    min_saving_frac: float = option(
+        0.01, "minimum GPU-time saving of a fused kernel, as a share of the analysed window"
+    )
     min_calls: int = option(2, "minimum eager attention softmax calls (forward + backward) in the window")
     fused_gemm_fraction: float = option(0.5, "fused-attention time as a fraction of the eager bmm time it replaces")
 
@@ -118,17 +128,20 @@ class EagerAttention(Detector):
         order = np.argsort(graph.g_ts[node], kind="stable")
         dur, bid, node, gemm = dur[order], bid[order], node[order], gemm[order]
         ids, first = np.unique(bid, return_index=True)
-        fused = self.fused_gemm_fraction * np.bincount(np.searchsorted(ids, bid), weights=np.where(gemm, dur, 0.0),
-                                                       minlength=len(ids))
+        fused = self.fused_gemm_fraction * np.bincount(
+            np.searchsorted(ids, bid), weights=np.where(gemm, dur, 0.0), minlength=len(ids)
+        )
         keep = node[first]
         drop = np.zeros(len(graph.g_ts), dtype=bool)
         drop[node] = True
         drop[keep] = False
         graph.drop_ops(drop, keep_launches=graph.g_launch[keep][graph.g_launch[keep] >= 0])
         graph.g_dur[keep] = fused
-        return (f"{len(ids)} eager attention block(s) become one fused kernel each "
-                f"({self.fused_gemm_fraction:g} x their bmm time, {fused.sum() / 1e3:.1f} ms in all); "
-                f"{int(drop.sum())} kernel launches go")
+        return (
+            f"{len(ids)} eager attention block(s) become one fused kernel each "
+            f"({self.fused_gemm_fraction:g} x their bmm time, {fused.sum() / 1e3:.1f} ms in all); "
+            f"{int(drop.sum())} kernel launches go"
+        )
 
     def detect(self, trace, ctx):
         if not trace.has_gpu or not len(trace.kernels):
@@ -152,10 +165,12 @@ class EagerAttention(Detector):
         gpu_saving = block_us - fused_us
         n_calls = len(attn)
         if n_calls < self.min_calls or gpu_saving < self.min_saving_frac * ctx.window_us:
-            yield self.declined(f"eager attention present ({n_calls} softmax call(s)), a fused kernel would save "
-                            f"{fmt_us(gpu_saving / max(ctx.n_steps, 1))}/step of GPU time "
-                            f"({100 * gpu_saving / ctx.window_us:.1f}%), below the {100 * self.min_saving_frac:g}% "
-                            f"threshold" + (f" or under {self.min_calls} calls" if n_calls < self.min_calls else ""))
+            yield self.declined(
+                f"eager attention present ({n_calls} softmax call(s)), a fused kernel would save "
+                f"{fmt_us(gpu_saving / max(ctx.n_steps, 1))}/step of GPU time "
+                f"({100 * gpu_saving / ctx.window_us:.1f}%), below the {100 * self.min_saving_frac:g}% "
+                f"threshold" + (f" or under {self.min_calls} calls" if n_calls < self.min_calls else "")
+            )
             return
         # per kernel: the bmm keeps fused_gemm_fraction of its time, everything else in the block goes
         delta = np.where(is_gemm, (1.0 - self.fused_gemm_fraction) * dur, dur)[in_block]
@@ -176,49 +191,116 @@ class EagerAttention(Detector):
         n = ctx.n_steps or 1
         win = window_label(trace)
         ev = [
-            Evidence(label="eager attention kernel time (bmm + scale/mask + softmax + dropout + bmm)",
-                     value=round(block_us / n / 1e3, 2), unit="ms/step", window=win),
-            Evidence(label="share of GPU kernel time", value=round(100 * block_us / compute_us, 1), unit="%", window=win),
+            Evidence(
+                label="eager attention kernel time (bmm + scale/mask + softmax + dropout + bmm)",
+                value=round(block_us / n / 1e3, 2),
+                unit="ms/step",
+                window=win,
+            ),
+            Evidence(
+                label="share of GPU kernel time", value=round(100 * block_us / compute_us, 1), unit="%", window=win
+            ),
             Evidence(label="softmax kernels", value=round(soft_us / n / 1e3, 2), unit="ms/step", window=win),
             Evidence(label="attention bmm kernels", value=round(gemm_us / n / 1e3, 2), unit="ms/step", window=win),
-            Evidence(label="scale / mask / dropout / copy kernels between them", value=round(other_us / n / 1e3, 2),
-                     unit="ms/step", window=win),
-            Evidence(label="eager attention softmax calls (forward / backward)", value=f"{n_fwd} / {n_calls - n_fwd}",
-                     unit="calls", window=win),
-            Evidence(label="modelled fused-attention time", value=round(fused_us / n / 1e3, 2), unit="ms/step", window=win),
-            Evidence(label="GPU time a fused kernel would save", value=round(gpu_saving / n / 1e3, 2), unit="ms/step",
-                     window=win),
-            Evidence(label="share of the eager attention time on the critical path (host waiting on the GPU)",
-                     value=round(100 * critical, 1), unit="%", window=win),
+            Evidence(
+                label="scale / mask / dropout / copy kernels between them",
+                value=round(other_us / n / 1e3, 2),
+                unit="ms/step",
+                window=win,
+            ),
+            Evidence(
+                label="eager attention softmax calls (forward / backward)",
+                value=f"{n_fwd} / {n_calls - n_fwd}",
+                unit="calls",
+                window=win,
+            ),
+            Evidence(
+                label="modelled fused-attention time", value=round(fused_us / n / 1e3, 2), unit="ms/step", window=win
+            ),
+            Evidence(
+                label="GPU time a fused kernel would save",
+                value=round(gpu_saving / n / 1e3, 2),
+                unit="ms/step",
+                window=win,
+            ),
+            Evidence(
+                label="share of the eager attention time on the critical path (host waiting on the GPU)",
+                value=round(100 * critical, 1),
+                unit="%",
+                window=win,
+            ),
         ]
         if masked:
-            ev.append(Evidence(label="extra kernel launches of the eager blocks (a fused kernel launches one per call)",
-                               value=round(extra / n, 1), unit="launches/step", window=win))
-            ev.append(Evidence(label="host time per launch (median spacing of kernel launches)",
-                               value=round(spacing, 1), unit="us", window=win))
-            ev.append(Evidence(label="host time of the extra launches now", value=round(launch_cost / n / 1e3, 3),
-                               unit="ms/step", window=win))
+            ev.append(
+                Evidence(
+                    label="extra kernel launches of the eager blocks (a fused kernel launches one per call)",
+                    value=round(extra / n, 1),
+                    unit="launches/step",
+                    window=win,
+                )
+            )
+            ev.append(
+                Evidence(
+                    label="host time per launch (median spacing of kernel launches)",
+                    value=round(spacing, 1),
+                    unit="us",
+                    window=win,
+                )
+            )
+            ev.append(
+                Evidence(
+                    label="host time of the extra launches now",
+                    value=round(launch_cost / n / 1e3, 3),
+                    unit="ms/step",
+                    window=win,
+                )
+            )
         if shapes:
             ev.append(Evidence(label="attention score shape (softmax input)", value=shapes["shape"], unit=""))
             if shapes.get("score_mb") is not None:
-                ev.append(Evidence(label="score matrix written and re-read per layer", value=shapes["score_mb"], unit="MB"))
-        ev.append(Evidence(label="fused attention in the trace (SDPA flash/efficient/cuDNN, flash_attn, xformers)",
-                           value=f"{fused_ops} ops, {fmt_us(fused_k_us / n)} kernel time per step", unit="", window=win))
+                ev.append(
+                    Evidence(label="score matrix written and re-read per layer", value=shapes["score_mb"], unit="MB")
+                )
+        ev.append(
+            Evidence(
+                label="fused attention in the trace (SDPA flash/efficient/cuDNN, flash_attn, xformers)",
+                value=f"{fused_ops} ops, {fmt_us(fused_k_us / n)} kernel time per step",
+                unit="",
+                window=win,
+            )
+        )
         math_sdpa = int(name_flags(ops["name"], lambda x: x == "aten::_scaled_dot_product_attention_math").sum())
         if math_sdpa:
-            ev.append(Evidence(label="SDPA calls that fell back to the math (eager) backend", value=math_sdpa,
-                               unit="calls", window=win))
+            ev.append(
+                Evidence(
+                    label="SDPA calls that fell back to the math (eager) backend",
+                    value=math_sdpa,
+                    unit="calls",
+                    window=win,
+                )
+            )
         confident = shapes is not None and shapes.get("ndim", 0) >= 3
         conf = "high" if confident and not fused_ops and not fused_k_us else "medium"
-        title = (f"Attention runs eagerly (bmm + softmax + bmm, {n_fwd} forward softmax calls): "
-                 f"{fmt_us(block_us / n)} per step, {pct(block_us / compute_us)} of GPU kernel time; "
-                 f"a fused kernel would save ~{fmt_us(lost_now / n)} per step")
+        title = (
+            f"Attention runs eagerly (bmm + softmax + bmm, {n_fwd} forward softmax calls): "
+            f"{fmt_us(block_us / n)} per step, {pct(block_us / compute_us)} of GPU kernel time; "
+            f"a fused kernel would save ~{fmt_us(lost_now / n)} per step"
+        )
         if masked:
-            title += (f" now ({extra / n:.0f} extra launches per step), and ~{fmt_us(gpu_saving / n)} of GPU time "
-                      "once the host keeps up")
-        yield self.finding(ctx, title=title, time_lost_us=lost_now, confidence=conf, evidence=ev,
-                           projected_lost_us=gpu_saving if masked else None,
-                           fix=_fix(ctx.framework, math_sdpa > 0).rstrip(".") + current(trace, "attn_implementation") + ".", events=events_from(k[in_block & (kind == K.SOFTMAX)], trace, "kernel"))
+            title += (
+                f" now ({extra / n:.0f} extra launches per step), and ~{fmt_us(gpu_saving / n)} of GPU time "
+                "once the host keeps up"
+            )
+        yield self.finding(
+            ctx,
+            title=title,
+            time_lost_us=lost_now,
+            confidence=conf,
+            evidence=ev,
+            projected_lost_us=gpu_saving if masked else None,
+            fix=_fix(ctx.framework, math_sdpa > 0).rstrip(".") + current(trace, "attn_implementation") + ".",
+            events=events_from(k[in_block & (kind == K.SOFTMAX)], trace, "kernel"),
+        )
 
 
 def eager_blocks(trace):
@@ -315,7 +397,7 @@ def _attention_softmax(trace, ops: pd.DataFrame, soft_rows: np.ndarray, g_rows: 
             d = trace.shapes(dims[s])
             first = d[0] if isinstance(d, list) and d else None
             if isinstance(first, list) and len(first) < 3:
-                continue          # [batch, classes]: a classifier softmax, not attention
+                continue  # [batch, classes]: a classifier softmax, not attention
         out[int(s)] = (pre, post)
     return out
 
@@ -342,17 +424,26 @@ def _shape_summary(trace, ops: pd.DataFrame, rows: list) -> dict | None:
         t = trace.shapes(types[r])
         if isinstance(t, list) and t and t[0] in ("c10::BFloat16", "c10::Half"):
             size = 2
-    return {"shape": "[" + ", ".join(str(x) for x in shape) + "]", "ndim": len(shape),
-            "score_mb": round(numel * size / 1e6, 1)}
+    return {
+        "shape": "[" + ", ".join(str(x) for x in shape) + "]",
+        "ndim": len(shape),
+        "score_mb": round(numel * size / 1e6, 1),
+    }
 
 
 def _fix(framework: str, math_fallback: bool = False) -> str:
     if math_fallback:
-        return ("scaled_dot_product_attention fell back to its math backend: give it fp16/bf16 q/k/v with "
-                "head_dim <= 256 and either no mask (is_causal=True) or a mask the memory-efficient backend "
-                "accepts, so a fused kernel runs.")
+        return (
+            "scaled_dot_product_attention fell back to its math backend: give it fp16/bf16 q/k/v with "
+            "head_dim <= 256 and either no mask (is_causal=True) or a mask the memory-efficient backend "
+            "accepts, so a fused kernel runs."
+        )
     if framework in ("hf_trainer", "trl"):
-        return ('Load the model with a fused attention kernel: from_pretrained(..., attn_implementation="sdpa") '
-                'or "flash_attention_2" (bf16/fp16 weights).')
-    return ("Replace the matmul-softmax-matmul attention with torch.nn.functional.scaled_dot_product_attention(q, k, v, "
-            "attn_mask=..., dropout_p=..., is_causal=...) (for HF models: attn_implementation=\"sdpa\").")
+        return (
+            'Load the model with a fused attention kernel: from_pretrained(..., attn_implementation="sdpa") '
+            'or "flash_attention_2" (bf16/fp16 weights).'
+        )
+    return (
+        "Replace the matmul-softmax-matmul attention with torch.nn.functional.scaled_dot_product_attention(q, k, v, "
+        'attn_mask=..., dropout_p=..., is_causal=...) (for HF models: attn_implementation="sdpa").'
+    )

@@ -1,4 +1,5 @@
 """exposed-communication: NCCL/RCCL collective time that no compute kernel overlaps."""
+
 from __future__ import annotations
 
 import re
@@ -23,27 +24,77 @@ MANY_COLLECTIVES = 50
 
 # bytes per element, by the spellings PyTorch writes: `dtype` of record_param_comms ("BFloat16"),
 # `Input type` of the nccl:* annotation ("c10::BFloat16", "float"), NCCL kernel name suffixes ("bf16")
-_DTYPE_BYTES = {"float": 4, "float32": 4, "f32": 4, "int": 4, "int32": 4, "int32_t": 4, "uint32": 4,
-                "uint32_t": 4, "double": 8, "float64": 8, "f64": 8, "long": 8, "int64": 8, "int64_t": 8,
-                "uint64": 8, "uint64_t": 8, "bfloat16": 2, "bf16": 2, "half": 2, "float16": 2, "f16": 2,
-                "short": 2, "int16": 2, "char": 1, "byte": 1, "bool": 1, "int8": 1, "int8_t": 1, "uint8": 1,
-                "uint8_t": 1, "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
-                "fp8_e4m3": 1, "fp8_e5m2": 1, "complexfloat": 8, "complexdouble": 16}
+_DTYPE_BYTES = {
+    "float": 4,
+    "float32": 4,
+    "f32": 4,
+    "int": 4,
+    "int32": 4,
+    "int32_t": 4,
+    "uint32": 4,
+    "uint32_t": 4,
+    "double": 8,
+    "float64": 8,
+    "f64": 8,
+    "long": 8,
+    "int64": 8,
+    "int64_t": 8,
+    "uint64": 8,
+    "uint64_t": 8,
+    "bfloat16": 2,
+    "bf16": 2,
+    "half": 2,
+    "float16": 2,
+    "f16": 2,
+    "short": 2,
+    "int16": 2,
+    "char": 1,
+    "byte": 1,
+    "bool": 1,
+    "int8": 1,
+    "int8_t": 1,
+    "uint8": 1,
+    "uint8_t": 1,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "float8_e4m3fnuz": 1,
+    "float8_e5m2fnuz": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "complexfloat": 8,
+    "complexdouble": 16,
+}
 # NCCL kernel names carry the element type among their parts: ncclKernel_AllReduce_RING_LL_Sum_float(...)
 # (NCCL before 2.19), ncclDevKernel_AllReduce_Sum_bf16_RING_LL(...) (2.19 on)
 _KERNEL_PARTS = re.compile(r"[A-Za-z0-9]+")
 
 # nccl-tests (doc/PERFORMANCE.md): busbw = algbw * factor(n), with S the larger of the in/out buffers
-_BUS_FACTOR = {"allreduce": lambda n: 2 * (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
-               "allgather": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n,
-               "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0, "send/recv": lambda n: 1.0}
+_BUS_FACTOR = {
+    "allreduce": lambda n: 2 * (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "allgather": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+    "send/recv": lambda n: 1.0,
+}
 
 # GPU-to-GPU bandwidth per GPU and direction inside one node (GB/s), what busbw approaches at large sizes
-_LINK_GBPS = (("b200", 900, "NVLink 5"), ("h200", 450, "NVLink 4"), ("gh200", 450, "NVLink 4"),
-              ("h100 pcie", 64, "PCIe 5"), ("h100", 450, "NVLink 4"), ("h800", 200, "NVLink 4"),
-              ("a100 80gb pcie", 32, "PCIe 4"), ("a100-pcie", 32, "PCIe 4"), ("a100", 300, "NVLink 3"),
-              ("a800", 200, "NVLink 3"), ("v100-pcie", 16, "PCIe 3"), ("v100", 150, "NVLink 2"),
-              ("mi300x", 448, "Infinity Fabric, 7 links"))
+_LINK_GBPS = (
+    ("b200", 900, "NVLink 5"),
+    ("h200", 450, "NVLink 4"),
+    ("gh200", 450, "NVLink 4"),
+    ("h100 pcie", 64, "PCIe 5"),
+    ("h100", 450, "NVLink 4"),
+    ("h800", 200, "NVLink 4"),
+    ("a100 80gb pcie", 32, "PCIe 4"),
+    ("a100-pcie", 32, "PCIe 4"),
+    ("a100", 300, "NVLink 3"),
+    ("a800", 200, "NVLink 3"),
+    ("v100-pcie", 16, "PCIe 3"),
+    ("v100", 150, "NVLink 2"),
+    ("mi300x", 448, "Infinity Fabric, 7 links"),
+)
 
 
 def dtype_bytes(name) -> int | None:
@@ -144,16 +195,24 @@ class ExposedCommunication(Detector):
     name = "exposed-communication"
     summary = "NCCL/RCCL collective time not overlapped with compute"
     fires_on = ("builders_transfer.build_exposed_nccl", "builders_transfer.build_straggler_nccl")
-    silent_on = ("builders.build_healthy", "builders_transfer.build_overlapped_nccl",
-                 "builders_transfer.build_cpu_offload")
+    silent_on = (
+        "builders.build_healthy",
+        "builders_transfer.build_overlapped_nccl",
+        "builders_transfer.build_cpu_offload",
+    )
 
-    min_frac: float = option(0.05, "minimum share of the step time with communication exposed (half the TB "
-                                   "plugin's 10% communication rule, since only the exposed part is counted)")
-    wait_bw_gbps: float = option(5.0, "collectives achieving at most this bus bandwidth (GB/s; algbw when the "
-                                      "collective is unknown) on one node are waiting for other ranks rather "
-                                      "than moving data")
-    min_wait_kernel_us: float = option(1000.0, "only collective kernels at least this long are used for the "
-                                               "bandwidth")
+    min_frac: float = option(
+        0.05,
+        "minimum share of the step time with communication exposed (half the TB "
+        "plugin's 10% communication rule, since only the exposed part is counted)",
+    )
+    wait_bw_gbps: float = option(
+        5.0,
+        "collectives achieving at most this bus bandwidth (GB/s; algbw when the "
+        "collective is unknown) on one node are waiting for other ranks rather "
+        "than moving data",
+    )
+    min_wait_kernel_us: float = option(1000.0, "only collective kernels at least this long are used for the bandwidth")
 
     def whatif(self, graph, finding) -> str:
         """Replay model: overlap. Inside the analysed steps, a compute op (any GPU op that is not a
@@ -193,8 +252,10 @@ class ExposedCommunication(Detector):
                     # the slack was measured from a ready time without this wait: never start later than measured
                     graph.g_slack[last] = min(graph.g_slack[last], graph.g_ts[last] - graph.g_end[last_comm])
                     kept += 1
-        return (f"{int(relax.sum())} compute op(s) stop waiting for collectives and overlap them; "
-                f"{kept} final wait(s) at the steps' ends kept")
+        return (
+            f"{int(relax.sum())} compute op(s) stop waiting for collectives and overlap them; "
+            f"{kept} final wait(s) at the steps' ends kept"
+        )
 
     def detect(self, trace, ctx):
         if not trace.has_gpu:
@@ -216,8 +277,10 @@ class ExposedCommunication(Detector):
         exposed = tl.total("comm")
         frac = exposed / ctx.window_us if ctx.window_us else 0.0
         if frac < self.min_frac:
-            yield self.declined(f"collectives present, {100 * frac:.1f}% of the window not overlapped with compute, "
-                                f"below the {100 * self.min_frac:g}% threshold")
+            yield self.declined(
+                f"collectives present, {100 * frac:.1f}% of the window not overlapped with compute, "
+                f"below the {100 * self.min_frac:g}% threshold"
+            )
             return
         n = max(ctx.n_steps, 1)
         w = window_label(trace)
@@ -226,53 +289,107 @@ class ExposedCommunication(Detector):
         share = per_step / tl.per_step["dur_us"].to_numpy()
         colls = collective_names(comm)
         ev = [
-            Evidence(label="exposed communication (no compute kernel running)", value=round(exposed / n / 1e3, 2),
-                     unit="ms/step", window=w),
-            Evidence(label="share of step time (min..max per step)",
-                     value=f"{100 * share.min():.1f}..{100 * share.max():.1f}", unit="%", window=w),
+            Evidence(
+                label="exposed communication (no compute kernel running)",
+                value=round(exposed / n / 1e3, 2),
+                unit="ms/step",
+                window=w,
+            ),
+            Evidence(
+                label="share of step time (min..max per step)",
+                value=f"{100 * share.min():.1f}..{100 * share.max():.1f}",
+                unit="%",
+                window=w,
+            ),
             Evidence(label="collective kernel time", value=round(comm_us / n / 1e3, 2), unit="ms/step", window=w),
-            Evidence(label="overlapped with compute (HTA comm/comp overlap)", value=round(100 * overlap, 1),
-                     unit="%", window=w),
+            Evidence(
+                label="overlapped with compute (HTA comm/comp overlap)",
+                value=round(100 * overlap, 1),
+                unit="%",
+                window=w,
+            ),
         ]
         g = pd.DataFrame({"coll": colls, "dur": comm["dur_us"].to_numpy()}).groupby("coll")["dur"].agg(["count", "sum"])
         g = g.sort_values("sum", ascending=False)
         for coll, r in g.iterrows():
-            ev.append(Evidence(label="collective kernels without a Collective name" if coll == "unknown"
-                               else f"{coll} kernels", value=f"{r['count'] / n:.1f}/step, {r['sum'] / n / 1e3:.2f} ms/step",
-                               unit="", window=w))
+            ev.append(
+                Evidence(
+                    label="collective kernels without a Collective name" if coll == "unknown" else f"{coll} kernels",
+                    value=f"{r['count'] / n:.1f}/step, {r['sum'] / n / 1e3:.2f} ms/step",
+                    unit="",
+                    window=w,
+                )
+            )
         longest = comm.loc[comm["dur_us"].idxmax()]
         med_step = float(np.median(st["dur_us"].to_numpy()))
-        ev.append(Evidence(label="longest collective kernel", value=round(float(longest["dur_us"]) / 1e3, 2),
-                           unit=f"ms ({pct(float(longest['dur_us']) / med_step)} of the median step)"))
+        ev.append(
+            Evidence(
+                label="longest collective kernel",
+                value=round(float(longest["dur_us"]) / 1e3, 2),
+                unit=f"ms ({pct(float(longest['dur_us']) / med_step)} of the median step)",
+            )
+        )
         bw = self._bandwidth(trace, comm)
         waiting = False
         if bw is not None:
-            dt = ("dtype from the trace" if bw["dtype_known"] else
-                  f"upper bound at {MAX_ELEM_BYTES} B/element, no dtype recorded")
-            ev.append(Evidence(label=f"collective algorithm bandwidth, nccl-tests algbw ({dt}; kernels >= "
-                                     f"{fmt_us(self.min_wait_kernel_us)})", value=round(bw["algbw"], 2),
-                               unit="GB/s", window=w))
+            dt = (
+                "dtype from the trace"
+                if bw["dtype_known"]
+                else f"upper bound at {MAX_ELEM_BYTES} B/element, no dtype recorded"
+            )
+            ev.append(
+                Evidence(
+                    label=f"collective algorithm bandwidth, nccl-tests algbw ({dt}; kernels >= "
+                    f"{fmt_us(self.min_wait_kernel_us)})",
+                    value=round(bw["algbw"], 2),
+                    unit="GB/s",
+                    window=w,
+                )
+            )
             if bw["busbw"] is not None:
-                ev.append(Evidence(label=f"bus bandwidth, nccl-tests busbw ({bw['coll']}, {bw['n']} ranks)",
-                                   value=round(bw["busbw"], 2), unit="GB/s", window=w))
+                ev.append(
+                    Evidence(
+                        label=f"bus bandwidth, nccl-tests busbw ({bw['coll']}, {bw['n']} ranks)",
+                        value=round(bw["busbw"], 2),
+                        unit="GB/s",
+                        window=w,
+                    )
+                )
             link = link_gbps(trace.device.name if trace.device is not None else None)
             if link is not None and bw["busbw"] is not None and _single_node(trace):
-                ev.append(Evidence(label=f"expected GPU-to-GPU bandwidth ({link[1]}, per direction)",
-                                   value=link[0], unit=f"GB/s (busbw reaches {pct(bw['busbw'] / link[0])} of it)"))
-            waiting = (bw["busbw"] if bw["busbw"] is not None else bw["algbw"]) <= self.wait_bw_gbps and _single_node(trace)
+                ev.append(
+                    Evidence(
+                        label=f"expected GPU-to-GPU bandwidth ({link[1]}, per direction)",
+                        value=link[0],
+                        unit=f"GB/s (busbw reaches {pct(bw['busbw'] / link[0])} of it)",
+                    )
+                )
+            waiting = (bw["busbw"] if bw["busbw"] is not None else bw["algbw"]) <= self.wait_bw_gbps and _single_node(
+                trace
+            )
         if trace.meta.world_size:
             ev.append(Evidence(label="ranks (world size)", value=int(trace.meta.world_size), unit=""))
         known = [c for c in g.index if c != "unknown"]
         top = str(known[0]) if known else "NCCL/RCCL"
-        title = (f"{fmt_us(exposed / n)} per step ({pct(frac)}) of {top} communication is not overlapped with compute"
-                 f" ({pct(overlap)} overlapped)")
+        title = (
+            f"{fmt_us(exposed / n)} per step ({pct(frac)}) of {top} communication is not overlapped with compute"
+            f" ({pct(overlap)} overlapped)"
+        )
         if waiting:
-            title += (f"; collectives move {'at most ' if not bw['dtype_known'] else ''}{bw['algbw']:.2f} GB/s, so "
-                      "they mostly wait for another rank (cannot tell which from one trace)")
-        yield self.finding(ctx, title=title, time_lost_us=exposed,
-                           confidence="high" if frac >= 0.15 else "medium", evidence=ev,
-                           fix=_fix(ctx.framework, set(g.index), waiting, len(comm) / n), upper_bound=True,
-                           events=events_from(comm, trace, "kernel", 3))
+            title += (
+                f"; collectives move {'at most ' if not bw['dtype_known'] else ''}{bw['algbw']:.2f} GB/s, so "
+                "they mostly wait for another rank (cannot tell which from one trace)"
+            )
+        yield self.finding(
+            ctx,
+            title=title,
+            time_lost_us=exposed,
+            confidence="high" if frac >= 0.15 else "medium",
+            evidence=ev,
+            fix=_fix(ctx.framework, set(g.index), waiting, len(comm) / n),
+            upper_bound=True,
+            events=events_from(comm, trace, "kernel", 3),
+        )
 
     def _bandwidth(self, trace, comm: pd.DataFrame) -> dict | None:
         """nccl-tests algbw (bytes / duration) and busbw over the long collective kernels whose size the
@@ -294,7 +411,7 @@ class ExposedCommunication(Detector):
             if nelems <= 0:
                 continue
             eb = dtype_bytes(r.comm_dtype) or (_op_dtype_bytes(trace, op) if op >= 0 and len(ops) else None)
-            if eb is None and coll != "send/recv":   # send/recv kernels are named for int8_t whatever is sent
+            if eb is None and coll != "send/recv":  # send/recv kernels are named for int8_t whatever is sent
                 eb = _kernel_dtype_bytes(str(r.name))
             if eb is None:
                 eb, known = MAX_ELEM_BYTES, False
@@ -309,8 +426,13 @@ class ExposedCommunication(Detector):
         n = max(sizes) if sizes else int(trace.meta.world_size or 0)
         coll = next(iter(kinds)) if len(kinds) == 1 else None
         factor = bus_factor(coll, n) if coll is not None and n else None
-        return {"algbw": algbw, "busbw": algbw * factor if factor is not None else None, "coll": coll, "n": n,
-                "dtype_known": known}
+        return {
+            "algbw": algbw,
+            "busbw": algbw * factor if factor is not None else None,
+            "coll": coll,
+            "n": n,
+            "dtype_known": known,
+        }
 
 
 def _kernel_dtype_bytes(name: str) -> int | None:
@@ -340,10 +462,13 @@ def _op_and_children(ops: pd.DataFrame, op: int, limit: int = 8) -> list[int]:
     ts, end, tid = float(ops["ts_us"].iat[op]), float(ops["end_us"].iat[op]), ops["tid"].iat[op]
     t = ops["ts_us"].to_numpy()
     lo, hi = np.searchsorted(t, ts, "left"), np.searchsorted(t, end, "right")
-    if not np.all(np.diff(t[lo:hi]) >= 0):   # not sorted: no child lookup
+    if not np.all(np.diff(t[lo:hi]) >= 0):  # not sorted: no child lookup
         return [op]
-    kids = [i for i in range(int(lo), int(hi)) if i != op and ops["tid"].iat[i] == tid
-            and float(ops["end_us"].iat[i]) <= end][:limit]
+    kids = [
+        i
+        for i in range(int(lo), int(hi))
+        if i != op and ops["tid"].iat[i] == tid and float(ops["end_us"].iat[i]) <= end
+    ][:limit]
     return [op] + kids
 
 
@@ -374,24 +499,36 @@ def _fix(framework: str, colls: set, waiting: bool, per_step: float) -> str:
     hf = framework in ("hf_trainer", "trl", "accelerate")
     parts = []
     if per_step >= MANY_COLLECTIVES:
-        parts.append(f"coalesce the {per_step:.0f} collectives per step into a few large ones (bucket the tensors, "
-                     "e.g. DDP instead of per-tensor all_reduce, or torch.distributed coalescing)")
+        parts.append(
+            f"coalesce the {per_step:.0f} collectives per step into a few large ones (bucket the tensors, "
+            "e.g. DDP instead of per-tensor all_reduce, or torch.distributed coalescing)"
+        )
     if waiting:
-        parts.append("Find the rank this one waits for first: the collectives wait rather than transfer; analyse "
-                     "all ranks' traces together (traceinspect analyze DIR) to name the rank that gates the step, "
-                     "and fix its data loading, host work or load imbalance")
+        parts.append(
+            "Find the rank this one waits for first: the collectives wait rather than transfer; analyse "
+            "all ranks' traces together (traceinspect analyze DIR) to name the rank that gates the step, "
+            "and fix its data loading, host work or load imbalance"
+        )
     if colls & {"allgather", "reduce_scatter"}:
-        parts.append("prefetch FSDP all-gathers (fsdp_config forward_prefetch / backward_prefetch='backward_pre', "
-                     "limit_all_gathers)" if hf else
-                     "prefetch FSDP all-gathers (forward_prefetch=True, backward_prefetch=BACKWARD_PRE, "
-                     "limit_all_gathers=True)")
+        parts.append(
+            "prefetch FSDP all-gathers (fsdp_config forward_prefetch / backward_prefetch='backward_pre', "
+            "limit_all_gathers)"
+            if hf
+            else "prefetch FSDP all-gathers (forward_prefetch=True, backward_prefetch=BACKWARD_PRE, "
+            "limit_all_gathers=True)"
+        )
     if colls & {"allreduce", "cross_device_reduce", "unknown", "broadcast", "reduce"} or not parts:
-        parts.append("all-reduce less often and overlap it with backward: raise gradient_accumulation_steps and "
-                     "tune ddp_bucket_cap_mb (ddp_find_unused_parameters=False)" if hf else
-                     "all-reduce less often and overlap it with backward: accumulate gradients under "
-                     "model.no_sync(), tune DDP(bucket_cap_mb=..., gradient_as_bucket_view=True)")
+        parts.append(
+            "all-reduce less often and overlap it with backward: raise gradient_accumulation_steps and "
+            "tune ddp_bucket_cap_mb (ddp_find_unused_parameters=False)"
+            if hf
+            else "all-reduce less often and overlap it with backward: accumulate gradients under "
+            "model.no_sync(), tune DDP(bucket_cap_mb=..., gradient_as_bucket_view=True)"
+        )
     if colls & {"all_to_all", "send/recv"}:
-        parts.append("overlap all-to-all/send-recv with compute (pipeline embedding or expert exchanges) or use a "
-                     "larger per-GPU batch")
+        parts.append(
+            "overlap all-to-all/send-recv with compute (pipeline embedding or expert exchanges) or use a "
+            "larger per-GPU batch"
+        )
     text = "; ".join(parts)
     return text[0].upper() + text[1:] + "."

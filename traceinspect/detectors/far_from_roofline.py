@@ -1,4 +1,5 @@
 """far-from-roofline: op shapes whose kernels run at a small share of what the GPU can do for them."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,9 +11,9 @@ from ..findings import Evidence
 from ..trace import roofline as rl
 from .base import Detector, events_from, fmt_us, in_steps, option, window_label
 
-_TILE = 64          # tensor-core GEMM tiles are 64-256 wide: a dimension below this leaves most of a tile idle
-_OUT_TILE = 128    # a typical GEMM / attention output tile edge: one thread block (CTA) per tile
-_ALIGN = {"bf16": 8, "fp16": 8, "fp8": 16, "fp32": 4}   # elements: 16-byte vector loads / tensor-core K steps
+_TILE = 64  # tensor-core GEMM tiles are 64-256 wide: a dimension below this leaves most of a tile idle
+_OUT_TILE = 128  # a typical GEMM / attention output tile edge: one thread block (CTA) per tile
+_ALIGN = {"bf16": 8, "fp16": 8, "fp8": 16, "fp32": 4}  # elements: 16-byte vector loads / tensor-core K steps
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,9 @@ class FarFromRoofline(Detector):
     silent_on = ("builders.build_healthy", "builders_roofline.build_big_gemm", "builders.build_launch_bound")
 
     max_share: float = option(0.05, "report shapes below this share of their roofline (time at roofline / measured)")
-    reachable_share: float = option(0.5, "share of the roofline a fixed shape is assumed to reach (the estimate's target)")
+    reachable_share: float = option(
+        0.5, "share of the roofline a fixed shape is assumed to reach (the estimate's target)"
+    )
     min_call_us: float = option(20.0, "ignore shapes whose calls are shorter (launch- and latency-bound)")
     min_step_frac: float = option(0.005, "ignore shapes taking less than this share of the step")
     min_frac: float = option(0.01, "minimum share of the window the estimate must reach to report")
@@ -131,28 +134,52 @@ class FarFromRoofline(Detector):
         ev = []
         for gain, r, target in slow[:4]:
             why = shape_issues(r, dev.num_sms)
-            ev.append(Evidence(
-                label=f"{r.op} {r.shape} ({r.dtype}, {r.calls_per_step:.0f} calls/step, {r.bound}-bound)",
-                value=(f"{_rate(r)} = {100 * r.share_of_peak:.1f}% of roofline; {r.gpu_us_per_step / 1e3:.2f} ms/step, "
-                       f"{target / 1e3:.2f} ms at {100 * self.reachable_share:.0f}%" + (f"; {'; '.join(why)}" if why else "")),
-                unit="", window=w))
+            ev.append(
+                Evidence(
+                    label=f"{r.op} {r.shape} ({r.dtype}, {r.calls_per_step:.0f} calls/step, {r.bound}-bound)",
+                    value=(
+                        f"{_rate(r)} = {100 * r.share_of_peak:.1f}% of roofline; {r.gpu_us_per_step / 1e3:.2f} ms/step, "
+                        f"{target / 1e3:.2f} ms at {100 * self.reachable_share:.0f}%"
+                        + (f"; {'; '.join(why)}" if why else "")
+                    ),
+                    unit="",
+                    window=w,
+                )
+            )
         if len(slow) > 4:
             ev.append(Evidence(label="more shapes below the threshold", value=len(slow) - 4, unit="shapes", window=w))
-        ev.append(Evidence(label=f"roofline peaks ({peak.name}{', approximate' if peak.approximate else ''})",
-                           value=f"{slow[0][1].peak_tflops:g} TFLOP/s ({slow[0][1].dtype}), "
-                                 f"{slow[0][1].peak_tbps:g} TB/s", unit="", window=w))
+        ev.append(
+            Evidence(
+                label=f"roofline peaks ({peak.name}{', approximate' if peak.approximate else ''})",
+                value=f"{slow[0][1].peak_tflops:g} TFLOP/s ({slow[0][1].dtype}), {slow[0][1].peak_tbps:g} TB/s",
+                unit="",
+                window=w,
+            )
+        )
         _, top, top_target = slow[0]
         why = shape_issues(top, dev.num_sms)
-        title = (f"{top.op} on {top.shape} ({top.dtype}) runs at {100 * top.share_of_peak:.1f}% of the "
-                 f"{peak.name} roofline ({_rate(top)}): {fmt_us(top.gpu_us_per_step)} per step"
-                 + (f", {why[0]}" if why else "")
-                 + (f"; {len(slow)} shapes far from the roofline lose {fmt_us(lost / n)} per step"
-                    if len(slow) > 1 else f"; {fmt_us(lost / n)} per step recoverable"))
+        title = (
+            f"{top.op} on {top.shape} ({top.dtype}) runs at {100 * top.share_of_peak:.1f}% of the "
+            f"{peak.name} roofline ({_rate(top)}): {fmt_us(top.gpu_us_per_step)} per step"
+            + (f", {why[0]}" if why else "")
+            + (
+                f"; {len(slow)} shapes far from the roofline lose {fmt_us(lost / n)} per step"
+                if len(slow) > 1
+                else f"; {fmt_us(lost / n)} per step recoverable"
+            )
+        )
         k = in_steps(trace.kernels, trace)
         names = {r.kernel for _, r, _ in slow[:3]}
         k = k[np.isin(k["name"].astype(str).to_numpy(), list(names))]
-        yield self.finding(ctx, title=title, time_lost_us=lost, confidence="medium" if why else "low",
-                           evidence=ev, fix=_fix(top, why), events=events_from(k, trace, "kernel", 3))
+        yield self.finding(
+            ctx,
+            title=title,
+            time_lost_us=lost,
+            confidence="medium" if why else "low",
+            evidence=ev,
+            fix=_fix(top, why),
+            events=events_from(k, trace, "kernel", 3),
+        )
 
 
 def _rate(r: ShapeRow) -> str:
@@ -170,8 +197,10 @@ def shape_issues(r: ShapeRow, sms: int | None = None) -> list[str]:
     elif r.family == rl.ATTENTION and all(x in d for x in ("B", "H", "Lq")):
         tiles = d["B"] * d["H"] * -(-d["Lq"] // _OUT_TILE)
     if tiles is not None and sms and tiles < sms:
-        out.append(f"only {tiles} output tiles of {_OUT_TILE} rows for {sms} SMs/CUs (too little work per call: "
-                   "a larger batch fills the GPU)")
+        out.append(
+            f"only {tiles} output tiles of {_OUT_TILE} rows for {sms} SMs/CUs (too little work per call: "
+            "a larger batch fills the GPU)"
+        )
     if r.family in (rl.GEMM, rl.BMM) and all(x in d for x in "MNK"):
         small = [f"{x}={d[x]}" for x in "MNK" if d[x] < _TILE]
         if small:
@@ -194,19 +223,27 @@ def shape_issues(r: ShapeRow, sms: int | None = None) -> list[str]:
 
 def _fix(r: ShapeRow, why: list[str]) -> str:
     if any(w.startswith("only ") for w in why) and not any("batch of" in w for w in why):
-        return ("Give each call more work: a larger batch (or gradient accumulation with a larger micro-batch), "
-                "or CUDA graphs / torch.compile(mode='reduce-overhead') when the batch cannot grow.")
+        return (
+            "Give each call more work: a larger batch (or gradient accumulation with a larger micro-batch), "
+            "or CUDA graphs / torch.compile(mode='reduce-overhead') when the batch cannot grow."
+        )
     if r.family in (rl.GEMM, rl.BMM):
         if any("batch of" in w for w in why):
-            return ("Reshape the batched matmul so its batch folds into M (one large GEMM), or replace the block with "
-                    "a fused kernel (F.scaled_dot_product_attention) or torch.compile.")
+            return (
+                "Reshape the batched matmul so its batch folds into M (one large GEMM), or replace the block with "
+                "a fused kernel (F.scaled_dot_product_attention) or torch.compile."
+            )
         if any("not a multiple" in w for w in why):
             return "Pad the matmul dimensions to multiples of 8 (bf16/fp16) or 16 (fp8), e.g. pad_to_multiple_of=8."
         return "Try torch.compile or another GEMM backend for this shape (cuBLASLt / hipBLASLt tuning, TunableOp)."
     if r.family == rl.CONV:
-        return ("Use channels-last (model.to(memory_format=torch.channels_last)), channel counts that are multiples "
-                "of 8, and torch.backends.cudnn.benchmark=True.")
+        return (
+            "Use channels-last (model.to(memory_format=torch.channels_last)), channel counts that are multiples "
+            "of 8, and torch.backends.cudnn.benchmark=True."
+        )
     if r.family == rl.ATTENTION:
         return "Use a head dimension that is a multiple of 8 and a fused attention backend that supports it."
-    return ("Fuse these memory-bound ops with torch.compile; for batch norm, use channels-last memory format or a "
-            "different backend.")
+    return (
+        "Fuse these memory-bound ops with torch.compile; for batch norm, use channels-last memory format or a "
+        "different backend."
+    )

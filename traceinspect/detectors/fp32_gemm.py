@@ -1,4 +1,5 @@
 """fp32-gemm: matmuls and convolutions in fp32 on CUDA cores of a GPU whose tensor cores would run them far faster."""
+
 from __future__ import annotations
 
 import re
@@ -100,21 +101,36 @@ class Fp32Gemm(Detector):
     code = "TI106"
     name = "fp32-gemm"
     summary = "fp32 matmuls / convolutions on CUDA cores of a GPU with tensor cores"
-    fires_on = ("builders_compute.build_fp32_gemm", "builders_compute.build_fp32_gemm_v100",
-                "builders_compute.build_fp32_unknown_name")
-    silent_on = ("builders.build_healthy", "builders_compute.build_bf16_gemm", "builders_compute.build_tf32_gemm",
-                 "builders_compute.build_fp32_gemm_pascal")
+    fires_on = (
+        "builders_compute.build_fp32_gemm",
+        "builders_compute.build_fp32_gemm_v100",
+        "builders_compute.build_fp32_unknown_name",
+    )
+    silent_on = (
+        "builders.build_healthy",
+        "builders_compute.build_bf16_gemm",
+        "builders_compute.build_tf32_gemm",
+        "builders_compute.build_fp32_gemm_pascal",
+    )
 
     min_share: float = option(0.05, "minimum share of the GPU's compute-kernel time spent in fp32 GEMM/conv kernels")
-    min_saving_frac: float = option(0.001, "minimum GPU-time saving of the fp32 kernels, as a share of the analysed window")
+    min_saving_frac: float = option(
+        0.001, "minimum GPU-time saving of the fp32 kernels, as a share of the analysed window"
+    )
     efficiency: float = option(0.5, "tensor-core efficiency relative to SIMT fp32: scales the peak ratio")
     max_speedup: float = option(4.0, "cap on the per-kernel speedup from tensor cores")
 
     def whatif(self, graph, finding) -> str:
         """Replay model: the fp32 GEMM/convolution kernels (named fp32 precision) run `s` times faster, s
         the modelled tensor-core speedup of the finding (1 when it did not fire)."""
-        s = next((float(e.value) for e in (finding.evidence if finding else ())
-                  if e.label == "modelled speedup of these kernels"), 1.0)
+        s = next(
+            (
+                float(e.value)
+                for e in (finding.evidence if finding else ())
+                if e.label == "modelled speedup of these kernels"
+            ),
+            1.0,
+        )
         k = graph.trace.kernels
         if not len(k) or s <= 1.0:
             return "no fp32 GEMM speedup modelled: nothing to change"
@@ -144,63 +160,104 @@ class Fp32Gemm(Detector):
         fp32_us = float(dur[sel].sum())
         share = fp32_us / compute_us
         if share < self.min_share:
-            yield self.declined(f"fp32 GEMM/convolution present, {100 * share:.1f}% of GPU compute, below the "
-                            f"{100 * self.min_share:g}% threshold")
+            yield self.declined(
+                f"fp32 GEMM/convolution present, {100 * share:.1f}% of GPU compute, below the "
+                f"{100 * self.min_share:g}% threshold"
+            )
             return
         s = hw["speedup_ratio"] * self.efficiency
         s = float(min(self.max_speedup, max(1.0, s)))
         delta = dur[sel] * (1.0 - 1.0 / s)
         gpu_saving = float(delta.sum())
         if gpu_saving < self.min_saving_frac * ctx.window_us:
-            yield self.declined(f"fp32 GEMM/convolution present ({fmt_us(fp32_us / max(ctx.n_steps, 1))}/step), tensor "
-                            f"cores would save {100 * gpu_saving / ctx.window_us:.1f}% of the window, below the "
-                            f"{100 * self.min_saving_frac:g}% threshold")
+            yield self.declined(
+                f"fp32 GEMM/convolution present ({fmt_us(fp32_us / max(ctx.n_steps, 1))}/step), tensor "
+                f"cores would save {100 * gpu_saving / ctx.window_us:.1f}% of the window, below the "
+                f"{100 * self.min_saving_frac:g}% threshold"
+            )
             return
         lost, critical = on_critical_path(trace, kin[sel], delta)
         conv_us = float(dur[sel & (kind == K.CONV)].sum())
         gemm_us = fp32_us - conv_us
         n = ctx.n_steps or 1
         win = window_label(trace)
-        top = (kin[sel].groupby("name", observed=True)["dur_us"].sum().sort_values(ascending=False))
+        top = kin[sel].groupby("name", observed=True)["dur_us"].sum().sort_values(ascending=False)
         ev = [
-            Evidence(label="fp32 GEMM/convolution kernel time", value=round(fp32_us / n / 1e3, 2), unit="ms/step", window=win),
+            Evidence(
+                label="fp32 GEMM/convolution kernel time", value=round(fp32_us / n / 1e3, 2), unit="ms/step", window=win
+            ),
             Evidence(label="share of GPU compute-kernel time", value=round(100 * share, 1), unit="%", window=win),
             Evidence(label="of which convolution", value=round(100 * conv_us / fp32_us, 1), unit="%", window=win),
             Evidence(label="GPU", value=hw["label"], unit=""),
             Evidence(label="peak fp32 vs tensor/matrix cores", value=hw["peaks_label"], unit="TFLOP/s"),
             Evidence(label="modelled speedup of these kernels", value=round(s, 2), unit="x"),
-            Evidence(label="GPU time these kernels would save", value=round(gpu_saving / n / 1e3, 2),
-                     unit="ms/step", window=win),
-            Evidence(label="share of that time on the critical path (host waiting on the GPU)",
-                     value=round(100 * critical, 1), unit="%", window=win),
+            Evidence(
+                label="GPU time these kernels would save",
+                value=round(gpu_saving / n / 1e3, 2),
+                unit="ms/step",
+                window=win,
+            ),
+            Evidence(
+                label="share of that time on the critical path (host waiting on the GPU)",
+                value=round(100 * critical, 1),
+                unit="%",
+                window=win,
+            ),
             Evidence(label="top fp32 kernel", value=str(top.index[0])[:120], unit=""),
         ]
         if int(by_op.sum()):
-            ev.append(Evidence(label="kernels counted from the launching op's Input type 'float'",
-                               value=int(by_op.sum()), unit="kernels", window=win))
+            ev.append(
+                Evidence(
+                    label="kernels counted from the launching op's Input type 'float'",
+                    value=int(by_op.sum()),
+                    unit="kernels",
+                    window=win,
+                )
+            )
         if op_total:
-            ev.append(Evidence(label="GEMM/conv ops with Input type float (up to 500 sampled)", value=f"{op_float} of {op_total}",
-                               unit="ops", window=win))
+            ev.append(
+                Evidence(
+                    label="GEMM/conv ops with Input type float (up to 500 sampled)",
+                    value=f"{op_float} of {op_total}",
+                    unit="ops",
+                    window=win,
+                )
+            )
         cfg = (trace.meta.run_config or {}).get("config") if isinstance(trace.meta.run_config, dict) else None
         amp_on = isinstance(cfg, dict) and bool(cfg.get("bf16") or cfg.get("fp16") or cfg.get("autocast_dtype"))
         if amp_on:
-            ev.append(Evidence(label="run config mixed precision", value=f"bf16={cfg.get('bf16')} fp16={cfg.get('fp16')} "
-                               f"autocast={cfg.get('autocast_dtype')}", unit=""))
+            ev.append(
+                Evidence(
+                    label="run config mixed precision",
+                    value=f"bf16={cfg.get('bf16')} fp16={cfg.get('fp16')} autocast={cfg.get('autocast_dtype')}",
+                    unit="",
+                )
+            )
         conf = "high" if hw["source"] == "deviceProperties" and not hw["approximate"] and share >= 0.2 else "medium"
         if hw["source"] != "deviceProperties" or by_op.sum() > by_name.sum():
             conf = "low"
         what = "GEMM" if conv_us < 0.5 * fp32_us else ("convolution" if gemm_us < 0.1 * fp32_us else "GEMM/convolution")
-        title = (f"{pct(share)} of GPU compute ({fmt_us(fp32_us / n)} per step) is fp32 {what} on {hw['simt']} "
-                 f"of a {hw['short']} with {hw['tc_label']}: ~{fmt_us(lost / n)} per step recoverable")
+        title = (
+            f"{pct(share)} of GPU compute ({fmt_us(fp32_us / n)} per step) is fp32 {what} on {hw['simt']} "
+            f"of a {hw['short']} with {hw['tc_label']}: ~{fmt_us(lost / n)} per step recoverable"
+        )
         if lost < 0.5 * gpu_saving:
-            title = (f"{pct(share)} of GPU compute ({fmt_us(fp32_us / n)} per step) is fp32 {what} on {hw['simt']} "
-                     f"of a {hw['short']} with {hw['tc_label']}: tensor cores would save {fmt_us(gpu_saving / n)} of "
-                     f"GPU time per step, but only {pct(critical)} of their time is on the critical path (after it the GPU waits "
-                     f"on the host), so ~{fmt_us(lost / n)} per step now")
-        yield self.finding(ctx, title=title, time_lost_us=lost, confidence=conf, evidence=ev,
-                           fix=_fix(ctx.framework, hw, amp_on), events=events_from(kin[sel], trace, "kernel"),
-                           projected_lost_us=gpu_saving if lost < 0.5 * gpu_saving else None)
-
+            title = (
+                f"{pct(share)} of GPU compute ({fmt_us(fp32_us / n)} per step) is fp32 {what} on {hw['simt']} "
+                f"of a {hw['short']} with {hw['tc_label']}: tensor cores would save {fmt_us(gpu_saving / n)} of "
+                f"GPU time per step, but only {pct(critical)} of their time is on the critical path (after it the GPU waits "
+                f"on the host), so ~{fmt_us(lost / n)} per step now"
+            )
+        yield self.finding(
+            ctx,
+            title=title,
+            time_lost_us=lost,
+            confidence=conf,
+            evidence=ev,
+            fix=_fix(ctx.framework, hw, amp_on),
+            events=events_from(kin[sel], trace, "kernel"),
+            projected_lost_us=gpu_saving if lost < 0.5 * gpu_saving else None,
+        )
 
     def _select(self, trace, k, hw):
         """The fp32 GEMM/convolution kernels inside the steps, and what detect() needs to judge them."""
@@ -237,6 +294,7 @@ class Fp32Gemm(Detector):
         lost = dur * (finding.time_lost_us / total) if total > 0 else np.zeros_like(dur)
         return Claim(what="fp32 GEMM/convolution kernel", start_us=a, end_us=a + dur, lost_us=lost)
 
+
 def _hardware(trace, names: pd.Series) -> dict | None:
     """Architecture, tensor-core availability and the fp32 -> tensor peak ratio of the traced GPU."""
     dev = trace.device
@@ -261,7 +319,9 @@ def _hardware(trace, names: pd.Series) -> dict | None:
         tc = True
         tc_label = "matrix cores"
         simt = "vector units"
-        short = peaks.name if "unknown" in name.lower() or "radeon" in name.lower() else name.replace("AMD Instinct ", "")
+        short = (
+            peaks.name if "unknown" in name.lower() or "radeon" in name.lower() else name.replace("AMD Instinct ", "")
+        )
     else:
         if major is None:
             floor = K.arch_floor(names)
@@ -275,24 +335,45 @@ def _hardware(trace, names: pd.Series) -> dict | None:
         tc = major >= 7
         simt = "CUDA cores"
         tc_label = "fp16 tensor cores" if major < 8 else "TF32/bf16 tensor cores"
-        short = name.replace("NVIDIA ", "").replace("Tesla ", "").replace("GeForce ", "") if source == "deviceProperties" \
+        short = (
+            name.replace("NVIDIA ", "").replace("Tesla ", "").replace("GeForce ", "")
+            if source == "deviceProperties"
             else f"sm{major}x GPU (from kernel names)"
+        )
     if peaks is None:
-        return {"tensor_cores": tc, "label": name, "source": source, "approximate": True, "speedup_ratio": 8.0,
-                "peaks_label": "unknown", "major": major, "rocm": rocm, "tc_label": tc_label, "short": short,
-                "simt": simt}
+        return {
+            "tensor_cores": tc,
+            "label": name,
+            "source": source,
+            "approximate": True,
+            "speedup_ratio": 8.0,
+            "peaks_label": "unknown",
+            "major": major,
+            "rocm": rocm,
+            "tc_label": tc_label,
+            "short": short,
+            "simt": simt,
+        }
     tensor = max(peaks.half_tflops, peaks.tf32_tflops)
     arch = "ROCm" if rocm else (dev.arch if source == "deviceProperties" and dev is not None else f"sm{major}x")
     label = f"{name} ({arch}, {'from kernel names' if source != 'deviceProperties' else 'deviceProperties'})"
-    return {"tensor_cores": tc and tensor > 0, "label": label, "source": source,
-            "approximate": peaks.approximate or source != "deviceProperties",
-            "speedup_ratio": tensor / peaks.fp32_tflops if peaks.fp32_tflops else 1.0,
-            "peaks_label": f"{peaks.fp32_tflops:g} vs {tensor:g}" + (" (approximate)" if peaks.approximate else ""),
-            "major": major, "rocm": rocm, "tc_label": tc_label, "short": short, "bf16": peaks.bf16, "simt": simt}
+    return {
+        "tensor_cores": tc and tensor > 0,
+        "label": label,
+        "source": source,
+        "approximate": peaks.approximate or source != "deviceProperties",
+        "speedup_ratio": tensor / peaks.fp32_tflops if peaks.fp32_tflops else 1.0,
+        "peaks_label": f"{peaks.fp32_tflops:g} vs {tensor:g}" + (" (approximate)" if peaks.approximate else ""),
+        "major": major,
+        "rocm": rocm,
+        "tc_label": tc_label,
+        "short": short,
+        "bf16": peaks.bf16,
+        "simt": simt,
+    }
 
 
-def _by_op_type(trace, kin: pd.DataFrame, unknown: np.ndarray, kind: np.ndarray, hw: dict,
-                sample: int = 500):
+def _by_op_type(trace, kin: pd.DataFrame, unknown: np.ndarray, kind: np.ndarray, hw: dict, sample: int = 500):
     """GEMM/conv kernels of unknown precision whose launching op recorded fp32 inputs; and, for evidence,
     how many of (a sample of) the GEMM/conv ops that launched kernels recorded Input type float."""
     ops = trace.cpu_ops
@@ -308,8 +389,11 @@ def _by_op_type(trace, kin: pd.DataFrame, unknown: np.ndarray, kind: np.ndarray,
     def fp32_input(r: int):
         if r not in cache:
             types = trace.shapes(raw[r]) if is_mm_op[r] and raw[r] is not None else None
-            first = next((t for t in types if isinstance(t, str) and t and t not in ("Scalar", "ScalarList")),
-                         None) if types else None
+            first = (
+                next((t for t in types if isinstance(t, str) and t and t not in ("Scalar", "ScalarList")), None)
+                if types
+                else None
+            )
             cache[r] = None if first is None else first == "float"
         return cache[r]
 
@@ -333,22 +417,34 @@ def _by_op_type(trace, kin: pd.DataFrame, unknown: np.ndarray, kind: np.ndarray,
 def _fix(framework: str, hw: dict, amp_on: bool = False) -> str:
     old = not hw["rocm"] and (hw["major"] or 0) < 8
     if amp_on:
-        return ("Mixed precision is on, yet these matmuls run in fp32: find the layers or custom matmuls outside "
-                "autocast (top kernels / their ops) and run them in bf16/fp16, or enable TF32 for them "
-                "(torch.backends.cuda.matmul.allow_tf32 = True)." if not old else
-                "Mixed precision is on, yet these matmuls run in fp32: find the layers or custom matmuls outside "
-                "autocast (top kernels / their ops) and run them under torch.autocast('cuda', dtype=torch.float16).")
+        return (
+            "Mixed precision is on, yet these matmuls run in fp32: find the layers or custom matmuls outside "
+            "autocast (top kernels / their ops) and run them in bf16/fp16, or enable TF32 for them "
+            "(torch.backends.cuda.matmul.allow_tf32 = True)."
+            if not old
+            else "Mixed precision is on, yet these matmuls run in fp32: find the layers or custom matmuls outside "
+            "autocast (top kernels / their ops) and run them under torch.autocast('cuda', dtype=torch.float16)."
+        )
     if framework in ("hf_trainer", "trl"):
         if old:
-            return ("Train in mixed precision: TrainingArguments(fp16=True) (this GPU has fp16 tensor cores but no "
-                    "bf16/TF32).")
-        return ("Train in mixed precision: TrainingArguments(bf16=True); as a no-risk first step, tf32=True lets "
-                "fp32 matmuls use TF32 tensor cores." if not hw["rocm"] else
-                "Train in mixed precision: TrainingArguments(bf16=True).")
+            return (
+                "Train in mixed precision: TrainingArguments(fp16=True) (this GPU has fp16 tensor cores but no "
+                "bf16/TF32)."
+            )
+        return (
+            "Train in mixed precision: TrainingArguments(bf16=True); as a no-risk first step, tf32=True lets "
+            "fp32 matmuls use TF32 tensor cores."
+            if not hw["rocm"]
+            else "Train in mixed precision: TrainingArguments(bf16=True)."
+        )
     if old:
-        return ("Wrap forward and loss in torch.autocast('cuda', dtype=torch.float16) with a "
-                "torch.amp.GradScaler('cuda') (fp16 tensor cores; this GPU has no bf16/TF32).")
+        return (
+            "Wrap forward and loss in torch.autocast('cuda', dtype=torch.float16) with a "
+            "torch.amp.GradScaler('cuda') (fp16 tensor cores; this GPU has no bf16/TF32)."
+        )
     if hw["rocm"]:
         return "Wrap forward and loss in torch.autocast('cuda', dtype=torch.bfloat16)."
-    return ("Wrap forward and loss in torch.autocast('cuda', dtype=torch.bfloat16), or at least set "
-            "torch.backends.cuda.matmul.allow_tf32 = True (torch.set_float32_matmul_precision('high')).")
+    return (
+        "Wrap forward and loss in torch.autocast('cuda', dtype=torch.bfloat16), or at least set "
+        "torch.backends.cuda.matmul.allow_tf32 = True (torch.set_float32_matmul_precision('high'))."
+    )

@@ -1,4 +1,5 @@
 """host-bound: the GPU idles while the thread that launches its work is busy with something else."""
+
 from __future__ import annotations
 
 import re
@@ -17,68 +18,119 @@ from ..trace.tables import name_flags
 from .base import Detector, fmt_us, option, pct, projected_step, window_label
 
 # Python frames that belong to PyTorch itself: skipped when naming the user's code
-_LIBRARY_FRAME = re.compile(r"^(torch/|<built-in|<string>|nn\.Module:|threading\.py|multiprocessing/|runpy\.py|"
-                            r"contextlib\.py|functools\.py|site-packages/torch/|typing\.py|abc\.py)")
+_LIBRARY_FRAME = re.compile(
+    r"^(torch/|<built-in|<string>|nn\.Module:|threading\.py|multiprocessing/|runpy\.py|"
+    r"contextlib\.py|functools\.py|site-packages/torch/|typing\.py|abc\.py)"
+)
 # aten ops that only touch tensor metadata or allocate: never CPU math
-_METADATA_OP = re.compile(r"aten::(_?unsafe_view|view|view_as|as_strided|slice|select|narrow|transpose|t|permute|"
-                          r"reshape|_reshape_alias|unsqueeze|squeeze|expand|expand_as|alias|detach|lift_fresh|split|"
-                          r"chunk|unbind|split_with_sizes|empty|empty_like|empty_strided|new_empty|new_empty_strided|"
-                          r"resize_|set_|flatten|unflatten|resolve_conj|resolve_neg|result_type|size|stride|numel|"
-                          r"dim|is_same_size)$")
+_METADATA_OP = re.compile(
+    r"aten::(_?unsafe_view|view|view_as|as_strided|slice|select|narrow|transpose|t|permute|"
+    r"reshape|_reshape_alias|unsqueeze|squeeze|expand|expand_as|alias|detach|lift_fresh|split|"
+    r"chunk|unbind|split_with_sizes|empty|empty_like|empty_strided|new_empty|new_empty_strided|"
+    r"resize_|set_|flatten|unflatten|resolve_conj|resolve_neg|result_type|size|stride|numel|"
+    r"dim|is_same_size)$"
+)
 _STEP = re.compile(r"^(ProfilerStep#|## |enumerate\(DataLoader\)#|enumerate\(DataPipe\)#)")
 
 # Recognisable culprits, most specific first: (key, what it is, fix, pattern over op / annotation / Python names).
 CULPRITS = (
-    ("recompile", "torch.compile compiling or recompiling inside the step (recompilations, graph breaks)",
-     'find them with TORCH_LOGS="recompiles,graph_breaks"; mark the varying dimensions dynamic '
-     "(torch._dynamo.mark_dynamic) or pad shapes to a few sizes, and remove the graph breaks it reports",
-     # compile-time code only: the runtime of compiled code (eval_frame, guards, inductor's output_code and
-     # runtime/) runs every step and belongs to "compiled" below
-     re.compile(r"torch/_dynamo/(convert_frame|output_graph|symbolic_convert|variables/)|"
-                r"torch/_inductor/(compile_fx|graph|codecache|scheduler|lowering|codegen/)|"
-                r"compile_inner|CompileId|dynamo_timed|InductorCompile|OutputGraph", re.IGNORECASE)),
-    ("gc", "garbage-collector pauses on the training thread",
-     "call gc.freeze() after building the model and data, and gc.disable() in the loop with gc.collect() every "
-     "few hundred steps",
-     re.compile(r"^gc\.py|<built-in method collect|\bgc\.collect\b|garbage.collect", re.IGNORECASE)),
-    ("logging", "logging and metrics in the loop",
-     "log every N steps, keep running metrics on the GPU and let the logger (wandb, TensorBoard) flush in "
-     "the background",
-     re.compile(r"wandb/|tensorboard|SummaryWriter|mlflow|comet_ml|logging/__init__\.py|_maybe_log_save_evaluate|"
-                r"compute_metrics|<built-in (function|method) print>|log_metrics|on_log\b|tqdm/", re.IGNORECASE)),
-    ("preprocess", "tokenization, decoding or augmentation on the launching thread, outside DataLoader workers",
-     "move tokenization / decoding / augmentation into the Dataset (or a one-off dataset.map) so DataLoader "
-     "workers run it in parallel with the GPU",
-     re.compile(r"tokeniz|torchvision/transforms|albumentations|PIL/|image_processing|feature_extraction|"
-                r"processing_utils|augment", re.IGNORECASE)),
-    ("pipeline", "pre/post-processing of an inference loop between forwards (not a training loop)",
-     "batch more requests per forward, overlap pre/post-processing with the GPU (another thread or process, an "
-     "overlapping scheduler) and capture the forward in CUDA graphs",
-     re.compile(r"transformers/pipelines/|pipeline\.__call__|Pipeline\.|\bpreprocess\b|\bpostprocess\b|"
-                r"scheduler|detokeniz|sampling|sampler|prepare_inputs|_prepare_model_input|process_batch_result|"
-                r"update_states|engine/core", re.IGNORECASE)),
-    ("compiled", "Python overhead around torch.compile regions (guards, graph breaks splitting the graph)",
-     'use torch.compile(model, mode="reduce-overhead") (CUDA graphs) and remove graph breaks '
-     '(TORCH_LOGS="graph_breaks") so one region covers the step',
-     re.compile(r"Torch-Compiled Region|CompiledFunction|Compiled Function|TorchDynamo Cache Lookup|"
-                r"torch/_dynamo/(eval_frame|guards)\.py|torch/_inductor/(output_code\.py|runtime/)|"
-                r"_aot_autograd/runtime_wrappers\.py", re.IGNORECASE)),
+    (
+        "recompile",
+        "torch.compile compiling or recompiling inside the step (recompilations, graph breaks)",
+        'find them with TORCH_LOGS="recompiles,graph_breaks"; mark the varying dimensions dynamic '
+        "(torch._dynamo.mark_dynamic) or pad shapes to a few sizes, and remove the graph breaks it reports",
+        # compile-time code only: the runtime of compiled code (eval_frame, guards, inductor's output_code and
+        # runtime/) runs every step and belongs to "compiled" below
+        re.compile(
+            r"torch/_dynamo/(convert_frame|output_graph|symbolic_convert|variables/)|"
+            r"torch/_inductor/(compile_fx|graph|codecache|scheduler|lowering|codegen/)|"
+            r"compile_inner|CompileId|dynamo_timed|InductorCompile|OutputGraph",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "gc",
+        "garbage-collector pauses on the training thread",
+        "call gc.freeze() after building the model and data, and gc.disable() in the loop with gc.collect() every "
+        "few hundred steps",
+        re.compile(r"^gc\.py|<built-in method collect|\bgc\.collect\b|garbage.collect", re.IGNORECASE),
+    ),
+    (
+        "logging",
+        "logging and metrics in the loop",
+        "log every N steps, keep running metrics on the GPU and let the logger (wandb, TensorBoard) flush in "
+        "the background",
+        re.compile(
+            r"wandb/|tensorboard|SummaryWriter|mlflow|comet_ml|logging/__init__\.py|_maybe_log_save_evaluate|"
+            r"compute_metrics|<built-in (function|method) print>|log_metrics|on_log\b|tqdm/",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "preprocess",
+        "tokenization, decoding or augmentation on the launching thread, outside DataLoader workers",
+        "move tokenization / decoding / augmentation into the Dataset (or a one-off dataset.map) so DataLoader "
+        "workers run it in parallel with the GPU",
+        re.compile(
+            r"tokeniz|torchvision/transforms|albumentations|PIL/|image_processing|feature_extraction|"
+            r"processing_utils|augment",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "pipeline",
+        "pre/post-processing of an inference loop between forwards (not a training loop)",
+        "batch more requests per forward, overlap pre/post-processing with the GPU (another thread or process, an "
+        "overlapping scheduler) and capture the forward in CUDA graphs",
+        re.compile(
+            r"transformers/pipelines/|pipeline\.__call__|Pipeline\.|\bpreprocess\b|\bpostprocess\b|"
+            r"scheduler|detokeniz|sampling|sampler|prepare_inputs|_prepare_model_input|process_batch_result|"
+            r"update_states|engine/core",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "compiled",
+        "Python overhead around torch.compile regions (guards, graph breaks splitting the graph)",
+        'use torch.compile(model, mode="reduce-overhead") (CUDA graphs) and remove graph breaks '
+        '(TORCH_LOGS="graph_breaks") so one region covers the step',
+        re.compile(
+            r"Torch-Compiled Region|CompiledFunction|Compiled Function|TorchDynamo Cache Lookup|"
+            r"torch/_dynamo/(eval_frame|guards)\.py|torch/_inductor/(output_code\.py|runtime/)|"
+            r"_aot_autograd/runtime_wrappers\.py",
+            re.IGNORECASE,
+        ),
+    ),
 )
-PIPELINE_PREPROCESS_FIX = ("the pipeline decodes and transforms its inputs on the calling thread: pass it a "
-                           "dataset or generator with batch_size and num_workers (pipe(dataset, batch_size=8, "
-                           "num_workers=4)) so DataLoader workers preprocess while the GPU runs")
-CPU_TENSOR = ("cpu-tensor", "CPU-side tensor work (aten ops that launch no GPU kernel)",
-              "create these tensors on the GPU (device=...) or move the work into the DataLoader workers; avoid "
-              ".cpu() / .numpy() round trips in the step")
-OVERHEAD = ("overhead", "Python and framework overhead per op (many aten:: dispatches, little GPU work each)",
-            'capture the step with CUDA graphs (torch.compile(model, mode="reduce-overhead")), fuse small ops, and '
-            "give each op more work (a larger batch)")
+PIPELINE_PREPROCESS_FIX = (
+    "the pipeline decodes and transforms its inputs on the calling thread: pass it a "
+    "dataset or generator with batch_size and num_workers (pipe(dataset, batch_size=8, "
+    "num_workers=4)) so DataLoader workers preprocess while the GPU runs"
+)
+CPU_TENSOR = (
+    "cpu-tensor",
+    "CPU-side tensor work (aten ops that launch no GPU kernel)",
+    "create these tensors on the GPU (device=...) or move the work into the DataLoader workers; avoid "
+    ".cpu() / .numpy() round trips in the step",
+)
+OVERHEAD = (
+    "overhead",
+    "Python and framework overhead per op (many aten:: dispatches, little GPU work each)",
+    'capture the step with CUDA graphs (torch.compile(model, mode="reduce-overhead")), fuse small ops, and '
+    "give each op more work (a larger batch)",
+)
 
 
-SHORT = {"recompile": "torch.compile recompiling", "gc": "garbage collection", "logging": "logging and metrics",
-         "preprocess": "input preprocessing (tokenization, decoding, augmentation)",
-         "pipeline": "inference pre/post-processing", "compiled": "Python overhead around compiled regions",
-         "cpu-tensor": "CPU-side tensor work", "overhead": "Python and framework overhead per op"}
+SHORT = {
+    "recompile": "torch.compile recompiling",
+    "gc": "garbage collection",
+    "logging": "logging and metrics",
+    "preprocess": "input preprocessing (tokenization, decoding, augmentation)",
+    "pipeline": "inference pre/post-processing",
+    "compiled": "Python overhead around compiled regions",
+    "cpu-tensor": "CPU-side tensor work",
+    "overhead": "Python and framework overhead per op",
+}
 
 
 def launching_thread(trace) -> int | None:
@@ -91,7 +143,7 @@ def launching_thread(trace) -> int | None:
         return None
     if li.size:
         tids = rt["tid"].to_numpy()[li]
-    else:   # kernels not linked to their launches (older ROCm traces): the thread that launches the most
+    else:  # kernels not linked to their launches (older ROCm traces): the thread that launches the most
         tids = launch_rows(rt)["tid"].to_numpy()
         if not tids.size:
             return None
@@ -108,6 +160,7 @@ def _measure_upto(s: np.ndarray, e: np.ndarray):
         ic = np.maximum(i, 0)
         inside = np.clip(t - s[ic], 0.0, (e - s)[ic])
         return np.where(i >= 0, pre[ic] + inside, 0.0)
+
     return f
 
 
@@ -254,8 +307,10 @@ class HostBound(Detector):
         n = max(ctx.n_steps, 1)
         if frac < self.min_frac:
             if lost > 0:
-                yield self.declined(f"GPU idle while the host does other work {fmt_us(lost / n)}/step ({100 * frac:.1f}%), "
-                                f"below the {100 * self.min_frac:g}% threshold")
+                yield self.declined(
+                    f"GPU idle while the host does other work {fmt_us(lost / n)}/step ({100 * frac:.1f}%), "
+                    f"below the {100 * self.min_frac:g}% threshold"
+                )
             return
         tid = launching_thread(trace)
         ops = trace.cpu_ops
@@ -267,23 +322,48 @@ class HostBound(Detector):
 
         sp, own = self_overlap(ops, claimed)
         named = float(own.sum())
-        by_name = (pd.Series(own, index=sp["name"].astype(str).to_numpy()).groupby(level=0).sum()
-                   .sort_values(ascending=False)) if len(sp) else pd.Series(dtype=float)
+        by_name = (
+            (
+                pd.Series(own, index=sp["name"].astype(str).to_numpy())
+                .groupby(level=0)
+                .sum()
+                .sort_values(ascending=False)
+            )
+            if len(sp)
+            else pd.Series(dtype=float)
+        )
         # ops inside which the thread called the CUDA/HIP runtime (launches, copies: their idle self time is
         # dispatch overhead); an aten op with no runtime call inside its span that is not a metadata-only op
         # (views, empty allocations) computes on CPU tensors
         rt = trace.runtime
         lt = np.sort(rt["ts_us"].to_numpy()[(rt["tid"] == tid).to_numpy()]) if tid is not None else np.empty(0)
-        aten = (name_flags(sp["name"], lambda x: x.startswith("aten::") and not _METADATA_OP.match(x)) if len(sp)
-                else np.zeros(0, dtype=bool))
-        no_kernel = (np.searchsorted(lt, sp["end_us"].to_numpy(), side="right")
-                     == np.searchsorted(lt, sp["ts_us"].to_numpy(), side="left")) if len(sp) else np.zeros(0, dtype=bool)
+        aten = (
+            name_flags(sp["name"], lambda x: x.startswith("aten::") and not _METADATA_OP.match(x))
+            if len(sp)
+            else np.zeros(0, dtype=bool)
+        )
+        no_kernel = (
+            (
+                np.searchsorted(lt, sp["end_us"].to_numpy(), side="right")
+                == np.searchsorted(lt, sp["ts_us"].to_numpy(), side="left")
+            )
+            if len(sp)
+            else np.zeros(0, dtype=bool)
+        )
         cpu_tensor_us = float(own[aten & no_kernel].sum()) if len(sp) else 0.0
 
         upy = py[~name_flags(py["name"], _LIBRARY_FRAME.match)] if len(py) else py
         psp, pown = self_overlap(upy, claimed)
-        by_py = (pd.Series(pown, index=psp["name"].astype(str).to_numpy()).groupby(level=0).sum()
-                 .sort_values(ascending=False)) if len(psp) else pd.Series(dtype=float)
+        by_py = (
+            (
+                pd.Series(pown, index=psp["name"].astype(str).to_numpy())
+                .groupby(level=0)
+                .sum()
+                .sort_values(ascending=False)
+            )
+            if len(psp)
+            else pd.Series(dtype=float)
+        )
 
         # culprits: idle inside any span (CPU op, annotation or Python function) whose name matches
         found: list[tuple[float, str, str, str]] = []
@@ -293,8 +373,16 @@ class HostBound(Detector):
             m = [t for t in m if len(t)]
             if not m:
                 continue
-            s = iv.subtract(iv.intersect(iv.union(np.concatenate([t["ts_us"].to_numpy() for t in m]),
-                                                  np.concatenate([t["end_us"].to_numpy() for t in m])), claimed), taken)
+            s = iv.subtract(
+                iv.intersect(
+                    iv.union(
+                        np.concatenate([t["ts_us"].to_numpy() for t in m]),
+                        np.concatenate([t["end_us"].to_numpy() for t in m]),
+                    ),
+                    claimed,
+                ),
+                taken,
+            )
             us = iv.total(s)
             if us >= 0.05 * lost:
                 found.append((us, key, what, fix))
@@ -307,57 +395,111 @@ class HostBound(Detector):
             found.append((rest, *OVERHEAD))
         found.sort(key=lambda x: -x[0])
         keys = {f[1] for f in found}
-        if "preprocess" in keys and "pipeline" in keys:   # an inference pipeline preprocessing inline
-            found = [(us, key, what, PIPELINE_PREPROCESS_FIX if key == "preprocess" else fix)
-                     for us, key, what, fix in found]
+        if "preprocess" in keys and "pipeline" in keys:  # an inference pipeline preprocessing inline
+            found = [
+                (us, key, what, PIPELINE_PREPROCESS_FIX if key == "preprocess" else fix) for us, key, what, fix in found
+            ]
 
         w = window_label(trace)
         median = float(st["dur_us"].median())
         projected = projected_step(median, lost / n)
         ev = [
-            Evidence(label="GPU idle while the launching thread does other work", value=round(lost / n / 1e3, 3),
-                     unit="ms/step", window=w),
+            Evidence(
+                label="GPU idle while the launching thread does other work",
+                value=round(lost / n / 1e3, 3),
+                unit="ms/step",
+                window=w,
+            ),
             Evidence(label="share of step time", value=round(100 * frac, 1), unit="%", window=w),
-            Evidence(label="projected median step if the host kept up", value=round(projected / 1e3, 3), unit="ms",
-                     window=w),
+            Evidence(
+                label="projected median step if the host kept up", value=round(projected / 1e3, 3), unit="ms", window=w
+            ),
             Evidence(label="launching thread", value=f"CPU thread {tid}" if tid is not None else "unknown", unit=""),
         ]
         if launch_us > 0:
-            ev.append(Evidence(label="of which short launch gaps (<= 100 us; launch-bound does not report them)",
-                               value=round(launch_us / n / 1e3, 3), unit="ms/step", window=w))
+            ev.append(
+                Evidence(
+                    label="of which short launch gaps (<= 100 us; launch-bound does not report them)",
+                    value=round(launch_us / n / 1e3, 3),
+                    unit="ms/step",
+                    window=w,
+                )
+            )
         for name, us in by_name.head(self.top_n).items():
             if us >= 0.01 * lost:
-                ev.append(Evidence(label=f"CPU op / annotation during the idle time: {name}",
-                                   value=round(100 * us / lost, 1), unit="% of it", window=w))
+                ev.append(
+                    Evidence(
+                        label=f"CPU op / annotation during the idle time: {name}",
+                        value=round(100 * us / lost, 1),
+                        unit="% of it",
+                        window=w,
+                    )
+                )
         for name, us in by_py.head(3).items():
             if us >= 0.01 * lost:
-                ev.append(Evidence(label=f"Python function during the idle time: {name}",
-                                   value=round(100 * us / lost, 1), unit="% of it", window=w))
-        ev.append(Evidence(label="idle time with no CPU op on the launching thread (Python between ops, untraced work)",
-                           value=round(100 * max(lost - named, 0.0) / lost, 1), unit="%", window=w))
+                ev.append(
+                    Evidence(
+                        label=f"Python function during the idle time: {name}",
+                        value=round(100 * us / lost, 1),
+                        unit="% of it",
+                        window=w,
+                    )
+                )
+        ev.append(
+            Evidence(
+                label="idle time with no CPU op on the launching thread (Python between ops, untraced work)",
+                value=round(100 * max(lost - named, 0.0) / lost, 1),
+                unit="%",
+                window=w,
+            )
+        )
         for us, key, what, _ in found:
             ev.append(Evidence(label=f"culprit: {what}", value=round(100 * us / lost, 1), unit="% of it", window=w))
         if not len(ops):
-            ev.append(Evidence(label="diagnosis", value="no CPU ops recorded on the launching thread: capture with "
-                               "record_shapes / with_stack to see what the host does", unit=""))
+            ev.append(
+                Evidence(
+                    label="diagnosis",
+                    value="no CPU ops recorded on the launching thread: capture with "
+                    "record_shapes / with_stack to see what the host does",
+                    unit="",
+                )
+            )
         top = found[0] if found else (lost, *OVERHEAD)
-        lead = [(nm, us) for nm, us in list(by_name.head(1).items()) + list(by_py.head(1).items())
-                if us >= 0.1 * lost]
+        lead = [(nm, us) for nm, us in list(by_name.head(1).items()) + list(by_py.head(1).items()) if us >= 0.1 * lost]
         lead.sort(key=lambda x: -x[1])
-        title = (f"Host-bound: the GPU idles {fmt_us(lost / n)} per step ({pct(frac)}) while the launching thread "
-                 f"does other work, mostly {SHORT[top[1]]}"
-                 + (f" (top: {lead[0][0][:80]}, {pct(lead[0][1] / lost)} of it)" if lead else "")
-                 + f"; about {fmt_us(projected)} per step if the host kept up")
+        title = (
+            f"Host-bound: the GPU idles {fmt_us(lost / n)} per step ({pct(frac)}) while the launching thread "
+            f"does other work, mostly {SHORT[top[1]]}"
+            + (f" (top: {lead[0][0][:80]}, {pct(lead[0][1] / lost)} of it)" if lead else "")
+            + f"; about {fmt_us(projected)} per step if the host kept up"
+        )
         fixes = [f for _, _, _, f in found[:2]] or [OVERHEAD[2]]
         if len(fixes) == 2 and "reduce-overhead" in fixes[0] and "reduce-overhead" in fixes[1]:
-            fixes = fixes[:1]           # the same remedy twice
+            fixes = fixes[:1]  # the same remedy twice
         fix = "; then ".join(fixes)
         fix = fix[0].upper() + fix[1:] + "."
         coverage = (named + iv.total(taken)) / lost if lost else 0.0
         conf = "low" if not len(ops) else ("high" if frac >= 0.1 and min(coverage, 1.0) >= 0.5 else "medium")
-        events = tuple(EventRef(name=str(nm), ts_us=round(float(r.ts_us), 3), dur_us=round(float(r.end_us - r.ts_us), 3),
-                                track=f"CPU thread {tid}")
-                       for nm, r in ((r.name, r) for r in sp.assign(own=own).nlargest(3, "own").itertuples(index=False))) \
-            if len(sp) else ()
-        yield self.finding(ctx, title=title, time_lost_us=lost, confidence=conf, evidence=ev, fix=fix,
-                           events=events, idle_claims={"idle_cpu": cpu_part, "idle_launch": launch_part})
+        events = (
+            tuple(
+                EventRef(
+                    name=str(nm),
+                    ts_us=round(float(r.ts_us), 3),
+                    dur_us=round(float(r.end_us - r.ts_us), 3),
+                    track=f"CPU thread {tid}",
+                )
+                for nm, r in ((r.name, r) for r in sp.assign(own=own).nlargest(3, "own").itertuples(index=False))
+            )
+            if len(sp)
+            else ()
+        )
+        yield self.finding(
+            ctx,
+            title=title,
+            time_lost_us=lost,
+            confidence=conf,
+            evidence=ev,
+            fix=fix,
+            events=events,
+            idle_claims={"idle_cpu": cpu_part, "idle_launch": launch_part},
+        )

@@ -1,4 +1,5 @@
 """host-sync: synchronising calls inside the step that drain the GPU queue and leave it idle."""
+
 from __future__ import annotations
 
 import re
@@ -16,10 +17,12 @@ from ..trace.tables import name_flags
 from ..trace.timeline import SYNC_CALLS, SYNC_RELAUNCH_US
 from .base import Detector, fmt_us, in_steps, option, pct, window_label
 
-LOOKBACK = 20_000          # ops / frames scanned back from a sync to find its enclosing ones
-MAX_EXPLAINED = 500        # syncs whose causing op / Python line is looked up (the costliest first)
-_LIBRARY_FRAME = re.compile(r"^(torch/|<built-in|<string>|nn\.Module:|threading\.py|multiprocessing/|runpy\.py|"
-                            r"contextlib\.py|functools\.py|site-packages/torch/)")
+LOOKBACK = 20_000  # ops / frames scanned back from a sync to find its enclosing ones
+MAX_EXPLAINED = 500  # syncs whose causing op / Python line is looked up (the costliest first)
+_LIBRARY_FRAME = re.compile(
+    r"^(torch/|<built-in|<string>|nn\.Module:|threading\.py|multiprocessing/|runpy\.py|"
+    r"contextlib\.py|functools\.py|site-packages/torch/)"
+)
 _ITEM = re.compile(r"aten::(item|_local_scalar_dense|is_nonzero)$")
 _NONZERO = re.compile(r"aten::(nonzero|masked_select|unique|_unique2|index|masked_scatter|repeat_interleave)$")
 _COPY = re.compile(r"aten::(copy_|to|_to_copy|cpu|tolist)$")
@@ -41,7 +44,7 @@ def starved_sync_pieces(trace) -> tuple[np.ndarray, np.ndarray]:
     nxt = np.searchsorted(g_ts, e - 1e-6, side="left")
     has = nxt < g_ts.size
     late = ~has
-    late[has] = g_l[nxt[has]] > s[has]      # NaN launch (unlinked op) compares False: not claimed
+    late[has] = g_l[nxt[has]] > s[has]  # NaN launch (unlinked op) compares False: not claimed
     return s[late], e[late]
 
 
@@ -152,12 +155,15 @@ class HostSync(Detector):
             return
         ps, pe = starved_sync_pieces(trace)
         if ps.size == 0:
-            idle = iv.total(iv.intersect(trace.timeline.sets["idle_sync"],
-                                         iv.union(trace.steps["start_us"], trace.steps["end_us"])))
+            idle = iv.total(
+                iv.intersect(trace.timeline.sets["idle_sync"], iv.union(trace.steps["start_us"], trace.steps["end_us"]))
+            )
             if idle > 0:
-                yield self.declined(f"{len(syncs)} sync call(s), GPU idle during them {fmt_us(idle / max(ctx.n_steps, 1))}"
-                                "/step, but the next GPU op was already queued: the GPU waited on a dependency "
-                                "(event, other stream or process), not on the blocked host")
+                yield self.declined(
+                    f"{len(syncs)} sync call(s), GPU idle during them {fmt_us(idle / max(ctx.n_steps, 1))}"
+                    "/step, but the next GPU op was already queued: the GPU waited on a dependency "
+                    "(event, other stream or process), not on the blocked host"
+                )
             return
         # attribute each starved piece to the sync whose [start, end + relaunch allowance] holds its start
         s_ts = syncs["ts_us"].to_numpy()
@@ -177,13 +183,19 @@ class HostSync(Detector):
         lost = float(lost_each.sum())
         frac = lost / ctx.window_us if ctx.window_us else 0.0
         if frac < self.min_frac:
-            queued = iv.total(iv.intersect(trace.timeline.sets["idle_sync"],
-                                           iv.union(trace.steps["start_us"], trace.steps["end_us"]))) - float((pe - ps).sum())
-            more = (f"; GPU idle {fmt_us(queued / max(ctx.n_steps, 1))}/step during syncs had its next op already "
-                    "queued: it waited on a dependency (event, other stream or process), not on the blocked host"
-                    if queued > lost else "")
-            yield self.declined(f"{len(syncs)} sync call(s) leave the GPU idle {fmt_us(lost / max(ctx.n_steps, 1))}/step "
-                            f"({100 * frac:.1f}%), below the {100 * self.min_frac:g}% threshold" + more)
+            queued = iv.total(
+                iv.intersect(trace.timeline.sets["idle_sync"], iv.union(trace.steps["start_us"], trace.steps["end_us"]))
+            ) - float((pe - ps).sum())
+            more = (
+                f"; GPU idle {fmt_us(queued / max(ctx.n_steps, 1))}/step during syncs had its next op already "
+                "queued: it waited on a dependency (event, other stream or process), not on the blocked host"
+                if queued > lost
+                else ""
+            )
+            yield self.declined(
+                f"{len(syncs)} sync call(s) leave the GPU idle {fmt_us(lost / max(ctx.n_steps, 1))}/step "
+                f"({100 * frac:.1f}%), below the {100 * self.min_frac:g}% threshold" + more
+            )
             return
         n = ctx.n_steps
         w = window_label(trace)
@@ -193,30 +205,68 @@ class HostSync(Detector):
         ev = [
             Evidence(label="GPU idle caused by syncs", value=round(lost / n / 1e3, 3), unit="ms/step", window=w),
             Evidence(label="share of step time", value=round(100 * frac, 1), unit="%", window=w),
-            Evidence(label="sync calls per step", value=", ".join(f"{k} {v / n:.1f}" for k, v in by_name.items()),
-                     unit="calls/step", window=w),
-            Evidence(label="host blocked in sync calls", value=round(float(in_win["dur_us"].sum()) / n / 1e3, 3),
-                     unit="ms/step", window=w),
-            Evidence(label="GPU idle after syncs (before the min with host wait)",
-                     value=round(float(in_win["bubble_us"].sum()) / n / 1e3, 3), unit="ms/step", window=w),
+            Evidence(
+                label="sync calls per step",
+                value=", ".join(f"{k} {v / n:.1f}" for k, v in by_name.items()),
+                unit="calls/step",
+                window=w,
+            ),
+            Evidence(
+                label="host blocked in sync calls",
+                value=round(float(in_win["dur_us"].sum()) / n / 1e3, 3),
+                unit="ms/step",
+                window=w,
+            ),
+            Evidence(
+                label="GPU idle after syncs (before the min with host wait)",
+                value=round(float(in_win["bubble_us"].sum()) / n / 1e3, 3),
+                unit="ms/step",
+                window=w,
+            ),
         ]
         if causes:
-            ev.append(Evidence(label="ops that issued the syncs", unit="calls", window=w,
-                               value=", ".join(f"{c} x{v}" for c, v in causes.most_common(4))))
+            ev.append(
+                Evidence(
+                    label="ops that issued the syncs",
+                    unit="calls",
+                    window=w,
+                    value=", ".join(f"{c} x{v}" for c, v in causes.most_common(4)),
+                )
+            )
         if callers:
-            ev.append(Evidence(label="Python callers (with_stack)", unit="calls", window=w,
-                               value="; ".join(f"{c} x{v}" for c, v in callers.most_common(3))))
+            ev.append(
+                Evidence(
+                    label="Python callers (with_stack)",
+                    unit="calls",
+                    window=w,
+                    value="; ".join(f"{c} x{v}" for c, v in callers.most_common(3)),
+                )
+            )
         top_cause = _short(max(cause_lost, key=cause_lost.get)) if cause_lost else "synchronising calls"
-        title = (f"{len(in_win) / n:.0f} host sync(s) per step, mostly {top_cause}, leave the GPU idle "
-                 f"{fmt_us(lost / n)} per step ({pct(frac)})")
-        events = tuple(EventRef(name=str(r.name), ts_us=round(float(r.ts_us), 3), dur_us=round(float(r.dur_us), 3),
-                                track=f"CPU thread {int(r.tid)}")
-                       for r in in_win.nlargest(3, "lost_us").itertuples(index=False))
-        yield self.finding(ctx, title=title, time_lost_us=lost, confidence="high" if frac >= 0.1 else "medium",
-                           evidence=ev, fix=self._fix(ctx, causes), events=events,
-                           # the starved pieces the syncs own, scaled to the time lost (min of wait and bubble)
-                           idle_claims={"idle_sync": ((ps[owner >= 0], pe[owner >= 0]),
-                                                      lost / max(float(bubble.sum()), 1e-9))})
+        title = (
+            f"{len(in_win) / n:.0f} host sync(s) per step, mostly {top_cause}, leave the GPU idle "
+            f"{fmt_us(lost / n)} per step ({pct(frac)})"
+        )
+        events = tuple(
+            EventRef(
+                name=str(r.name),
+                ts_us=round(float(r.ts_us), 3),
+                dur_us=round(float(r.dur_us), 3),
+                track=f"CPU thread {int(r.tid)}",
+            )
+            for r in in_win.nlargest(3, "lost_us").itertuples(index=False)
+        )
+        yield self.finding(
+            ctx,
+            title=title,
+            time_lost_us=lost,
+            confidence="high" if frac >= 0.1 else "medium",
+            evidence=ev,
+            fix=self._fix(ctx, causes),
+            events=events,
+            # the starved pieces the syncs own, scaled to the time lost (min of wait and bubble)
+            idle_claims={"idle_sync": ((ps[owner >= 0], pe[owner >= 0]), lost / max(float(bubble.sum()), 1e-9))},
+        )
 
     @staticmethod
     def _explain(trace, syncs: pd.DataFrame) -> tuple[Counter, Counter, Counter]:
@@ -259,18 +309,24 @@ class HostSync(Detector):
         hf = ctx.framework in ("hf_trainer", "trl")
         parts = []
         if "is_nonzero" in names or "item" in names or "_local_scalar_dense" in names:
-            parts.append("remove per-step .item() / print / `if tensor:` on GPU values (accumulate on the GPU and log "
-                         "every N steps" + ("; set logging_nan_inf_filter=False" if hf else "") + ")")
+            parts.append(
+                "remove per-step .item() / print / `if tensor:` on GPU values (accumulate on the GPU and log "
+                "every N steps" + ("; set logging_nan_inf_filter=False" if hf else "") + ")"
+            )
         if any(_NONZERO.search(c.split(" > ")[-1]) or "nonzero" in c for c in causes):
-            parts.append("replace torch.nonzero / boolean-mask indexing in the hot loop with torch.where or masked "
-                         "ops of static shape")
+            parts.append(
+                "replace torch.nonzero / boolean-mask indexing in the hot loop with torch.where or masked "
+                "ops of static shape"
+            )
         if any(_COPY.search(c.split(" > ")[-1]) for c in causes):
             parts.append("copy with non_blocking=True from pinned memory and keep metrics on the GPU")
         if "(no op" in names:
             parts.append("drop torch.cuda.synchronize() from the loop (time with CUDA events)")
         if not parts:
-            parts.append("remove the synchronising calls from the step (no .item(), .cpu(), nonzero or "
-                         "synchronize in the hot loop)")
+            parts.append(
+                "remove the synchronising calls from the step (no .item(), .cpu(), nonzero or "
+                "synchronize in the hot loop)"
+            )
         s = "; ".join(parts)
         return s[0].upper() + s[1:] + "."
 

@@ -1,4 +1,5 @@
 """launch-bound: the GPU idles between short kernels while the host is still launching the next one."""
+
 from __future__ import annotations
 
 import re
@@ -37,34 +38,54 @@ def batch_arithmetic(run_config, factor: int, framework: str) -> str:
         bs = _int(first.get("batch_size"))
     ga = _int(cfg.get("gradient_accumulation_steps"))
     hf = framework in ("hf_trainer", "trl")
-    b_name, a_name = (("per_device_train_batch_size", "gradient_accumulation_steps") if hf
-                      else ("batch size", "accumulated micro-batches"))
+    b_name, a_name = (
+        ("per_device_train_batch_size", "gradient_accumulation_steps")
+        if hf
+        else ("batch size", "accumulated micro-batches")
+    )
     if bs is not None and ga is not None and ga >= 2:
         divisors = [d for d in range(2, factor + 1) if ga % d == 0]
         f = max(divisors) if divisors else (ga if ga <= 8 else None)
         if f is not None:
-            return (f"{b_name} {bs} x {a_name} {ga} -> {bs * f} x {ga // f} (same effective batch of {bs * ga} "
-                    "per device)")
+            return (
+                f"{b_name} {bs} x {a_name} {ga} -> {bs * f} x {ga // f} (same effective batch of {bs * ga} per device)"
+            )
     if bs is not None:
-        return (f"{b_name} {bs} -> {bs * factor} (the effective batch grows {factor}x: rescale the learning rate, "
-                f"or divide {a_name} by {factor} if you accumulate)")
-    return (f"raise the {b_name} about {factor}x and divide the {a_name} by {factor} to keep the effective batch "
-            f"(e.g. 1 x 16 -> {factor} x {16 // factor})")
+        return (
+            f"{b_name} {bs} -> {bs * factor} (the effective batch grows {factor}x: rescale the learning rate, "
+            f"or divide {a_name} by {factor} if you accumulate)"
+        )
+    return (
+        f"raise the {b_name} about {factor}x and divide the {a_name} by {factor} to keep the effective batch "
+        f"(e.g. 1 x 16 -> {factor} x {16 // factor})"
+    )
 
 
 def fit_arithmetic(fit, framework: str) -> str:
     """batch_arithmetic's sentence for a memory-model BatchFit (the batch it sized, nothing else)."""
     hf = framework in ("hf_trainer", "trl")
-    b_name, a_name = (("per_device_train_batch_size", "gradient_accumulation_steps") if hf
-                      else ("batch size", "accumulated micro-batches"))
+    b_name, a_name = (
+        ("per_device_train_batch_size", "gradient_accumulation_steps")
+        if hf
+        else ("batch size", "accumulated micro-batches")
+    )
     if fit.current_accumulation:
         same = fit.batch * fit.accumulation == fit.current_batch * fit.current_accumulation
-        return (f"{b_name} {fit.current_batch} x {a_name} {fit.current_accumulation} -> {fit.batch} x "
-                f"{fit.accumulation} (" + (f"same effective batch of {fit.batch * fit.accumulation} per device"
-                                           if same else f"effective batch {fit.current_batch * fit.current_accumulation}"
-                                           f" -> {fit.batch * fit.accumulation}: rescale the learning rate") + ")")
-    return (f"{b_name} {fit.current_batch} -> {fit.batch} (the effective batch grows {fit.factor}x: rescale the "
-            f"learning rate, or divide {a_name} by {fit.factor} if you accumulate)")
+        return (
+            f"{b_name} {fit.current_batch} x {a_name} {fit.current_accumulation} -> {fit.batch} x "
+            f"{fit.accumulation} ("
+            + (
+                f"same effective batch of {fit.batch * fit.accumulation} per device"
+                if same
+                else f"effective batch {fit.current_batch * fit.current_accumulation}"
+                f" -> {fit.batch * fit.accumulation}: rescale the learning rate"
+            )
+            + ")"
+        )
+    return (
+        f"{b_name} {fit.current_batch} -> {fit.batch} (the effective batch grows {fit.factor}x: rescale the "
+        f"learning rate, or divide {a_name} by {fit.factor} if you accumulate)"
+    )
 
 
 @dataclass(frozen=True)
@@ -131,17 +152,23 @@ class LaunchBound(Detector):
     name = "launch-bound"
     summary = "GPU idles between short kernels while the host launches them (batch too small)"
     fires_on = ("builders.build_launch_bound", "builders_host.build_launch_bound_hf")
-    silent_on = ("builders.build_healthy", "builders_host.build_busy_short_kernels",
-                 "builders_host.build_unfused_optimizer")
+    silent_on = (
+        "builders.build_healthy",
+        "builders_host.build_busy_short_kernels",
+        "builders_host.build_unfused_optimizer",
+    )
 
     claims_parts = ("idle_launch",)
-    reserves = ("idle_launch",)                # its launch gaps, when it reports them (else host-bound's)
+    reserves = ("idle_launch",)  # its launch gaps, when it reports them (else host-bound's)
     min_idle_frac: float = option(0.10, "minimum share of the analysed steps the GPU idles in launch gaps")
     max_busy_frac: float = option(0.85, "GPU busy share above which the GPU is not launch-bound")
 
     graph_kernel_us: float = option(1.0, "what-if: host cost per kernel when a CUDA graph replays the launches")
-    kernel_fixed_us: float = option(2.0, "what-if (larger batch): the part of a kernel's duration that does not grow "
-                                          "with the batch (launch, one wave, completion)")
+    kernel_fixed_us: float = option(
+        2.0,
+        "what-if (larger batch): the part of a kernel's duration that does not grow "
+        "with the batch (launch, one wave, completion)",
+    )
 
     variants = ("cuda-graphs", "batch")
 
@@ -150,7 +177,7 @@ class LaunchBound(Detector):
         """The batch growth the fix recommends: 8x, 4x or 2x by how idle the GPU is, capped by the memory
         model (memory_fit.batch_fit_for) when the trace has memory figures; and that BatchFit (or None)."""
         factor = 8 if busy <= 0.125 else 4 if busy <= 0.25 else 2
-        fit = batch_fit_for(trace, factor)      # the same sizing the report's memory section and a what-if use
+        fit = batch_fit_for(trace, factor)  # the same sizing the report's memory section and a what-if use
         return (fit.factor if fit is not None else factor), fit
 
     @staticmethod
@@ -186,8 +213,10 @@ class LaunchBound(Detector):
         us = graph.remove_claimed_host_time(finding, "idle_launch")
         lh = np.unique(graph.g_launch[(graph.g_launch >= 0) & graph.gpu_in_steps()])
         graph.h_own[lh] = np.minimum(graph.h_own[lh], self.graph_kernel_us)
-        return (f"CUDA graphs: {us / 1e3:.1f} ms of launch gaps go, {len(lh)} launches cost "
-                f"{self.graph_kernel_us:g} us each")
+        return (
+            f"CUDA graphs: {us / 1e3:.1f} ms of launch gaps go, {len(lh)} launches cost "
+            f"{self.graph_kernel_us:g} us each"
+        )
 
     def _whatif_batch(self, graph, finding) -> str:
         if finding is None:
@@ -203,8 +232,10 @@ class LaunchBound(Detector):
         graph.g_dur = np.where(ker, fixed / k + (graph.g_dur - fixed), graph.g_dur)
         graph.g_slack = np.where(gs, graph.g_slack / k, graph.g_slack)
         graph.scale_host(graph.host_in_steps(), 1.0 / k)
-        return (f"larger batch ({k}x, per original batch): {int(ker.sum())} kernels keep their time less "
-                f"{self.kernel_fixed_us:g} us x (1 - 1/{k}); host time and launch latency in the steps / {k}")
+        return (
+            f"larger batch ({k}x, per original batch): {int(ker.sum())} kernels keep their time less "
+            f"{self.kernel_fixed_us:g} us x (1 - 1/{k}); host time and launch latency in the steps / {k}"
+        )
 
     def detect(self, trace, ctx):
         if not trace.has_gpu:
@@ -221,10 +252,14 @@ class LaunchBound(Detector):
         frac = lost / win
         if not reports:
             if lost > 0:
-                why = (f"GPU busy {100 * busy:.0f}% (over {100 * self.max_busy_frac:g}%)" if busy > self.max_busy_frac
-                       else f"below the {100 * self.min_idle_frac:g}% threshold")
-                yield self.declined(f"launch gaps present, {fmt_us(lost / max(ctx.n_steps, 1))}/step ({100 * frac:.1f}%), "
-                                f"{why}")
+                why = (
+                    f"GPU busy {100 * busy:.0f}% (over {100 * self.max_busy_frac:g}%)"
+                    if busy > self.max_busy_frac
+                    else f"below the {100 * self.min_idle_frac:g}% threshold"
+                )
+                yield self.declined(
+                    f"launch gaps present, {fmt_us(lost / max(ctx.n_steps, 1))}/step ({100 * frac:.1f}%), {why}"
+                )
             return
         n = ctx.n_steps
         k = in_steps(primary_kernels(trace), trace)
@@ -237,40 +272,76 @@ class LaunchBound(Detector):
         idle_cpu = iv.total(idle_in_steps(trace, "idle_cpu"))
         w = window_label(trace)
         ev = [
-            Evidence(label="GPU idle waiting for kernel launches", value=round(lost / n / 1e3, 3), unit="ms/step", window=w),
+            Evidence(
+                label="GPU idle waiting for kernel launches", value=round(lost / n / 1e3, 3), unit="ms/step", window=w
+            ),
             Evidence(label="share of step time", value=round(100 * frac, 1), unit="%", window=w),
             Evidence(label="GPU busy (kernels, copies)", value=round(100 * busy, 1), unit="%", window=w),
             Evidence(label="kernels per step", value=round(len(k) / n), unit="kernels", window=w),
             Evidence(label="median kernel duration", value=round(med, 2), unit="us", window=w),
             Evidence(label=f"kernels under {SHORT_KERNEL_US:g} us", value=round(100 * short, 1), unit="%", window=w),
-            Evidence(label="launch API time per step", value=round(float(launches["dur_us"].sum()) / n / 1e3, 3),
-                     unit="ms/step", window=w),
-            Evidence(label="median launch call", value=round(float(launches["dur_us"].median()), 2) if len(launches) else 0,
-                     unit="us", window=w),
+            Evidence(
+                label="launch API time per step",
+                value=round(float(launches["dur_us"].sum()) / n / 1e3, 3),
+                unit="ms/step",
+                window=w,
+            ),
+            Evidence(
+                label="median launch call",
+                value=round(float(launches["dur_us"].median()), 2) if len(launches) else 0,
+                unit="us",
+                window=w,
+            ),
         ]
         if raw - lost > 1e-6:
-            ev.append(Evidence(label="launch gaps left to unfused-optimizer / allocator-churn",
-                               value=round((raw - lost) / n / 1e3, 3), unit="ms/step", window=w))
+            ev.append(
+                Evidence(
+                    label="launch gaps left to unfused-optimizer / allocator-churn",
+                    value=round((raw - lost) / n / 1e3, 3),
+                    unit="ms/step",
+                    window=w,
+                )
+            )
         if idle_cpu > 0:
-            ev.append(Evidence(label="longer host gaps (idle_cpu, over 100 us; not counted)",
-                               value=round(idle_cpu / n / 1e3, 3), unit="ms/step", window=w))
+            ev.append(
+                Evidence(
+                    label="longer host gaps (idle_cpu, over 100 us; not counted)",
+                    value=round(idle_cpu / n / 1e3, 3),
+                    unit="ms/step",
+                    window=w,
+                )
+            )
         if graphs:
             ev.append(Evidence(label="CUDA graph launches", value=round(graphs / n, 1), unit="per step", window=w))
-        title = (f"Launch-bound: the GPU idles {fmt_us(lost / n)} per step ({pct(frac)}) between "
-                 f"{len(k) / n:.0f} short kernels per step (median {med:.1f} us)")
+        title = (
+            f"Launch-bound: the GPU idles {fmt_us(lost / n)} per step ({pct(frac)}) between "
+            f"{len(k) / n:.0f} short kernels per step (median {med:.1f} us)"
+        )
         factor, fit = self.batch_factor(trace, busy)
         if fit is not None:
-            ev.append(Evidence(label="batch growth that fits under "
-                                     f"{fit.margin_frac:.0%} of {gb(fit.capacity_bytes)} (memory model)",
-                               value=round(fit.max_factor, 1), unit="x"))
+            ev.append(
+                Evidence(
+                    label="batch growth that fits under "
+                    f"{fit.margin_frac:.0%} of {gb(fit.capacity_bytes)} (memory model)",
+                    value=round(fit.max_factor, 1),
+                    unit="x",
+                )
+            )
         ops = trace.cpu_ops
-        training = (ctx.framework in ("hf_trainer", "trl", "lightning")
-                    or (bool(len(ops)) and bool(name_flags(ops["name"], _TRAINING.search).any())))
-        yield self.finding(ctx, title=title, time_lost_us=lost,
-                           confidence="high" if frac >= 0.25 and short >= 0.5 else "medium",
-                           evidence=ev, fix=self._fix(trace, ctx, factor, training, graphs > 0, fit),
-                           events=self._events(trace, k, claimed), upper_bound=True,
-                           idle_claims={"idle_launch": claimed})
+        training = ctx.framework in ("hf_trainer", "trl", "lightning") or (
+            bool(len(ops)) and bool(name_flags(ops["name"], _TRAINING.search).any())
+        )
+        yield self.finding(
+            ctx,
+            title=title,
+            time_lost_us=lost,
+            confidence="high" if frac >= 0.25 and short >= 0.5 else "medium",
+            evidence=ev,
+            fix=self._fix(trace, ctx, factor, training, graphs > 0, fit),
+            events=self._events(trace, k, claimed),
+            upper_bound=True,
+            idle_claims={"idle_launch": claimed},
+        )
 
     def claim(self, trace) -> tuple[iv.Set, float, float, bool]:
         """The launch gaps this detector claims (idle_launch in the steps, less the unfused-optimizer and
@@ -290,24 +361,39 @@ class LaunchBound(Detector):
 
     @staticmethod
     def _fix(trace, ctx, factor: int, training: bool, has_graphs: bool, fit=None) -> str:
-        graphs = ("capture more of the step in CUDA graphs" if has_graphs
-                  else 'capture the step with CUDA graphs (torch.compile(model, mode="reduce-overhead"))')
+        graphs = (
+            "capture more of the step in CUDA graphs"
+            if has_graphs
+            else 'capture the step with CUDA graphs (torch.compile(model, mode="reduce-overhead"))'
+        )
         mem = ""
         if fit is not None:
-            mem = (f" (memory: predicted peak {gb(fit.predicted_peak_bytes)} of {gb(fit.capacity_bytes)}, under the "
-                   f"{fit.margin_frac:.0%} margin; {gb(fit.fixed_bytes)} fixed + {gb(fit.per_batch_bytes)} of "
-                   "activations per current batch; see the report's memory section)")
+            mem = (
+                f" (memory: predicted peak {gb(fit.predicted_peak_bytes)} of {gb(fit.capacity_bytes)}, under the "
+                f"{fit.margin_frac:.0%} margin; {gb(fit.fixed_bytes)} fixed + {gb(fit.per_batch_bytes)} of "
+                "activations per current batch; see the report's memory section)"
+            )
             if factor < 2:
-                return (f"The batch cannot grow: memory already peaks at {gb(fit.fixed_bytes + fit.per_batch_bytes)} of "
-                        f"{gb(fit.capacity_bytes)} (over the {fit.margin_frac:.0%} margin at 2x); instead {graphs}"
-                        + (" and use a fused optimizer." if training else "."))
+                return (
+                    f"The batch cannot grow: memory already peaks at {gb(fit.fixed_bytes + fit.per_batch_bytes)} of "
+                    f"{gb(fit.capacity_bytes)} (over the {fit.margin_frac:.0%} margin at 2x); instead {graphs}"
+                    + (" and use a fused optimizer." if training else ".")
+                )
         if not training:
-            return (f"Batch more samples per forward (about {factor}x){mem} and {graphs}: each launch then carries "
-                    "more GPU work.")
-        arith = (fit_arithmetic(fit, ctx.framework) if fit is not None and fit.current_batch
-                 else batch_arithmetic(trace.meta.run_config, factor, ctx.framework))
-        fused = ('optim="adamw_torch_fused"' if ctx.framework in ("hf_trainer", "trl")
-                 else "a fused optimizer (AdamW(fused=True))")
+            return (
+                f"Batch more samples per forward (about {factor}x){mem} and {graphs}: each launch then carries "
+                "more GPU work."
+            )
+        arith = (
+            fit_arithmetic(fit, ctx.framework)
+            if fit is not None and fit.current_batch
+            else batch_arithmetic(trace.meta.run_config, factor, ctx.framework)
+        )
+        fused = (
+            'optim="adamw_torch_fused"'
+            if ctx.framework in ("hf_trainer", "trl")
+            else "a fused optimizer (AdamW(fused=True))"
+        )
         return f"Give each launch more work: {arith}{mem}; then {graphs} and use {fused}."
 
     @staticmethod

@@ -1,4 +1,5 @@
 """padding-waste: GPU work spent on pad tokens of batches padded to the longest sequence or to a fixed max length."""
+
 from __future__ import annotations
 
 import re
@@ -95,8 +96,11 @@ class PaddingWaste(Detector):
     code = "TI102"
     name = "padding-waste"
     summary = "GPU work on pad tokens: variable-length batches padded instead of packed"
-    fires_on = ("builders_compute.build_padding_metadata", "builders_compute.build_padded_shapes",
-                "builders_compute.build_padded_varlen")
+    fires_on = (
+        "builders_compute.build_padding_metadata",
+        "builders_compute.build_padded_shapes",
+        "builders_compute.build_padded_varlen",
+    )
     silent_on = ("builders.build_healthy", "builders_compute.build_packed", "builders_compute.build_fixed_length")
 
     min_share: float = option(0.10, "minimum share of padded tokens")
@@ -110,7 +114,7 @@ class PaddingWaste(Detector):
         changes how many tokens each kernel sees, not how many kernels run."""
         share = None
         varlen = False
-        for e in (finding.evidence if finding is not None else ()):
+        for e in finding.evidence if finding is not None else ():
             if e.label == "padding share":
                 share = float(e.value) / 100.0
             elif e.label == "assumed padding share (range)" and share is None:
@@ -126,8 +130,9 @@ class PaddingWaste(Detector):
         sel = np.zeros(len(graph.g_ts), dtype=bool)
         sel[node[node >= 0]] = True
         graph.scale_gpu(sel, 1.0 - share)
-        return (f"{int(sel.sum())} token-proportional kernel(s) run {1.0 - share:.3f} of their time "
-                f"(real / padded tokens)")
+        return (
+            f"{int(sel.sum())} token-proportional kernel(s) run {1.0 - share:.3f} of their time (real / padded tokens)"
+        )
 
     def detect(self, trace, ctx):
         if not trace.has_gpu or not len(trace.kernels):
@@ -146,9 +151,15 @@ class PaddingWaste(Detector):
             unpadded_attention = False
             conf = "high"
             how = f"{real:,} real of {padded:,} tokens"
-            ev += [Evidence(label="real / padded tokens (capture metadata)", value=f"{real} / {padded}", unit="tokens",
-                            window=f"{used} step(s) of the run config"),
-                   Evidence(label="padding share", value=round(100 * share, 1), unit="%", window=win)]
+            ev += [
+                Evidence(
+                    label="real / padded tokens (capture metadata)",
+                    value=f"{real} / {padded}",
+                    unit="tokens",
+                    window=f"{used} step(s) of the run config",
+                ),
+                Evidence(label="padding share", value=round(100 * share, 1), unit="%", window=win),
+            ]
         else:
             if cfg.get("packing") or cfg.get("padding_free"):
                 return
@@ -161,14 +172,20 @@ class PaddingWaste(Detector):
                 unpadded_attention = True
                 conf = "medium"
                 how = f"{varlen:,} real of {bl:,} tokens, varlen attention q vs the embedding's B x L"
-                ev += [Evidence(label="tokens in FlashAttention varlen q vs batch B x L", value=f"{varlen} / {bl}",
-                                unit="tokens", window=win),
-                       Evidence(label="padding share", value=round(100 * share, 1), unit="%", window=win)]
+                ev += [
+                    Evidence(
+                        label="tokens in FlashAttention varlen q vs batch B x L",
+                        value=f"{varlen} / {bl}",
+                        unit="tokens",
+                        window=win,
+                    ),
+                    Evidence(label="padding share", value=round(100 * share, 1), unit="%", window=win),
+                ]
             elif masked and shapes:
                 ls = [l for _, l in shapes.values()]
                 bs = [b for b, _ in shapes.values()]
                 b = int(np.median(bs))
-                pinned = (len(set(ls)) == 1 and (len(ls) >= 2 or ls[0] in _ROUND_LENGTHS))
+                pinned = len(set(ls)) == 1 and (len(ls) >= 2 or ls[0] in _ROUND_LENGTHS)
                 if pinned:
                     share = 0.5
                 elif b >= 2:
@@ -178,51 +195,91 @@ class PaddingWaste(Detector):
                 unpadded_attention = False
                 conf = "low"
                 upper = True
-                how = (f"to a fixed length {ls[0]}" if pinned else
-                       f"to the longest sequence, L {min(ls)}..{max(ls)} across steps")
-                ev += [Evidence(label="token shape [B, L] per step (aten::embedding)",
-                                value=", ".join(f"[{bb}, {ll}]" for bb, ll in shapes.values()), unit="", window=win),
-                       Evidence(label="SDPA calls with an attention mask (keeps SDPA off flash)", value=masked["calls"],
-                                unit="calls", window=win),
-                       Evidence(label="mask shape", value=masked["shape"], unit=""),
-                       Evidence(label="assumed padding share (range)", value=f"0..{100 * share:.0f}", unit="%",
-                                window=win)]
+                how = (
+                    f"to a fixed length {ls[0]}"
+                    if pinned
+                    else f"to the longest sequence, L {min(ls)}..{max(ls)} across steps"
+                )
+                ev += [
+                    Evidence(
+                        label="token shape [B, L] per step (aten::embedding)",
+                        value=", ".join(f"[{bb}, {ll}]" for bb, ll in shapes.values()),
+                        unit="",
+                        window=win,
+                    ),
+                    Evidence(
+                        label="SDPA calls with an attention mask (keeps SDPA off flash)",
+                        value=masked["calls"],
+                        unit="calls",
+                        window=win,
+                    ),
+                    Evidence(label="mask shape", value=masked["shape"], unit=""),
+                    Evidence(
+                        label="assumed padding share (range)", value=f"0..{100 * share:.0f}", unit="%", window=win
+                    ),
+                ]
             else:
                 return
         if share < self.min_share:
-            yield self.declined(f"padding measured or assumed at {100 * share:.1f}% of the tokens, below the "
-                                f"{100 * self.min_share:g}% threshold")
+            yield self.declined(
+                f"padding measured or assumed at {100 * share:.1f}% of the tokens, below the "
+                f"{100 * self.min_share:g}% threshold"
+            )
             return
         token_us, attn_us, kin = _token_time(trace)
         base_us = max(token_us - attn_us, 0.0) if unpadded_attention else token_us
         gpu_saving = share * base_us
         if gpu_saving < self.min_saving_frac * ctx.window_us:
-            yield self.declined(f"padding at {100 * share:.0f}% of the tokens would save "
-                                f"{100 * gpu_saving / ctx.window_us:.1f}% of the window, below the "
-                                f"{100 * self.min_saving_frac:g}% threshold")
+            yield self.declined(
+                f"padding at {100 * share:.0f}% of the tokens would save "
+                f"{100 * gpu_saving / ctx.window_us:.1f}% of the window, below the "
+                f"{100 * self.min_saving_frac:g}% threshold"
+            )
             return
         per_token = np.ones(len(kin), dtype=bool)
         if unpadded_attention:
             per_token = K.classify(kin["name"])["kind"].to_numpy() != K.ATTENTION
         lost, critical = on_critical_path(trace, kin[per_token], share * kin["dur_us"].to_numpy()[per_token])
-        ev += [Evidence(label="GPU time of token-proportional kernels", value=round(base_us / n / 1e3, 2),
-                        unit="ms/step", window=win),
-               Evidence(label="GPU time spent on pad tokens", value=round(gpu_saving / n / 1e3, 2), unit="ms/step",
-                        window=win),
-               Evidence(label="share of it on the critical path (host waiting on the GPU)", value=round(100 * critical, 1),
-                        unit="%", window=win)]
+        ev += [
+            Evidence(
+                label="GPU time of token-proportional kernels",
+                value=round(base_us / n / 1e3, 2),
+                unit="ms/step",
+                window=win,
+            ),
+            Evidence(
+                label="GPU time spent on pad tokens", value=round(gpu_saving / n / 1e3, 2), unit="ms/step", window=win
+            ),
+            Evidence(
+                label="share of it on the critical path (host waiting on the GPU)",
+                value=round(100 * critical, 1),
+                unit="%",
+                window=win,
+            ),
+        ]
         if cfg.get("max_seq_length") is not None:
             ev.append(Evidence(label="max_seq_length (run config)", value=cfg.get("max_seq_length"), unit="tokens"))
         if upper:
-            title = (f"Batches are padded {how} (SDPA gets a padding mask), not packed: assuming ~{pct(share)} "
-                     f"padding (real tokens not recorded), up to {fmt_us(lost / n)} per step of GPU work goes to pad tokens")
+            title = (
+                f"Batches are padded {how} (SDPA gets a padding mask), not packed: assuming ~{pct(share)} "
+                f"padding (real tokens not recorded), up to {fmt_us(lost / n)} per step of GPU work goes to pad tokens"
+            )
         else:
-            title = (f"{pct(share)} of the tokens are padding ({how}): ~{fmt_us(lost / n)} per step of GPU work "
-                     f"is spent on pad tokens")
-        yield self.finding(ctx, title=title, time_lost_us=lost, confidence=conf, evidence=ev,
-                           fix=_fix(ctx.framework), upper_bound=upper,
-                           projected_lost_us=gpu_saving if lost < 0.5 * gpu_saving else None,
-                           events=events_from(kin, trace, "kernel"))
+            title = (
+                f"{pct(share)} of the tokens are padding ({how}): ~{fmt_us(lost / n)} per step of GPU work "
+                f"is spent on pad tokens"
+            )
+        yield self.finding(
+            ctx,
+            title=title,
+            time_lost_us=lost,
+            confidence=conf,
+            evidence=ev,
+            fix=_fix(ctx.framework),
+            upper_bound=upper,
+            projected_lost_us=gpu_saving if lost < 0.5 * gpu_saving else None,
+            events=events_from(kin, trace, "kernel"),
+        )
 
 
 def _metadata_tokens(steps, trace_steps: np.ndarray):
@@ -234,7 +291,12 @@ def _metadata_tokens(steps, trace_steps: np.ndarray):
         if not isinstance(e, dict):
             continue
         r, p = e.get("real_tokens"), e.get("padded_tokens")
-        if isinstance(r, bool) or isinstance(p, bool) or not isinstance(r, (int, float)) or not isinstance(p, (int, float)):
+        if (
+            isinstance(r, bool)
+            or isinstance(p, bool)
+            or not isinstance(r, (int, float))
+            or not isinstance(p, (int, float))
+        ):
             continue
         if p <= 0 or r < 0 or r > p:
             continue
@@ -243,7 +305,7 @@ def _metadata_tokens(steps, trace_steps: np.ndarray):
         return None
     wanted = {int(s) for s in trace_steps}
     matched = [x for x in rows if isinstance(x[0], int) and not isinstance(x[0], bool) and x[0] in wanted]
-    use = matched or rows           # step numbering may differ from ProfilerStep#: then use every entry
+    use = matched or rows  # step numbering may differ from ProfilerStep#: then use every entry
     return int(sum(x[1] for x in use)), int(sum(x[2] for x in use)), len(use)
 
 
@@ -336,9 +398,13 @@ def _masked_sdpa(trace) -> dict | None:
 
 def _fix(framework: str) -> str:
     if framework == "trl":
-        return "Pack the dataset: SFTConfig(packing=True), or padding_free=True with attn_implementation=\"flash_attention_2\"."
+        return 'Pack the dataset: SFTConfig(packing=True), or padding_free=True with attn_implementation="flash_attention_2".'
     if framework == "hf_trainer":
-        return ("Stop padding: use DataCollatorWithFlattening with attn_implementation=\"flash_attention_2\" (or TRL "
-                "packing=True); at least set group_by_length=True so batches hold similar lengths.")
-    return ("Pack sequences into full rows and use a varlen attention kernel (flash_attn_varlen_func with cu_seqlens), "
-            "or bucket samples by length so each batch pads little.")
+        return (
+            'Stop padding: use DataCollatorWithFlattening with attn_implementation="flash_attention_2" (or TRL '
+            "packing=True); at least set group_by_length=True so batches hold similar lengths."
+        )
+    return (
+        "Pack sequences into full rows and use a varlen attention kernel (flash_attn_varlen_func with cu_seqlens), "
+        "or bucket samples by length so each batch pads little."
+    )

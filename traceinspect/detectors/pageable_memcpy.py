@@ -1,4 +1,5 @@
 """pageable-memcpy: host<->device copies from or to pageable (unpinned) host memory."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -90,13 +91,18 @@ class PageableMemcpy(Detector):
     name = "pageable-memcpy"
     summary = "Host<->device copies through pageable memory: half the bus bandwidth and a blocked host"
     fires_on = ("builders_transfer.build_input_copies_only", "builders_transfer.build_pageable_outputs")
-    silent_on = ("builders.build_healthy", "builders_transfer.build_cpu_offload",
-                 "builders_transfer.build_exposed_nccl")
+    silent_on = (
+        "builders.build_healthy",
+        "builders_transfer.build_cpu_offload",
+        "builders_transfer.build_exposed_nccl",
+    )
 
     min_frac: float = option(0.01, "minimum share of the step time the estimate must reach to report")
     min_copy_bytes: float = option(1 << 20, "copies smaller than this are latency-bound and not estimated")
-    min_pinned_ref_bytes: float = option(16 << 20, "pinned bytes (in copies >= min_copy_bytes) of one "
-                                                   "direction needed to use this trace's own pinned bandwidth")
+    min_pinned_ref_bytes: float = option(
+        16 << 20,
+        "pinned bytes (in copies >= min_copy_bytes) of one direction needed to use this trace's own pinned bandwidth",
+    )
 
     def detect(self, trace, ctx):
         if not trace.has_gpu:
@@ -130,39 +136,76 @@ class PageableMemcpy(Detector):
             exposed = iv.total(iv.intersect(tl.sets["memcpy"], iv.union(d["ts_us"], d["end_us"])))
             lost += exposed * (1.0 - bw / ref) if ref > 0 else 0.0
             ev += [
-                Evidence(label=f"pageable {label} copies >= {self.min_copy_bytes / MB:.0f} MB",
-                         value=f"{len(d) / n:.1f}/step, {float(d['size_bytes'].sum()) / n / MB:.1f} MB/step", unit="",
-                         window=w),
-                Evidence(label=f"pageable {label} achieved bandwidth (pinned: {ref:.1f} GB/s, {ref_src})",
-                         value=round(bw, 1), unit="GB/s", window=w),
-                Evidence(label=f"GPU busy only with these {label} copies (exposed)",
-                         value=round(exposed / n / 1e3, 2), unit="ms/step", window=w),
+                Evidence(
+                    label=f"pageable {label} copies >= {self.min_copy_bytes / MB:.0f} MB",
+                    value=f"{len(d) / n:.1f}/step, {float(d['size_bytes'].sum()) / n / MB:.1f} MB/step",
+                    unit="",
+                    window=w,
+                ),
+                Evidence(
+                    label=f"pageable {label} achieved bandwidth (pinned: {ref:.1f} GB/s, {ref_src})",
+                    value=round(bw, 1),
+                    unit="GB/s",
+                    window=w,
+                ),
+                Evidence(
+                    label=f"GPU busy only with these {label} copies (exposed)",
+                    value=round(exposed / n / 1e3, 2),
+                    unit="ms/step",
+                    window=w,
+                ),
             ]
         idle = blocked_idle(trace, big)
         lost += idle
         frac = lost / ctx.window_us if ctx.window_us else 0.0
         if frac < self.min_frac:
-            yield self.declined(f"{len(big)} pageable copies of {self.min_copy_bytes / 2**20:g} MB or more, costing "
-                                f"{100 * frac:.1f}% of the window, below the {100 * self.min_frac:g}% threshold")
+            yield self.declined(
+                f"{len(big)} pageable copies of {self.min_copy_bytes / 2**20:g} MB or more, costing "
+                f"{100 * frac:.1f}% of the window, below the {100 * self.min_frac:g}% threshold"
+            )
             return
         blocked = float(big["launch_dur_us"].fillna(0.0).sum())
-        ev.append(Evidence(label="host blocked in the copy calls", value=round(blocked / n / 1e3, 2),
-                           unit="ms/step", window=w))
-        ev.append(Evidence(label="GPU idle while the host is blocked in the copy calls (claimed)",
-                           value=round(idle / n / 1e3, 2), unit="ms/step", window=w))
+        ev.append(
+            Evidence(
+                label="host blocked in the copy calls", value=round(blocked / n / 1e3, 2), unit="ms/step", window=w
+            )
+        )
+        ev.append(
+            Evidence(
+                label="GPU idle while the host is blocked in the copy calls (claimed)",
+                value=round(idle / n / 1e3, 2),
+                unit="ms/step",
+                window=w,
+            )
+        )
         small = len(pg) - len(big)
         if small:
-            ev.append(Evidence(label="smaller pageable copies (not estimated)", value=round(small / n, 1),
-                               unit="copies/step", window=w))
+            ev.append(
+                Evidence(
+                    label="smaller pageable copies (not estimated)",
+                    value=round(small / n, 1),
+                    unit="copies/step",
+                    window=w,
+                )
+            )
         kinds = set(big["kind"].astype(str))
         what = "input" if kinds == {"HtoD"} else "output" if kinds == {"DtoH"} else "host"
         mb = float(big["size_bytes"].sum()) / n / MB
         cnt = len(big) / n
-        title = (f"{cnt:.0f} pageable {what} cop{'y' if round(cnt) == 1 else 'ies'} per step ({mb:.0f} MB) run at "
-                 f"pageable speed and block "
-                 f"the host: {fmt_us(lost / n)} per step ({pct(frac)}) recoverable with pinned memory")
-        yield self.finding(ctx, title=title, time_lost_us=lost, confidence="medium", evidence=ev,
-                           fix=_fix(ctx.framework, kinds), events=events_from(big, trace, "memcpy", 3))
+        title = (
+            f"{cnt:.0f} pageable {what} cop{'y' if round(cnt) == 1 else 'ies'} per step ({mb:.0f} MB) run at "
+            f"pageable speed and block "
+            f"the host: {fmt_us(lost / n)} per step ({pct(frac)}) recoverable with pinned memory"
+        )
+        yield self.finding(
+            ctx,
+            title=title,
+            time_lost_us=lost,
+            confidence="medium",
+            evidence=ev,
+            fix=_fix(ctx.framework, kinds),
+            events=events_from(big, trace, "memcpy", 3),
+        )
 
     def _copies(self, trace):
         """The pageable host copies of the analysed steps on the primary device that are not offload
@@ -242,10 +285,15 @@ def _fix(framework: str, kinds: set) -> str:
     hf = framework in ("hf_trainer", "trl", "accelerate")
     parts = []
     if "HtoD" in kinds:
-        parts.append("Pin the input batches: dataloader_pin_memory=True" if hf else
-                     "Pin the input batches: DataLoader(pin_memory=True) and .to(device, non_blocking=True)")
+        parts.append(
+            "Pin the input batches: dataloader_pin_memory=True"
+            if hf
+            else "Pin the input batches: DataLoader(pin_memory=True) and .to(device, non_blocking=True)"
+        )
     if "DtoH" in kinds:
-        parts.append("copy outputs into a preallocated pinned buffer (non_blocking=True) or keep them on the GPU "
-                     "instead of copying to host every step")
+        parts.append(
+            "copy outputs into a preallocated pinned buffer (non_blocking=True) or keep them on the GPU "
+            "instead of copying to host every step"
+        )
     text = "; ".join(parts)
     return text[0].upper() + text[1:] + "."

@@ -1,4 +1,5 @@
 """unfused-optimizer: an optimizer step made of many tiny per-parameter or multi-tensor kernels."""
+
 from __future__ import annotations
 
 import re
@@ -18,7 +19,7 @@ DEFAULT_MIN_KERNELS = 50
 # p, m, v (7 x 4 B); SGD with momentum / Adagrad / RMSprop read p, g, state and write p, state (5 x 4 B)
 _BYTES_PER_PARAM = ((re.compile(r"SGD|Adagrad|RMSprop", re.IGNORECASE), 20.0),)
 _ADAM_BYTES_PER_PARAM = 28.0
-BANDWIDTH_EFFICIENCY = 0.8    # a fused multi-tensor kernel reaches ~80% of peak memory bandwidth
+BANDWIDTH_EFFICIENCY = 0.8  # a fused multi-tensor kernel reaches ~80% of peak memory bandwidth
 
 
 def unfused_windows(trace, min_kernels: int = DEFAULT_MIN_KERNELS) -> iv.Set:
@@ -101,7 +102,7 @@ class UnfusedOptimizer(Detector):
     silent_on = ("builders.build_healthy", "builders_host.build_fused_optimizer")
 
     claims_parts = ("idle_launch",)
-    reserves = ("idle_launch",)                # the GPU idle inside an unfused optimizer step
+    reserves = ("idle_launch",)  # the GPU idle inside an unfused optimizer step
     min_kernels: int = option(DEFAULT_MIN_KERNELS, "minimum kernels launched by one optimizer step")
     min_frac: float = option(0.02, "minimum share of the analysed steps the optimizer step wastes")
     fused_kernels: int = option(4, "what-if: kernels of one fused/foreach optimizer step (multi-tensor launches)")
@@ -146,9 +147,11 @@ class UnfusedOptimizer(Detector):
             return "no unfused optimizer kernels in the replayed device: nothing to change"
         keep = np.concatenate(keep_all)
         graph.drop_ops(drop, keep_launches=graph.g_launch[keep][graph.g_launch[keep] >= 0])
-        return (f"{len(keep_all)} optimizer step(s): {n_before} kernels become {n_after} "
-                f"({self.fused_kernels} per step, the work above {self.kernel_fixed_us:g} us per kernel kept); "
-                f"{n_before - n_after} launches go")
+        return (
+            f"{len(keep_all)} optimizer step(s): {n_before} kernels become {n_after} "
+            f"({self.fused_kernels} per step, the work above {self.kernel_fixed_us:g} us per kernel kept); "
+            f"{n_before - n_after} launches go"
+        )
 
     def reserved(self, trace) -> iv.Set:
         return unfused_windows(trace, self.min_kernels)
@@ -185,8 +188,10 @@ class UnfusedOptimizer(Detector):
         lost = idle_launch + saving
         frac = lost / ctx.window_us if ctx.window_us else 0.0
         if frac < self.min_frac:
-            yield self.declined(f"unfused optimizer steps present ({len(bad)}), wasting {100 * frac:.1f}% of the "
-                            f"window, below the {100 * self.min_frac:g}% threshold")
+            yield self.declined(
+                f"unfused optimizer steps present ({len(bad)}), wasting {100 * frac:.1f}% of the "
+                f"window, below the {100 * self.min_frac:g}% threshold"
+            )
             return
         impl = str(bad["impl"].mode().iloc[0])
         k_per = float(bad["n_kernels"].mean())
@@ -197,31 +202,67 @@ class UnfusedOptimizer(Detector):
             Evidence(label="optimizer", value=f"{cls} ({impl} implementation)", unit=""),
             Evidence(label="kernels per optimizer step", value=round(k_per), unit="kernels", window=w),
             Evidence(label="median optimizer kernel", value=round(med, 2), unit="us", window=w),
-            Evidence(label="optimizer kernel time per step", value=round(float(bad["kernel_us"].mean()) / 1e3, 3),
-                     unit="ms", window=w),
-            Evidence(label="optimizer.step wall time per step (host span)", value=round(wall / 1e3, 3), unit="ms",
-                     window=w),
-            Evidence(label="GPU idle between optimizer kernels (launch gaps)", value=round(idle_launch / n_spans / 1e3, 3),
-                     unit="ms/step", window=w),
+            Evidence(
+                label="optimizer kernel time per step",
+                value=round(float(bad["kernel_us"].mean()) / 1e3, 3),
+                unit="ms",
+                window=w,
+            ),
+            Evidence(
+                label="optimizer.step wall time per step (host span)", value=round(wall / 1e3, 3), unit="ms", window=w
+            ),
+            Evidence(
+                label="GPU idle between optimizer kernels (launch gaps)",
+                value=round(idle_launch / n_spans / 1e3, 3),
+                unit="ms/step",
+                window=w,
+            ),
             Evidence(label="share of step time lost", value=round(100 * frac, 1), unit="%", window=w),
         ]
         if idle_cpu > 0:
-            ev.append(Evidence(label="other host gaps inside the optimizer (idle_cpu, not counted)",
-                               value=round(idle_cpu / n_spans / 1e3, 3), unit="ms/step", window=w))
+            ev.append(
+                Evidence(
+                    label="other host gaps inside the optimizer (idle_cpu, not counted)",
+                    value=round(idle_cpu / n_spans / 1e3, 3),
+                    unit="ms/step",
+                    window=w,
+                )
+            )
         if fused_us is not None:
-            ev.append(Evidence(label=f"fused step estimate ({nparams:,} parameters at {BANDWIDTH_EFFICIENCY:.0%} of "
-                                     f"{mem_gbps:g} GB/s)", value=round(fused_us / 1e3, 3), unit="ms", window=w))
+            ev.append(
+                Evidence(
+                    label=f"fused step estimate ({nparams:,} parameters at {BANDWIDTH_EFFICIENCY:.0%} of "
+                    f"{mem_gbps:g} GB/s)",
+                    value=round(fused_us / 1e3, 3),
+                    unit="ms",
+                    window=w,
+                )
+            )
         else:
             ev.append(Evidence(label="kernel-time saving", value="not estimated (parameter count unknown)", unit=""))
-        title = (f"Unfused {cls} step: {k_per:.0f} kernels per optimizer step (median {med:.1f} us) "
-                 f"waste {fmt_us(lost / n_spans)} per step ({pct(frac)})")
-        events = tuple(EventRef(name=str(r.name), ts_us=round(float(r.ts_us), 3),
-                                dur_us=round(float(r.end_us - r.ts_us), 3), track=f"CPU thread {int(r.tid)}")
-                       for r in bad.nlargest(3, "n_kernels").itertuples(index=False))
-        yield self.finding(ctx, title=title, time_lost_us=lost,
-                           confidence="high" if frac >= 0.05 and impl == "for-loop" else "medium",
-                           evidence=ev, fix=self._fix(ctx, cls), events=events,
-                           idle_claims={"idle_launch": launch_claim})
+        title = (
+            f"Unfused {cls} step: {k_per:.0f} kernels per optimizer step (median {med:.1f} us) "
+            f"waste {fmt_us(lost / n_spans)} per step ({pct(frac)})"
+        )
+        events = tuple(
+            EventRef(
+                name=str(r.name),
+                ts_us=round(float(r.ts_us), 3),
+                dur_us=round(float(r.end_us - r.ts_us), 3),
+                track=f"CPU thread {int(r.tid)}",
+            )
+            for r in bad.nlargest(3, "n_kernels").itertuples(index=False)
+        )
+        yield self.finding(
+            ctx,
+            title=title,
+            time_lost_us=lost,
+            confidence="high" if frac >= 0.05 and impl == "for-loop" else "medium",
+            evidence=ev,
+            fix=self._fix(ctx, cls),
+            events=events,
+            idle_claims={"idle_launch": launch_claim},
+        )
 
     @staticmethod
     def _fix(ctx, cls: str) -> str:
@@ -230,5 +271,7 @@ class UnfusedOptimizer(Detector):
             return 'Use the fused optimizer: set optim="adamw_torch_fused" in TrainingArguments / SFTConfig.'
         if adam:
             return f"Use the fused kernel: torch.optim.{cls}(params, lr=..., fused=True)."
-        return (f"Use a fused or multi-tensor step: torch.optim.{cls}(params, ..., fused=True) where your "
-                "PyTorch version offers it, else foreach=True, or torch.compile the optimizer step.")
+        return (
+            f"Use a fused or multi-tensor step: torch.optim.{cls}(params, ..., fused=True) where your "
+            "PyTorch version offers it, else foreach=True, or torch.compile the optimizer step."
+        )

@@ -16,6 +16,7 @@ settings (Trace.memo), and a detector never imports another to learn them. The c
 themselves when traceinspect.detectors is imported (Detector.__init_subclass__); this module imports
 no detector.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -31,11 +32,16 @@ ORDER: dict[str, tuple[str, ...]] = {
 }
 
 # the detector that claims the rest of each idle part (the account says why a part stayed unexplained)
-PART_OWNER = {"idle_dataloader": "dataloader-stall", "idle_sync": "host-sync", "idle_launch": "launch-bound",
-              "idle_cpu": "host-bound", "idle_unknown": None}
+PART_OWNER = {
+    "idle_dataloader": "dataloader-stall",
+    "idle_sync": "host-sync",
+    "idle_launch": "launch-bound",
+    "idle_cpu": "host-bound",
+    "idle_unknown": None,
+}
 
-_CLASSES: dict[str, type] = {}       # detector name -> class, filled as the detector modules load
-_PROVIDERS: dict[str, str] = {}      # fact name -> the detector whose thresholds define it
+_CLASSES: dict[str, type] = {}  # detector name -> class, filled as the detector modules load
+_PROVIDERS: dict[str, str] = {}  # fact name -> the detector whose thresholds define it
 _CONFIGURED = "facts: configured detectors"
 
 
@@ -84,7 +90,7 @@ def unclaimed(trace: Trace, name: str, part: str, s: iv.Set) -> iv.Set:
     """`s` (intervals of idle part `part`) less what the detectors before `name` in ORDER[part] reserved,
     subtracted in that order."""
     order = ORDER.get(part, ())
-    for other in order[:order.index(name)] if name in order else ():
+    for other in order[: order.index(name)] if name in order else ():
         if other in _CLASSES and part in _CLASSES[other].reserves:
             s = iv.subtract(s, reserved(trace, other))
     return s

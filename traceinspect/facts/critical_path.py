@@ -1,5 +1,6 @@
 """Critical-path membership: which kernels' savings would shorten the step (read by fp32-gemm,
 eager-attention and padding-waste)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -9,7 +10,7 @@ from ..trace import intervals as iv
 from ..trace.tables import name_flags
 from ..trace.timeline import SYNC_CALLS
 
-WAIT_GRACE_US = 20.0     # a blocking call that returned this soon after the GPU went idle was waiting on it
+WAIT_GRACE_US = 20.0  # a blocking call that returned this soon after the GPU went idle was waiting on it
 
 
 def on_critical_path(trace, kin: pd.DataFrame, delta: np.ndarray) -> tuple[float, float]:
@@ -40,17 +41,17 @@ def on_critical_path(trace, kin: pd.DataFrame, delta: np.ndarray) -> tuple[float
     # [start of the blocking call, its end + grace): the host is waiting on the GPU inside it
     waits = iv.union(srt["ts_us"].to_numpy(), srt["end_us"].to_numpy() + WAIT_GRACE_US) if len(srt) else iv.EMPTY
     gstart = gaps[0]
-    j = np.searchsorted(gstart, kin["end_us"].to_numpy() - 1e-6, side="left")   # the gap that ends each kernel's run
+    j = np.searchsorted(gstart, kin["end_us"].to_numpy() - 1e-6, side="left")  # the gap that ends each kernel's run
     dur = kin["dur_us"].to_numpy()
     runs, inv = np.unique(j, return_inverse=True)
     d_run = np.bincount(inv, weights=delta, minlength=runs.size)
     dur_run = np.bincount(inv, weights=dur, minlength=runs.size)
-    open_end = runs >= gstart.size                      # the run reaches the end of the window
+    open_end = runs >= gstart.size  # the run reaches the end of the window
     g = gstart[np.minimum(runs, max(gstart.size - 1, 0))] if gstart.size else np.zeros(runs.size)
     if waits[0].size:
         w = np.searchsorted(waits[0], g, side="right") - 1
         wc = np.maximum(w, 0)
-        blocked = (w >= 0) & (g < waits[1][wc])         # the host sat in a blocking call, waiting for this run
+        blocked = (w >= 0) & (g < waits[1][wc])  # the host sat in a blocking call, waiting for this run
         waited = g - waits[0][wc]
     else:
         blocked = np.zeros(runs.size, dtype=bool)

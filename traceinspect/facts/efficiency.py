@@ -3,6 +3,7 @@ steps with its FLOPs and bytes (trace/roofline.py), achieved TFLOP/s and TB/s, a
 
 Shared by the far-from-roofline detector and the report's `efficiency` section. Computes, never judges.
 """
+
 from __future__ import annotations
 
 import math
@@ -27,19 +28,19 @@ class ShapeRow:
     dtype: str
     dims: dict
     calls_per_step: float
-    gpu_us_per_step: float          # sum of the durations of the kernels the op's calls launched
+    gpu_us_per_step: float  # sum of the durations of the kernels the op's calls launched
     us_per_call: float
-    gflops_per_call: float | None   # None: not modelled (a convolution whose output size is unknown)
+    gflops_per_call: float | None  # None: not modelled (a convolution whose output size is unknown)
     mbytes_per_call: float | None
-    tflops: float | None            # achieved
-    tbps: float | None              # achieved
-    intensity: float | None         # FLOP per byte
-    peak_tflops: float | None       # the compute roof for this family and dtype
-    peak_tbps: float | None         # the memory roof
-    bound: str | None               # "compute" | "memory": the roof the intensity puts it under
-    share_of_peak: float | None     # time at the roofline / measured time
+    tflops: float | None  # achieved
+    tbps: float | None  # achieved
+    intensity: float | None  # FLOP per byte
+    peak_tflops: float | None  # the compute roof for this family and dtype
+    peak_tbps: float | None  # the memory roof
+    bound: str | None  # "compute" | "memory": the roof the intensity puts it under
+    share_of_peak: float | None  # time at the roofline / measured time
     roofline_us_per_step: float | None
-    kernel: str                     # the longest-running kernel of the group
+    kernel: str  # the longest-running kernel of the group
     note: str = ""
 
     def to_dict(self) -> dict:
@@ -73,12 +74,22 @@ def section(trace, top: int = 25) -> dict:
     rows = shape_table(trace)
     dev = trace.device
     p = dev.peaks if dev is not None else None
-    peaks = None if p is None else {
-        "name": p.name, "source": p.source, "approximate": p.approximate, "mem_tbps": p.mem_gbps / 1e3,
-        "fp32_tflops": p.fp32_tflops, "tf32_tflops": p.tf32_tflops, "half_tflops": p.half_tflops,
-        "fp8_tflops": p.fp8_tflops, "bf16": p.bf16}
-    return {"peaks": peaks, **coverage(trace), "rows_total": len(rows),
-            "rows": [r.to_dict() for r in rows[:top]]}
+    peaks = (
+        None
+        if p is None
+        else {
+            "name": p.name,
+            "source": p.source,
+            "approximate": p.approximate,
+            "mem_tbps": p.mem_gbps / 1e3,
+            "fp32_tflops": p.fp32_tflops,
+            "tf32_tflops": p.tf32_tflops,
+            "half_tflops": p.half_tflops,
+            "fp8_tflops": p.fp8_tflops,
+            "bf16": p.bf16,
+        }
+    )
+    return {"peaks": peaks, **coverage(trace), "rows_total": len(rows), "rows": [r.to_dict() for r in rows[:top]]}
 
 
 def _step_kernels(trace) -> pd.DataFrame:
@@ -98,18 +109,28 @@ def _table(trace) -> list[ShapeRow]:
     ops = trace.cpu_ops
     per_op = k.groupby("op_idx")["dur_us"].sum()
     idx = per_op.index.to_numpy()
-    inst = pd.DataFrame({"op": ops["name"].to_numpy()[idx].astype(str),
-                         "dims": ops["input_dims_raw"].to_numpy()[idx],
-                         "types": ops["input_type_raw"].to_numpy()[idx],
-                         "dur": per_op.to_numpy()}, index=idx)
+    inst = pd.DataFrame(
+        {
+            "op": ops["name"].to_numpy()[idx].astype(str),
+            "dims": ops["input_dims_raw"].to_numpy()[idx],
+            "types": ops["input_type_raw"].to_numpy()[idx],
+            "dur": per_op.to_numpy(),
+        },
+        index=idx,
+    )
     inst["dims"] = inst["dims"].map(lambda b: b if b is not None else b"")
     inst["types"] = inst["types"].map(lambda b: b if b is not None else b"")
     grp = inst.groupby(["op", "dims", "types"], sort=False)
     inst["grp"] = grp.ngroup()
     agg = grp["dur"].agg(["sum", "count"]).reset_index()
     # the longest-running kernel of each group: its name tells the math precision (TF32 or not)
-    kg = pd.DataFrame({"grp": inst["grp"].reindex(k["op_idx"].to_numpy()).to_numpy(),
-                       "name": k["name"].astype(str).to_numpy(), "dur": k["dur_us"].to_numpy()})
+    kg = pd.DataFrame(
+        {
+            "grp": inst["grp"].reindex(k["op_idx"].to_numpy()).to_numpy(),
+            "name": k["name"].astype(str).to_numpy(),
+            "dur": k["dur_us"].to_numpy(),
+        }
+    )
     kk = kg.groupby(["grp", "name"], sort=False)["dur"].sum()
     top_kernel = {g: name for g, name in kk.groupby(level=0).idxmax().map(lambda t: t[1]).items()}
     decoded = [trace.shapes(d) if d else None for d in agg["dims"]]
@@ -129,23 +150,54 @@ def _table(trace) -> list[ShapeRow]:
 
 
 def _row(op: str, w: rl.Work, dur_us: float, count: int, n: int, peaks, kernel: str) -> ShapeRow:
-    base = dict(op=op, family=w.family, shape=w.shape, dtype=w.dtype, dims=w.dims, calls_per_step=count / n,
-                gpu_us_per_step=dur_us / n, us_per_call=dur_us / count, kernel=kernel, note=w.note)
+    base = dict(
+        op=op,
+        family=w.family,
+        shape=w.shape,
+        dtype=w.dtype,
+        dims=w.dims,
+        calls_per_step=count / n,
+        gpu_us_per_step=dur_us / n,
+        us_per_call=dur_us / count,
+        kernel=kernel,
+        note=w.note,
+    )
     if not (math.isfinite(w.flops) and math.isfinite(w.bytes)):
-        return ShapeRow(**base, gflops_per_call=None, mbytes_per_call=None, tflops=None, tbps=None, intensity=None,
-                        peak_tflops=None, peak_tbps=None, bound=None, share_of_peak=None, roofline_us_per_step=None)
-    tflops = w.flops * count / dur_us / 1e6          # FLOP per us / 1e6 = TFLOP/s
-    tbps = w.bytes * count / dur_us / 1e6            # byte per us / 1e6 = TB/s
+        return ShapeRow(
+            **base,
+            gflops_per_call=None,
+            mbytes_per_call=None,
+            tflops=None,
+            tbps=None,
+            intensity=None,
+            peak_tflops=None,
+            peak_tbps=None,
+            bound=None,
+            share_of_peak=None,
+            roofline_us_per_step=None,
+        )
+    tflops = w.flops * count / dur_us / 1e6  # FLOP per us / 1e6 = TFLOP/s
+    tbps = w.bytes * count / dur_us / 1e6  # byte per us / 1e6 = TB/s
     intensity = w.flops / w.bytes if w.bytes > 0 else None
     peak_f = rl.roof(peaks, w.family, w.dtype, K.classify_name(kernel).precision if kernel else "")
     peak_b = peaks.mem_gbps / 1e3 if peaks is not None and peaks.mem_gbps else None
     bound = share = ideal = None
     if peak_f and peak_b:
-        t_compute = w.flops / (peak_f * 1e6)         # us per call at the compute roof
-        t_memory = w.bytes / (peak_b * 1e6)          # us per call at the memory roof
+        t_compute = w.flops / (peak_f * 1e6)  # us per call at the compute roof
+        t_memory = w.bytes / (peak_b * 1e6)  # us per call at the memory roof
         bound = "compute" if t_compute >= t_memory else "memory"
         ideal = max(t_compute, t_memory) * count / n
         share = ideal * n / dur_us
-    return ShapeRow(**base, gflops_per_call=w.flops / 1e9, mbytes_per_call=w.bytes / 1e6, tflops=tflops, tbps=tbps,
-                    intensity=intensity, peak_tflops=peak_f, peak_tbps=peak_b, bound=bound, share_of_peak=share,
-                    roofline_us_per_step=ideal)
+    return ShapeRow(
+        **base,
+        gflops_per_call=w.flops / 1e9,
+        mbytes_per_call=w.bytes / 1e6,
+        tflops=tflops,
+        tbps=tbps,
+        intensity=intensity,
+        peak_tflops=peak_f,
+        peak_tbps=peak_b,
+        bound=bound,
+        share_of_peak=share,
+        roofline_us_per_step=ideal,
+    )

@@ -4,6 +4,7 @@ and in which precision, read from its demangled name (SIGNATURES.md sections 4.2
 Pure functions over names. The vectorised entry points classify each distinct name once (pandas
 Categorical categories) and broadcast the result to the rows. Must not read trace tables beyond names.
 """
+
 from __future__ import annotations
 
 import re
@@ -16,24 +17,24 @@ import pandas as pd
 from ..trace.tables import name_flags
 
 # kinds
-GEMM = "gemm"                # dense matrix multiply (cuBLAS / cuBLASLt / CUTLASS / Tensile / hipBLASLt / Triton matmul)
-CONV = "conv"                # convolution math (cuDNN, CUTLASS conv, MIOpen, CK conv)
-GEMV = "gemv"                # matrix-vector / rank-1 / dot: bandwidth-bound, tensor cores do not help
-ATTENTION = "attention"      # fused attention (FlashAttention 2/3/4, SDPA flash / mem-efficient / cuDNN, CK / AOTriton)
-SOFTMAX = "softmax"          # eager softmax forward or backward
+GEMM = "gemm"  # dense matrix multiply (cuBLAS / cuBLASLt / CUTLASS / Tensile / hipBLASLt / Triton matmul)
+CONV = "conv"  # convolution math (cuDNN, CUTLASS conv, MIOpen, CK conv)
+GEMV = "gemv"  # matrix-vector / rank-1 / dot: bandwidth-bound, tensor cores do not help
+ATTENTION = "attention"  # fused attention (FlashAttention 2/3/4, SDPA flash / mem-efficient / cuDNN, CK / AOTriton)
+SOFTMAX = "softmax"  # eager softmax forward or backward
 DROPOUT = "dropout"
-MASK = "mask"                # masked_fill
+MASK = "mask"  # masked_fill
 OTHER = "other"
 KINDS = (GEMM, CONV, GEMV, ATTENTION, SOFTMAX, DROPOUT, MASK, OTHER)
 
 # precisions of GEMM / convolution kernels
-FP32 = "fp32"                # fp32 on CUDA cores / SIMT (FFMA): no tensor cores
-TF32 = "tf32"                # fp32 data on TF32 tensor cores (or ROCm xf32)
-HALF = "half"                # fp16 / bf16 tensor cores
-FP8 = "fp8"                  # fp8 / fp4 / mx formats
+FP32 = "fp32"  # fp32 on CUDA cores / SIMT (FFMA): no tensor cores
+TF32 = "tf32"  # fp32 data on TF32 tensor cores (or ROCm xf32)
+HALF = "half"  # fp16 / bf16 tensor cores
+FP8 = "fp8"  # fp8 / fp4 / mx formats
 INT8 = "int8"
 FP64 = "fp64"
-COMPLEX = "complex"          # cgemm / zgemm (FFT convolutions): tensor cores do not apply
+COMPLEX = "complex"  # cgemm / zgemm (FFT convolutions): tensor cores do not apply
 UNKNOWN = "unknown"
 PRECISIONS = (FP32, TF32, HALF, FP8, INT8, FP64, COMPLEX, UNKNOWN)
 
@@ -42,7 +43,7 @@ PRECISIONS = (FP32, TF32, HALF, FP8, INT8, FP64, COMPLEX, UNKNOWN)
 class KernelClass:
     kind: str
     precision: str
-    arch: int            # SM the kernel was built for from its name prefix (70, 75, 80, 90, ...); 0 when absent
+    arch: int  # SM the kernel was built for from its name prefix (70, 75, 80, 90, ...); 0 when absent
 
 
 # --- name patterns ----------------------------------------------------------------------------------
@@ -50,13 +51,18 @@ class KernelClass:
 _ATTENTION = re.compile(
     r"flash_fwd|flash_bwd|flashattn|flash::|flashattention|fmha|attn_fwd|attn_bwd|_sdpa_|flash_fprop|"
     r"flash_bprop|attentionkernel|efficient_attention|bwd_kernel_dk_dv|bwd_kernel_dq|paged_attention|"
-    r"fused_multihead_attention", re.I)
+    r"fused_multihead_attention",
+    re.I,
+)
 _SOFTMAX = re.compile(r"softmax", re.I)
 _DROPOUT = re.compile(r"dropout", re.I)
 _MASK = re.compile(r"masked_fill", re.I)
 _GEMV = re.compile(r"gemv|gemmk1_kernel|\bdot_kernel|splitkreduce|reduce_1block_kernel", re.I)
-_CONV = re.compile(r"conv(?!ert)|scudnn|hcudnn|fprop|dgrad|wgrad|winograd|igemm_(?:fwd|bwd|wrw)|implicit_gemm|"
-                   r"implicitgemm", re.I)
+_CONV = re.compile(
+    r"conv(?!ert)|scudnn|hcudnn|fprop|dgrad|wgrad|winograd|igemm_(?:fwd|bwd|wrw)|implicit_gemm|"
+    r"implicitgemm",
+    re.I,
+)
 # Every pattern here runs in time linear in the name: literal alternations, anchored prefixes, and no
 # `.*` or `\w*` between two words (Python's re retries those from every occurrence of the first word,
 # which is quadratic: 1.3 s for 20 KB of "cutlass"). Those two-word tests are plain str.find below.
@@ -68,8 +74,16 @@ _NVJET = re.compile(r"nvjet_(?:sm\d+_)?([a-z]{3})_", re.I)
 _ARCH_WORD = re.compile(r"(?:^|[^a-z])(maxwell|pascal|volta|turing|ampere|ada|hopper)_", re.I)
 _ARCH_SM = re.compile(r"(?:^|[^a-z0-9])(?:sm|cutlass_)(\d{2,3})[a-z]?_", re.I)
 _ARCH_WORDS = {"maxwell": 50, "pascal": 60, "volta": 70, "turing": 75, "ampere": 80, "ada": 89, "hopper": 90}
-_TEMPLATE_TYPES = {"float": FP32, "double": FP64, "__half": HALF, "c10::Half": HALF, "__nv_bfloat16": HALF,
-                   "c10::BFloat16": HALF, "__hip_bfloat16": HALF, "half": HALF}
+_TEMPLATE_TYPES = {
+    "float": FP32,
+    "double": FP64,
+    "__half": HALF,
+    "c10::Half": HALF,
+    "__nv_bfloat16": HALF,
+    "c10::BFloat16": HALF,
+    "__hip_bfloat16": HALF,
+    "half": HALF,
+}
 _FLOAT_T = r"(?:float|double|__half|c10::Half|__nv_bfloat16|c10::BFloat16|__hip_bfloat16|half)\b"
 # a template argument that is a floating-point type (matched at the argument's start)
 _FLOAT_ARG = re.compile(r"\s*(" + _FLOAT_T + ")")
@@ -94,6 +108,7 @@ def _first_float_template(name: str) -> str | None:
             j = e.end()
         i = name.find("<", i + 1)
     return None
+
 
 _FP8_TOKENS = ("e4m3", "e5m2", "fp8", "mxfp4", "e2m1", "nvfp4", "float8")
 _INT8_TOKENS = ("i8816", "i16832", "int8", "imma", "igemm_int8")
@@ -231,37 +246,65 @@ def classify(names) -> pd.DataFrame:
     precs = np.array([c.precision for c in classes] or [UNKNOWN], dtype=object)
     archs = np.array([c.arch for c in classes] or [0], dtype=np.int64)
     index = names.index if isinstance(names, pd.Series) else None
-    return pd.DataFrame({
-        "kind": pd.Categorical(np.where(ok, kinds[idx], OTHER), categories=KINDS),
-        "precision": pd.Categorical(np.where(ok, precs[idx], UNKNOWN), categories=PRECISIONS),
-        "arch": np.where(ok, archs[idx], 0),
-    }, index=index)
+    return pd.DataFrame(
+        {
+            "kind": pd.Categorical(np.where(ok, kinds[idx], OTHER), categories=KINDS),
+            "precision": pd.Categorical(np.where(ok, precs[idx], UNKNOWN), categories=PRECISIONS),
+            "arch": np.where(ok, archs[idx], 0),
+        },
+        index=index,
+    )
 
 
 def arch_floor(names) -> int:
     """The newest SM any kernel was built for (a lower bound on the device's SM), 0 if no name tells."""
-    cat = pd.Categorical(names) if not (isinstance(names, pd.Series) and isinstance(names.dtype, pd.CategoricalDtype)) else names.array
+    cat = (
+        pd.Categorical(names)
+        if not (isinstance(names, pd.Series) and isinstance(names.dtype, pd.CategoricalDtype))
+        else names.array
+    )
     return max((classify_name(str(c)).arch for c in cat.categories), default=0)
 
 
 # --- CPU-op names ------------------------------------------------------------------------------------
 
-MATMUL_OPS = frozenset({
-    "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::matmul", "aten::linear",
-    "aten::_addmm_activation", "aten::einsum",
-})
-CONV_OPS = frozenset({
-    "aten::convolution", "aten::_convolution", "aten::conv1d", "aten::conv2d", "aten::conv3d",
-    "aten::cudnn_convolution", "aten::cudnn_convolution_transpose", "aten::conv_transpose1d",
-    "aten::conv_transpose2d", "aten::conv_transpose3d", "aten::convolution_backward",
-    "aten::miopen_convolution", "aten::mkldnn_convolution",
-})
+MATMUL_OPS = frozenset(
+    {
+        "aten::mm",
+        "aten::addmm",
+        "aten::bmm",
+        "aten::baddbmm",
+        "aten::addbmm",
+        "aten::matmul",
+        "aten::linear",
+        "aten::_addmm_activation",
+        "aten::einsum",
+    }
+)
+CONV_OPS = frozenset(
+    {
+        "aten::convolution",
+        "aten::_convolution",
+        "aten::conv1d",
+        "aten::conv2d",
+        "aten::conv3d",
+        "aten::cudnn_convolution",
+        "aten::cudnn_convolution_transpose",
+        "aten::conv_transpose1d",
+        "aten::conv_transpose2d",
+        "aten::conv_transpose3d",
+        "aten::convolution_backward",
+        "aten::miopen_convolution",
+        "aten::mkldnn_convolution",
+    }
+)
 BATCHED_MATMUL_OPS = frozenset({"aten::bmm", "aten::baddbmm"})
 SOFTMAX_OPS = frozenset({"aten::softmax", "aten::_softmax", "aten::_safe_softmax", "aten::_softmax_backward_data"})
 _FUSED_ATTENTION_OP = re.compile(
     r"^aten::_scaled_dot_product_(?:flash|efficient|cudnn|fused)_attention|^aten::_flash_attention_|"
     r"^aten::_efficient_attention_|^flash_attn::|^xformers::|^FlashAttn|^_flash_attn|"
-    r"ScaledDotProduct(?:Flash|Efficient|Cudnn|Fused)AttentionBackward|^aiter::|^aotriton")
+    r"ScaledDotProduct(?:Flash|Efficient|Cudnn|Fused)AttentionBackward|^aiter::|^aotriton"
+)
 
 
 def is_fused_attention_op(name: str) -> bool:

@@ -5,6 +5,7 @@ trace tables directly (trace/memory.py does) nor render. `fit_batch` is the one 
 every fix growing the batch uses, and the one a what-if engine must call, so a predicted speed-up
 and the memory estimate always talk about the same batch size.
 """
+
 from __future__ import annotations
 
 import math
@@ -14,7 +15,7 @@ from dataclasses import asdict, dataclass
 from ..trace.memory import memory_profile
 from .run import detect_framework, num_parameters  # noqa: F401  (num_parameters: kept importable here)
 
-SAFETY_MARGIN = 0.90       # plan peaks up to 90% of capacity: fragmentation, the CUDA context, NCCL buffers
+SAFETY_MARGIN = 0.90  # plan peaks up to 90% of capacity: fragmentation, the CUDA context, NCCL buffers
 GB = 1e9
 # Bytes per parameter of the training state (weights + grads + optimizer states), by recipe, least
 # invasive first: (short name, bytes, what it is). ZeRO paper section 3; bitsandbytes 8-bit optimizers;
@@ -32,14 +33,14 @@ MIXED_ADAM_BYTES = STATE_RECIPES[0][1]
 class BatchFit:
     """The largest micro-batch under the margin, and the accumulation that keeps the effective batch."""
 
-    batch: int | None              # recommended per-device micro-batch (None: current batch unknown)
-    factor: int                    # recommended batch / current batch
-    max_factor: float              # the largest growth the memory allows (may be < 1: already over the margin)
-    accumulation: int | None       # matching gradient_accumulation_steps (None: unknown)
+    batch: int | None  # recommended per-device micro-batch (None: current batch unknown)
+    factor: int  # recommended batch / current batch
+    max_factor: float  # the largest growth the memory allows (may be < 1: already over the margin)
+    accumulation: int | None  # matching gradient_accumulation_steps (None: unknown)
     current_batch: int | None
     current_accumulation: int | None
-    fixed_bytes: float             # does not scale with the batch (weights, grads, optimizer states)
-    per_batch_bytes: float         # scales with the batch at the current size (activations)
+    fixed_bytes: float  # does not scale with the batch (weights, grads, optimizer states)
+    per_batch_bytes: float  # scales with the batch at the current size (activations)
     capacity_bytes: float
     margin_frac: float
     predicted_peak_bytes: float
@@ -57,9 +58,18 @@ def predicted_peak(fixed_bytes: float, per_batch_bytes: float, factor: float) ->
     return fixed_bytes + per_batch_bytes * factor
 
 
-def fit_batch(*, peak_bytes: float, fixed_bytes: float, capacity_bytes: float, want_factor: int,
-              batch: int | None = None, accumulation: int | None = None, margin: float = SAFETY_MARGIN,
-              measured: tuple[str, ...] = (), assumed: tuple[str, ...] = ()) -> BatchFit:
+def fit_batch(
+    *,
+    peak_bytes: float,
+    fixed_bytes: float,
+    capacity_bytes: float,
+    want_factor: int,
+    batch: int | None = None,
+    accumulation: int | None = None,
+    margin: float = SAFETY_MARGIN,
+    measured: tuple[str, ...] = (),
+    assumed: tuple[str, ...] = (),
+) -> BatchFit:
     """The largest growth of the micro-batch, up to `want_factor`, whose predicted peak stays under
     `margin` x capacity; with gradient accumulation the factor divides it so the effective batch holds."""
     per = max(peak_bytes - fixed_bytes, 0.0)
@@ -72,12 +82,21 @@ def fit_batch(*, peak_bytes: float, fixed_bytes: float, capacity_bytes: float, w
         divisors = [d for d in range(2, factor + 1) if accumulation % d == 0]
         factor = max(divisors) if divisors else factor
         new_acc = max(round(accumulation / factor), 1)
-    return BatchFit(batch=batch * factor if batch else None, factor=factor, max_factor=round(max_factor, 3),
-                    accumulation=new_acc, current_batch=batch,
-                    current_accumulation=accumulation, fixed_bytes=fixed_bytes, per_batch_bytes=per,
-                    capacity_bytes=capacity_bytes, margin_frac=margin,
-                    predicted_peak_bytes=predicted_peak(fixed_bytes, per, factor),
-                    measured=tuple(measured), assumed=tuple(assumed))
+    return BatchFit(
+        batch=batch * factor if batch else None,
+        factor=factor,
+        max_factor=round(max_factor, 3),
+        accumulation=new_acc,
+        current_batch=batch,
+        current_accumulation=accumulation,
+        fixed_bytes=fixed_bytes,
+        per_batch_bytes=per,
+        capacity_bytes=capacity_bytes,
+        margin_frac=margin,
+        predicted_peak_bytes=predicted_peak(fixed_bytes, per, factor),
+        measured=tuple(measured),
+        assumed=tuple(assumed),
+    )
 
 
 def _cfg_int(trace, key: str) -> int | None:
@@ -98,17 +117,29 @@ def batch_fit_for(trace, want_factor: int) -> BatchFit | None:
     peak, cap = prof.peak(dev), prof.capacity_bytes.get(dev)
     if peak is None or not cap:
         return None
-    src = "torch.cuda.max_memory_allocated() per step (capture helper)" if prof.source == "capture" else \
-        "'Total Allocated' of the [memory] events"
-    measured = [f"peak allocated: {src}", "device capacity: " + ("torch.cuda.get_device_properties().total_memory"
-                                                                 if prof.source == "capture" else
-                                                                 "deviceProperties totalGlobalMem")]
-    assumed = ["activations grow linearly with the micro-batch (same sequence length)",
-               f"peaks are planned up to {SAFETY_MARGIN:.0%} of capacity (fragmentation, CUDA context)"]
+    src = (
+        "torch.cuda.max_memory_allocated() per step (capture helper)"
+        if prof.source == "capture"
+        else "'Total Allocated' of the [memory] events"
+    )
+    measured = [
+        f"peak allocated: {src}",
+        "device capacity: "
+        + (
+            "torch.cuda.get_device_properties().total_memory"
+            if prof.source == "capture"
+            else "deviceProperties totalGlobalMem"
+        ),
+    ]
+    assumed = [
+        "activations grow linearly with the micro-batch (same sequence length)",
+        f"peaks are planned up to {SAFETY_MARGIN:.0%} of capacity (fragmentation, CUDA context)",
+    ]
     fixed = prof.start(dev)
     if fixed is not None:
-        measured.append("fixed part: allocated memory at step start (weights; in training also grads and "
-                        "optimizer states)")
+        measured.append(
+            "fixed part: allocated memory at step start (weights; in training also grads and optimizer states)"
+        )
     else:
         n = num_parameters(trace)
         if n is None:
@@ -124,8 +155,16 @@ def batch_fit_for(trace, want_factor: int) -> BatchFit | None:
     ga = _cfg_int(trace, "gradient_accumulation_steps")
     if batch is not None:
         measured.append("micro-batch and accumulation: the capture's run configuration")
-    return fit_batch(peak_bytes=peak, fixed_bytes=fixed, capacity_bytes=cap, want_factor=want_factor,
-                     batch=batch, accumulation=ga, measured=tuple(measured), assumed=tuple(assumed))
+    return fit_batch(
+        peak_bytes=peak,
+        fixed_bytes=fixed,
+        capacity_bytes=cap,
+        want_factor=want_factor,
+        batch=batch,
+        accumulation=ga,
+        measured=tuple(measured),
+        assumed=tuple(assumed),
+    )
 
 
 def memory_section(trace) -> dict:
@@ -143,14 +182,25 @@ def memory_section(trace) -> dict:
         return out
     devices = []
     for d in prof.devices:
-        devices.append({
-            "device": d, "capacity_bytes": prof.capacity_bytes.get(d),
-            "peak_allocated_bytes": prof.peak(d, "allocated"), "peak_reserved_bytes": prof.peak(d, "reserved"),
-            "start_allocated_bytes": prof.start(d), "headroom_bytes": prof.headroom(d),
-            "per_step": [{"step": s.step, "start_allocated_bytes": s.start_allocated_bytes,
-                          "peak_allocated_bytes": s.peak_allocated_bytes,
-                          "peak_reserved_bytes": s.peak_reserved_bytes} for s in prof.device_steps(d)],
-        })
+        devices.append(
+            {
+                "device": d,
+                "capacity_bytes": prof.capacity_bytes.get(d),
+                "peak_allocated_bytes": prof.peak(d, "allocated"),
+                "peak_reserved_bytes": prof.peak(d, "reserved"),
+                "start_allocated_bytes": prof.start(d),
+                "headroom_bytes": prof.headroom(d),
+                "per_step": [
+                    {
+                        "step": s.step,
+                        "start_allocated_bytes": s.start_allocated_bytes,
+                        "peak_allocated_bytes": s.peak_allocated_bytes,
+                        "peak_reserved_bytes": s.peak_reserved_bytes,
+                    }
+                    for s in prof.device_steps(d)
+                ],
+            }
+        )
     out["devices"] = devices
     fit = batch_fit_for(trace, 8)
     if fit is not None:
@@ -171,12 +221,13 @@ class StateOption:
 
     recipe: str
     bytes_per_param: float
-    footprint_bytes: float        # state + the measured activations (when known)
+    footprint_bytes: float  # state + the measured activations (when known)
     fits: bool
 
 
-def state_options(n_params: float, capacity_bytes: float | None, activation_bytes: float = 0.0,
-                  margin: float = SAFETY_MARGIN) -> list[StateOption]:
+def state_options(
+    n_params: float, capacity_bytes: float | None, activation_bytes: float = 0.0, margin: float = SAFETY_MARGIN
+) -> list[StateOption]:
     """The training-state recipes of STATE_RECIPES, least invasive first, with their footprint."""
     out = []
     for recipe, bpp, _ in STATE_RECIPES:

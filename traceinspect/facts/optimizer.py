@@ -1,5 +1,6 @@
 """Optimizer steps: one row per outermost `Optimizer.step#...` span of the analysed steps, with the
 kernels it launched and its implementation (fused, foreach, for-loop, or on the CPU)."""
+
 from __future__ import annotations
 
 import re
@@ -15,8 +16,11 @@ from .steps import in_steps
 OPT_PREFIX = "Optimizer.step#"
 # fused implementations: torch fused=True, apex / DeepSpeed FusedAdam, bitsandbytes 8-bit optimizers
 _FUSED_OP = re.compile(r"^aten::_fused_")
-_FUSED_KERNEL = re.compile(r"FusedAdamMathFunctor|FusedSgdMathFunctor|FusedOptimizerTensorListMetadata|"
-                           r"\bAdamFunctor\b|LAMBStage|kOptimizer32bit|kOptimizerStatic8bit|fused_adam", re.IGNORECASE)
+_FUSED_KERNEL = re.compile(
+    r"FusedAdamMathFunctor|FusedSgdMathFunctor|FusedOptimizerTensorListMetadata|"
+    r"\bAdamFunctor\b|LAMBStage|kOptimizer32bit|kOptimizerStatic8bit|fused_adam",
+    re.IGNORECASE,
+)
 _FUSED_CLASS = re.compile(r"^Fused|Fused(Adam|Lamb|SGD|Adagrad)")
 _CPU_CLASS = re.compile(r"CPUAdam|CPUAdagrad|CPULion|DeepSpeedCPU")
 _FOREACH_OP = re.compile(r"^aten::_foreach_")
@@ -24,7 +28,7 @@ _FOREACH_OP = re.compile(r"^aten::_foreach_")
 
 def _class_of(span_name: str) -> str:
     """'Optimizer.step#AdamW.step' -> 'AdamW'."""
-    rest = span_name[len(OPT_PREFIX):]
+    rest = span_name[len(OPT_PREFIX) :]
     return rest.rsplit(".step", 1)[0] if rest.endswith(".step") else rest
 
 
@@ -36,8 +40,19 @@ def optimizer_steps(trace) -> pd.DataFrame:
 
 
 def _optimizer_steps(trace) -> pd.DataFrame:
-    cols = ["ts_us", "end_us", "window_end_us", "tid", "name", "opt_class", "impl", "n_kernels",
-            "kernel_us", "busy_us", "median_kernel_us"]
+    cols = [
+        "ts_us",
+        "end_us",
+        "window_end_us",
+        "tid",
+        "name",
+        "opt_class",
+        "impl",
+        "n_kernels",
+        "kernel_us",
+        "busy_us",
+        "median_kernel_us",
+    ]
     ops = trace.cpu_ops
     if not len(ops):
         return pd.DataFrame(columns=cols)
@@ -56,8 +71,16 @@ def _optimizer_steps(trace) -> pd.DataFrame:
             outer["opt_class"] = _class_of(name)
             outer["classes"].append(_class_of(name))
             continue
-        kept.append({"ts_us": float(r.ts_us), "end_us": float(r.end_us), "tid": int(r.tid), "name": name,
-                     "opt_class": _class_of(name), "classes": [_class_of(name)]})
+        kept.append(
+            {
+                "ts_us": float(r.ts_us),
+                "end_us": float(r.end_us),
+                "tid": int(r.tid),
+                "name": name,
+                "opt_class": _class_of(name),
+                "classes": [_class_of(name)],
+            }
+        )
 
     k = primary_kernels(trace)
     rt = trace.runtime
@@ -85,7 +108,11 @@ def _optimizer_steps(trace) -> pd.DataFrame:
         cls = s["opt_class"]
         if any(_CPU_CLASS.search(c) for c in s["classes"]):
             impl = "cpu"
-        elif (fused_op[oa:ob] & same).any() or fused_kernel[idx].any() or any(_FUSED_CLASS.search(c) for c in s["classes"]):
+        elif (
+            (fused_op[oa:ob] & same).any()
+            or fused_kernel[idx].any()
+            or any(_FUSED_CLASS.search(c) for c in s["classes"])
+        ):
             impl = "fused"
         elif (foreach_op[oa:ob] & same).any():
             impl = "foreach"
@@ -93,9 +120,19 @@ def _optimizer_steps(trace) -> pd.DataFrame:
             impl = "for-loop"
         n = len(idx)
         busy = iv.total(iv.union(k_ts[idx], k_end[idx])) if n else 0.0
-        rows.append({"ts_us": s["ts_us"], "end_us": s["end_us"],
-                     "window_end_us": max(s["end_us"], float(k_end[idx].max()) if n else 0.0),
-                     "tid": s["tid"], "name": s["name"], "opt_class": cls, "impl": impl, "n_kernels": n,
-                     "kernel_us": float(k_dur[idx].sum()), "busy_us": busy,
-                     "median_kernel_us": float(np.median(k_dur[idx])) if n else 0.0})
+        rows.append(
+            {
+                "ts_us": s["ts_us"],
+                "end_us": s["end_us"],
+                "window_end_us": max(s["end_us"], float(k_end[idx].max()) if n else 0.0),
+                "tid": s["tid"],
+                "name": s["name"],
+                "opt_class": cls,
+                "impl": impl,
+                "n_kernels": n,
+                "kernel_us": float(k_dur[idx].sum()),
+                "busy_us": busy,
+                "median_kernel_us": float(np.median(k_dur[idx])) if n else 0.0,
+            }
+        )
     return pd.DataFrame(rows, columns=cols)

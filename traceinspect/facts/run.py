@@ -1,4 +1,5 @@
 """Facts about the run: the training framework, the settings the capture recorded, the parameter count."""
+
 from __future__ import annotations
 
 import math

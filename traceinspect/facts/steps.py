@@ -1,5 +1,6 @@
 """Step windows: the analysed steps as an interval set, the timeline's idle parts inside them, and the
 rows of a table that fall inside them."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -3,6 +3,7 @@
 RENDERERS maps a format name to (render function, file extension); the CLI's --format choices and
 its -o extension guess both come from here.
 """
+
 from __future__ import annotations
 
 from . import html as _html

@@ -3,6 +3,7 @@
 Every function returns an SVG string or None when matplotlib is not installed or there is nothing to
 draw. No file I/O here (markdown.render_with_assets writes the files). Output is deterministic.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -27,12 +28,17 @@ COLORS = {
     "idle_unknown": "#b8b8b8",
 }
 SHORT = {
-    "compute": "compute", "comm": "communication", "memcpy": "memcpy/memset",
-    "idle_dataloader": "idle: DataLoader", "idle_sync": "idle: sync", "idle_launch": "idle: launch",
-    "idle_cpu": "idle: CPU work", "idle_unknown": "idle: unattributed",
+    "compute": "compute",
+    "comm": "communication",
+    "memcpy": "memcpy/memset",
+    "idle_dataloader": "idle: DataLoader",
+    "idle_sync": "idle: sync",
+    "idle_launch": "idle: launch",
+    "idle_cpu": "idle: CPU work",
+    "idle_unknown": "idle: unattributed",
 }
 BUSY = ("compute", "comm", "memcpy")
-MAX_BARS = 120             # more steps than this are drawn as stacked areas
+MAX_BARS = 120  # more steps than this are drawn as stacked areas
 
 
 def available() -> bool:
@@ -50,13 +56,25 @@ def step_breakdown(report) -> str | None:
     series = [(p, vals) for p, vals in series if any(vals)]
     if len(rows) > MAX_BARS:
         # one polygon per part instead of one rectangle per step and part keeps the SVG small
-        ax.stackplot(x, *[vals for _, vals in series], colors=[COLORS[p] for p, _ in series],
-                     labels=[SHORT[p] for p, _ in series], linewidth=0)
+        ax.stackplot(
+            x,
+            *[vals for _, vals in series],
+            colors=[COLORS[p] for p, _ in series],
+            labels=[SHORT[p] for p, _ in series],
+            linewidth=0,
+        )
     else:
         bottom = [0.0] * len(rows)
         for p, vals in series:
-            ax.bar(x, vals, bottom=bottom, color=COLORS[p], label=SHORT[p], width=0.8 if len(rows) > 1 else 0.4,
-                   linewidth=0)
+            ax.bar(
+                x,
+                vals,
+                bottom=bottom,
+                color=COLORS[p],
+                label=SHORT[p],
+                width=0.8 if len(rows) > 1 else 0.4,
+                linewidth=0,
+            )
             bottom = [b + v for b, v in zip(bottom, vals)]
     step_every = max(1, len(rows) // 20)
     ax.set_xticks(x[::step_every])
@@ -82,16 +100,22 @@ def step_timeline(report) -> str | None:
         y = lanes["GPU busy"] if p in BUSY else lanes["GPU idle"]
         # true widths: the sample already packs each column's share of every part (timeline_sample._columns);
         # a minimum width would paint a few us of idle between back-to-back kernels as a solid block
-        ax.broken_barh([(a / 1e3, (b - a) / 1e3) for a, b in spans], (y - 0.38, 0.76),
-                       facecolors=COLORS[p], label=SHORT[p], linewidth=0)
+        ax.broken_barh(
+            [(a / 1e3, (b - a) / 1e3) for a, b in spans],
+            (y - 0.38, 0.76),
+            facecolors=COLORS[p],
+            label=SHORT[p],
+            linewidth=0,
+        )
     ax.set_yticks(list(lanes.values()))
     ax.set_yticklabels(list(lanes))
     ax.set_ylim(-0.6, 1.6)
     dur = num(ts.dur_us) or 0.0
     ax.set_xlim(0, dur / 1e3 or 1)
     ax.set_xlabel("ms from the start of the step")
-    ax.set_title(_label(f"ProfilerStep#{known(ts.step)} ({known(ts.choice, 'representative step')}, "
-                        f"{dur / 1e3:.1f} ms)"))
+    ax.set_title(
+        _label(f"ProfilerStep#{known(ts.step)} ({known(ts.choice, 'representative step')}, {dur / 1e3:.1f} ms)")
+    )
     _legend(ax)
     return _svg(fig, "timeline")
 
@@ -131,13 +155,19 @@ def diff_breakdown(d) -> str | None:
 
 # --- matplotlib plumbing ---------------------------------------------------------------------------
 
-_RC = {"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False, "axes.spines.right": False,
-       "font.family": "sans-serif"}
+_RC = {
+    "svg.fonttype": "none",
+    "font.size": 9,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "font.family": "sans-serif",
+}
 
 
 def _figure(w: float, h: float, ncols: int = 1, width_ratios=None):
     import matplotlib
     from matplotlib.figure import Figure
+
     # rc settings are read when artists are made, so the style applies here rather than globally
     with matplotlib.rc_context(_RC):
         fig = Figure(figsize=(w, h), layout="constrained")
@@ -158,11 +188,12 @@ def _legend(ax) -> None:
 
 def _svg(fig, salt: str) -> str:
     import matplotlib
+
     buf = io.StringIO()
     # a fixed per-chart salt keeps ids stable (deterministic output) and distinct between inline charts
     with matplotlib.rc_context({**_RC, "svg.hashsalt": f"traceinspect-{salt}"}):
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
     svg = buf.getvalue()
-    svg = svg[svg.index("<svg"):]                      # drop the XML prolog and DOCTYPE for inline use
+    svg = svg[svg.index("<svg") :]  # drop the XML prolog and DOCTYPE for inline use
     svg = re.sub(r"<metadata>.*?</metadata>", "", svg, flags=re.S)
     return svg.strip()

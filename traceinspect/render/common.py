@@ -4,6 +4,7 @@ Every value from a report is untrusted (a saved or cached report can hold anythi
 through plain() (text), md_text()/md_code() (Markdown) or html.esc(), and numbers through ms()/pct()/
 count(), which never raise and print only digits, units or "n/a".
 """
+
 from __future__ import annotations
 
 import math
@@ -12,8 +13,24 @@ from ..inert import md_code, md_text, num
 from ..inert import text as plain
 from ..report import UNSET, Gpu, Memory, SpeedOfLight, WhatIf, known, severity
 
-__all__ = ["BREAKDOWN_ORDER", "count", "efficiency_peaks", "efficiency_rows", "evidence_value", "gpu_line", "md_code",
-           "md_text", "ms", "num", "pct", "plain", "run_config_items", "sev", "sig", "speed_of_light"]
+__all__ = [
+    "BREAKDOWN_ORDER",
+    "count",
+    "efficiency_peaks",
+    "efficiency_rows",
+    "evidence_value",
+    "gpu_line",
+    "md_code",
+    "md_text",
+    "ms",
+    "num",
+    "pct",
+    "plain",
+    "run_config_items",
+    "sev",
+    "sig",
+    "speed_of_light",
+]
 
 
 def count(x) -> str:
@@ -75,8 +92,16 @@ def labels(f) -> str:
     return f"severity {sev(f)}, confidence {plain(f.confidence)}"
 
 
-BREAKDOWN_ORDER = ("compute", "comm", "memcpy", "idle_dataloader", "idle_sync", "idle_launch", "idle_cpu",
-                   "idle_unknown")
+BREAKDOWN_ORDER = (
+    "compute",
+    "comm",
+    "memcpy",
+    "idle_dataloader",
+    "idle_sync",
+    "idle_launch",
+    "idle_cpu",
+    "idle_unknown",
+)
 
 
 def run_config_items(trace: dict) -> list[tuple[str, str]]:
@@ -99,11 +124,21 @@ def efficiency_rows(report, top: int = 10) -> list[dict]:
     out = []
     for r in known(report.efficiency.rows, [])[:top]:
         share = num(r.share_of_peak)
-        out.append({"op": str(known(r.op, "?")), "shape": str(known(r.shape, "")), "dtype": str(known(r.dtype, "")),
-                    "bound": str(known(r.bound) or "n/a"), "calls": sig(r.calls_per_step),
-                    "time": ms(r.gpu_us_per_step), "tflops": sig(r.tflops), "tbps": sig(r.tbps),
-                    "intensity": sig(r.intensity), "share": "n/a" if share is None else pct(share),
-                    "note": str(known(r.note) or "")})
+        out.append(
+            {
+                "op": str(known(r.op, "?")),
+                "shape": str(known(r.shape, "")),
+                "dtype": str(known(r.dtype, "")),
+                "bound": str(known(r.bound) or "n/a"),
+                "calls": sig(r.calls_per_step),
+                "time": ms(r.gpu_us_per_step),
+                "tflops": sig(r.tflops),
+                "tbps": sig(r.tbps),
+                "intensity": sig(r.intensity),
+                "share": "n/a" if share is None else pct(share),
+                "note": str(known(r.note) or ""),
+            }
+        )
     return out
 
 
@@ -112,9 +147,12 @@ def efficiency_peaks(report) -> str:
     p = known(report.efficiency.peaks)
     if p is None:
         return "no peak table entry for this GPU (set TRACEINSPECT_HARDWARE; docs/roofline.md)"
-    return (f"{known(p.name, '?')}: {sig(p.half_tflops, 5)} TFLOP/s bf16/fp16, {sig(p.tf32_tflops, 5)} "
-            f"TF32, {sig(p.fp32_tflops, 5)} fp32, {sig(p.mem_tbps, 4)} TB/s"
-            + (" (approximate)" if known(p.approximate) else "") + (f"; {p.source}" if known(p.source) else ""))
+    return (
+        f"{known(p.name, '?')}: {sig(p.half_tflops, 5)} TFLOP/s bf16/fp16, {sig(p.tf32_tflops, 5)} "
+        f"TF32, {sig(p.fp32_tflops, 5)} fp32, {sig(p.mem_tbps, 4)} TB/s"
+        + (" (approximate)" if known(p.approximate) else "")
+        + (f"; {p.source}" if known(p.source) else "")
+    )
 
 
 def _gb(x) -> str:
@@ -128,8 +166,10 @@ def memory_rows(mem: Memory) -> list[tuple[str, str]]:
     if not mem:
         return []
     rows: list[tuple[str, str]] = []
-    src = {"trace": "[memory] events (profile_memory=True)",
-           "capture": "torch.cuda.max_memory_allocated() per step (traceinspect.capture)"}.get(known(mem.source))
+    src = {
+        "trace": "[memory] events (profile_memory=True)",
+        "capture": "torch.cuda.max_memory_allocated() per step (traceinspect.capture)",
+    }.get(known(mem.source))
     devices = known(mem.devices, [])
     if src is None:
         rows.append(("no memory figure", str(known(mem.reason) or "unknown")))
@@ -142,17 +182,28 @@ def memory_rows(mem: Memory) -> list[tuple[str, str]]:
     for d in devices:
         dev = f"device {d.device}"
         cap, head = num(d.capacity_bytes), num(d.headroom_bytes)
-        rows.append((f"{dev} peak allocated / reserved",
-                     f"{_gb(d.peak_allocated_bytes)} / {_gb(d.peak_reserved_bytes)}"
-                     + (f" of {_gb(cap)}" if cap else "")))
+        rows.append(
+            (
+                f"{dev} peak allocated / reserved",
+                f"{_gb(d.peak_allocated_bytes)} / {_gb(d.peak_reserved_bytes)}" + (f" of {_gb(cap)}" if cap else ""),
+            )
+        )
         rows.append((f"{dev} allocated at step start (does not scale with the batch)", _gb(d.start_allocated_bytes)))
-        rows.append((f"{dev} headroom (capacity - peak reserved)",
-                     _gb(head) + (f" ({pct(head / cap)} of capacity)" if cap and head is not None else "")))
+        rows.append(
+            (
+                f"{dev} headroom (capacity - peak reserved)",
+                _gb(head) + (f" ({pct(head / cap)} of capacity)" if cap and head is not None else ""),
+            )
+        )
         steps = known(d.per_step, [])
         if steps:
-            rows.append((f"{dev} peak allocated per step",
-                         ", ".join(f"#{s.step} {_gb(s.peak_allocated_bytes)}" for s in steps[:16])
-                         + (" ..." if len(steps) > 16 else "")))
+            rows.append(
+                (
+                    f"{dev} peak allocated per step",
+                    ", ".join(f"#{s.step} {_gb(s.peak_allocated_bytes)}" for s in steps[:16])
+                    + (" ..." if len(steps) > 16 else ""),
+                )
+            )
     fit = known(mem.batch_fit)
     if fit:
         margin = num(fit.margin_frac)
@@ -160,14 +211,21 @@ def memory_rows(mem: Memory) -> list[tuple[str, str]]:
         cur, new = known(fit.current_batch), known(fit.batch)
         b_name = known(fit.batch_name) or "micro-batch"
         a_name = known(fit.accumulation_name) or "gradient accumulation"
-        grow = (f"{b_name} {cur} -> {new}" if cur is not None and new is not None
-                else f"about {count(fit.factor)}x the current {b_name}")
+        grow = (
+            f"{b_name} {cur} -> {new}"
+            if cur is not None and new is not None
+            else f"about {count(fit.factor)}x the current {b_name}"
+        )
         ga, nga = known(fit.current_accumulation), known(fit.accumulation)
         if ga is not None and nga is not None:
             grow += f", {a_name} {ga} -> {nga}"
-        rows.append(("largest batch growth under " + (pct(margin) if margin is not None else "the margin")
-                     + " of capacity", (f"{mf:.1f}x" if mf is not None else "unknown")
-                     + f"; recommended (up to 8x): {grow}, predicted peak {_gb(fit.predicted_peak_bytes)}"))
+        rows.append(
+            (
+                "largest batch growth under " + (pct(margin) if margin is not None else "the margin") + " of capacity",
+                (f"{mf:.1f}x" if mf is not None else "unknown")
+                + f"; recommended (up to 8x): {grow}, predicted peak {_gb(fit.predicted_peak_bytes)}",
+            )
+        )
         for vals, label in ((known(fit.measured), "measured"), (known(fit.assumed), "assumed")):
             if vals:
                 rows.append((label, "; ".join(str(v) for v in vals)))

@@ -5,6 +5,7 @@ escapes, then HTML-escaped), numbers through ms()/pct()/count(), which print onl
 Content-Security-Policy forbids scripts and remote loads, so even a missed escape cannot run code. The
 canonical JSON is embedded as inert data. No I/O here.
 """
+
 from __future__ import annotations
 
 import html
@@ -13,8 +14,20 @@ import json
 from ..inert import valid_unicode
 from ..report import Gpu, Part, known
 from . import charts
-from .common import (BREAKDOWN_ORDER, count, efficiency_peaks, efficiency_rows, evidence_value, gpu_line, memory_rows,
-                     ms, num, pct, plain, sev)
+from .common import (
+    BREAKDOWN_ORDER,
+    count,
+    efficiency_peaks,
+    efficiency_rows,
+    evidence_value,
+    gpu_line,
+    memory_rows,
+    ms,
+    num,
+    pct,
+    plain,
+    sev,
+)
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
@@ -65,15 +78,17 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
     body: list[str] = [
         "<header>",
         f"<h1>traceinspect: {esc(known(t.file, '?'))}</h1>",
-        f"<p class=\"sub\">{esc(gpu_line(t))} · rank {esc(known(t.rank, 0))}"
+        f'<p class="sub">{esc(gpu_line(t))} · rank {esc(known(t.rank, 0))}'
         + (f" · {esc(known(t.window, ''))} · steps from {esc(known(st.source))}" if known(st.count) else "")
         + "</p>",
         "</header>",
         _verdict(report),
     ] + _cross_rank(report)
     if not charts.available():
-        body.append("<p class=\"warn\" id=\"no-charts\">Charts are not included: matplotlib is not installed "
-                    f"(<code>{esc(charts.INSTALL_HINT)}</code>). The tables below carry the same numbers.</p>")
+        body.append(
+            '<p class="warn" id="no-charts">Charts are not included: matplotlib is not installed '
+            f"(<code>{esc(charts.INSTALL_HINT)}</code>). The tables below carry the same numbers.</p>"
+        )
     body += _breakdown(report)
     body += _timeline(report)
     body += _account(report)
@@ -95,120 +110,172 @@ def render_diff(d, *, width: int = 100, color: bool = False) -> str:
     body = [
         "<header>",
         f"<h1>traceinspect diff: {esc(d.before.file)} → {esc(d.after.file)}</h1>",
-        f"<p class=\"sub\">before: {esc(d.before.window)} · after: {esc(d.after.window)}</p>",
+        f'<p class="sub">before: {esc(d.before.window)} · after: {esc(d.after.window)}</p>',
         "</header>",
     ]
     faster = a < b
-    sig = ("" if d.significant is None else
-           (" — beyond step-to-step noise" if d.significant else " — within step-to-step noise"))
-    body.append(f"<section class=\"verdict{' ok' if faster else ''}\" id=\"verdict\">")
-    body.append(f"<p class=\"big\">Median step {esc(ms(b))} → {esc(ms(a))}"
-                + (f" ({d.speedup:.2f}x {'faster' if faster else 'slower' if a > b else 'the same'}){esc(sig)}"
-                   if d.speedup else "") + "</p>")
-    body.append("<div class=\"nums\">" + "".join(
-        f"<div><span>{esc(k)}</span><b>{esc(val)}</b></div>" for k, val in (
-            ("change", "n/a" if d.change_pct is None else f"{d.change_pct:+.1f}%"),
-            ("noise (2 SE)", ms(d.noise_us) if d.noise_us is not None else "n/a"),
-            ("resolved", len(d.resolved)), ("new", len(d.new)), ("persisting", len(d.persisting)))) + "</div>")
+    sig = (
+        ""
+        if d.significant is None
+        else (" — beyond step-to-step noise" if d.significant else " — within step-to-step noise")
+    )
+    body.append(f'<section class="verdict{" ok" if faster else ""}" id="verdict">')
+    body.append(
+        f'<p class="big">Median step {esc(ms(b))} → {esc(ms(a))}'
+        + (
+            f" ({d.speedup:.2f}x {'faster' if faster else 'slower' if a > b else 'the same'}){esc(sig)}"
+            if d.speedup
+            else ""
+        )
+        + "</p>"
+    )
+    body.append(
+        '<div class="nums">'
+        + "".join(
+            f"<div><span>{esc(k)}</span><b>{esc(val)}</b></div>"
+            for k, val in (
+                ("change", "n/a" if d.change_pct is None else f"{d.change_pct:+.1f}%"),
+                ("noise (2 SE)", ms(d.noise_us) if d.noise_us is not None else "n/a"),
+                ("resolved", len(d.resolved)),
+                ("new", len(d.new)),
+                ("persisting", len(d.persisting)),
+            )
+        )
+        + "</div>"
+    )
     body.append("</section>")
     if d.environment:
-        body.append("<h2>Why the comparison may be unfair</h2><table><tr><th>what</th><th>before</th><th>after</th>"
-                    "<th>why it matters</th></tr>")
-        body += [f"<tr><td>{esc(e.field)}</td><td>{esc(e.before)}</td><td>{esc(e.after)}</td>"
-                 f"<td>{esc(e.why)}</td></tr>" for e in d.environment]
+        body.append(
+            "<h2>Why the comparison may be unfair</h2><table><tr><th>what</th><th>before</th><th>after</th>"
+            "<th>why it matters</th></tr>"
+        )
+        body += [
+            f"<tr><td>{esc(e.field)}</td><td>{esc(e.before)}</td><td>{esc(e.after)}</td><td>{esc(e.why)}</td></tr>"
+            for e in d.environment
+        ]
         body.append("</table>")
     for w in d.warnings:
-        body.append(f"<p class=\"warn\">{esc(w)}</p>")
-    body.append("<h2>Step time</h2><table><tr><th></th><th class=n>steps</th><th class=n>median</th>"
-                "<th class=n>mean</th><th class=n>std</th><th class=n>min</th><th class=n>max</th></tr>")
+        body.append(f'<p class="warn">{esc(w)}</p>')
+    body.append(
+        "<h2>Step time</h2><table><tr><th></th><th class=n>steps</th><th class=n>median</th>"
+        "<th class=n>mean</th><th class=n>std</th><th class=n>min</th><th class=n>max</th></tr>"
+    )
     for name, side in (("before", d.before), ("after", d.after)):
         s = side.steps
-        body.append(f"<tr><td>{name}</td><td class=n>{count(s.n)}</td><td class=n>{ms(s.median_us)}</td>"
-                    f"<td class=n>{ms(s.mean_us)}</td><td class=n>{ms(s.std_us)}</td>"
-                    f"<td class=n>{ms(s.min_us)}</td><td class=n>{ms(s.max_us)}</td></tr>")
+        body.append(
+            f"<tr><td>{name}</td><td class=n>{count(s.n)}</td><td class=n>{ms(s.median_us)}</td>"
+            f"<td class=n>{ms(s.mean_us)}</td><td class=n>{ms(s.std_us)}</td>"
+            f"<td class=n>{ms(s.min_us)}</td><td class=n>{ms(s.max_us)}</td></tr>"
+        )
     body.append("</table>")
     svg = charts.diff_breakdown(d)
     if svg:
-        body.append(f"<div class=\"chart\" id=\"chart-diff\">{svg}</div>")
+        body.append(f'<div class="chart" id="chart-diff">{svg}</div>')
     elif not charts.available():
-        body.append(f"<p class=\"note\">Charts need matplotlib: <code>{esc(charts.INSTALL_HINT)}</code></p>")
+        body.append(f'<p class="note">Charts need matplotlib: <code>{esc(charts.INSTALL_HINT)}</code></p>')
     if d.breakdown:
-        body.append("<h2>Breakdown per step</h2><table><tr><th>part</th><th class=n>before</th>"
-                    "<th class=n>after</th><th class=n>change</th></tr>")
+        body.append(
+            "<h2>Breakdown per step</h2><table><tr><th>part</th><th class=n>before</th>"
+            "<th class=n>after</th><th class=n>change</th></tr>"
+        )
         for r in (r for r in d.breakdown if r.before_us or r.after_us or r.part == "compute"):
-            body.append(f"<tr><td>{_swatch(r.part)}{esc(r.label)}</td><td class=n>{ms(r.before_us)}</td>"
-                        f"<td class=n>{ms(r.after_us)}</td><td class=n>{_delta(r.delta_us)}</td></tr>")
+            body.append(
+                f"<tr><td>{_swatch(r.part)}{esc(r.label)}</td><td class=n>{ms(r.before_us)}</td>"
+                f"<td class=n>{ms(r.after_us)}</td><td class=n>{_delta(r.delta_us)}</td></tr>"
+            )
         body.append("</table>")
     body.append("<h2>Findings</h2>")
-    body.append("<table><tr><th>finding</th><th>status</th><th class=n>lost per step before</th>"
-                "<th class=n>after</th></tr>")
+    body.append(
+        "<table><tr><th>finding</th><th>status</th><th class=n>lost per step before</th><th class=n>after</th></tr>"
+    )
     for f in d.resolved_findings:
-        body.append(f"<tr><td><code>{esc(f.name)}</code> {esc(f.title)}</td><td class=down>resolved</td>"
-                    f"<td class=n>{ms(f.time_lost_per_step_us)}</td><td class=n>–</td></tr>")
+        body.append(
+            f"<tr><td><code>{esc(f.name)}</code> {esc(f.title)}</td><td class=down>resolved</td>"
+            f"<td class=n>{ms(f.time_lost_per_step_us)}</td><td class=n>–</td></tr>"
+        )
     for f in d.new_findings:
-        body.append(f"<tr><td><code>{esc(f.name)}</code> {esc(f.title)}</td><td class=up>new</td>"
-                    f"<td class=n>–</td><td class=n>{ms(f.time_lost_per_step_us)}</td></tr>")
+        body.append(
+            f"<tr><td><code>{esc(f.name)}</code> {esc(f.title)}</td><td class=up>new</td>"
+            f"<td class=n>–</td><td class=n>{ms(f.time_lost_per_step_us)}</td></tr>"
+        )
     for f in d.persisting:
-        body.append(f"<tr><td><code>{esc(f.name)}</code> {esc(f.title_after)}</td><td>persisting</td>"
-                    f"<td class=n>{ms(f.time_lost_per_step_us_before)}</td>"
-                    f"<td class=n>{ms(f.time_lost_per_step_us_after)}</td></tr>")
+        body.append(
+            f"<tr><td><code>{esc(f.name)}</code> {esc(f.title_after)}</td><td>persisting</td>"
+            f"<td class=n>{ms(f.time_lost_per_step_us_before)}</td>"
+            f"<td class=n>{ms(f.time_lost_per_step_us_after)}</td></tr>"
+        )
     for f in d.unchecked:
-        body.append(f"<tr><td><code>{esc(f.name)}</code></td><td>not checked {esc(f.side)}: "
-                    f"{esc(f.reason)}</td><td class=n></td><td class=n></td></tr>")
+        body.append(
+            f"<tr><td><code>{esc(f.name)}</code></td><td>not checked {esc(f.side)}: "
+            f"{esc(f.reason)}</td><td class=n></td><td class=n></td></tr>"
+        )
     body.append("</table>")
     if d.kernels:
-        body.append("<h2>Kernels that moved the most</h2><table><tr><th>kernel</th><th class=n>before /step</th>"
-                    "<th class=n>after /step</th><th class=n>change</th></tr>")
+        body.append(
+            "<h2>Kernels that moved the most</h2><table><tr><th>kernel</th><th class=n>before /step</th>"
+            "<th class=n>after /step</th><th class=n>change</th></tr>"
+        )
         for k in d.kernels:
-            body.append(f"<tr><td><code>{esc(_short(k.name))}</code></td>"
-                        f"<td class=n>{_opt_ms(k.before_us_per_step)}</td><td class=n>{_opt_ms(k.after_us_per_step)}</td>"
-                        f"<td class=n>{_delta(k.delta_us_per_step)}</td></tr>")
-        body.append("</table><p class=\"note\">– : not among that report's top kernels.</p>")
+            body.append(
+                f"<tr><td><code>{esc(_short(k.name))}</code></td>"
+                f"<td class=n>{_opt_ms(k.before_us_per_step)}</td><td class=n>{_opt_ms(k.after_us_per_step)}</td>"
+                f"<td class=n>{_delta(k.delta_us_per_step)}</td></tr>"
+            )
+        body.append('</table><p class="note">– : not among that report\'s top kernels.</p>')
     return _page(f"traceinspect diff: {d.before.file} → {d.after.file}", body, d.to_dict(), "diff")
 
 
 # --- sections ----------------------------------------------------------------------------------------
 
+
 def _verdict(report) -> str:
     v, st = report.verdict, report.steps
     if known(v.top):
-        return "".join([
-            "<section class=\"verdict\" id=\"verdict\">",
-            f"<p class=\"big\">{esc(known(v.headline) or known(v.top_title))}</p>",
-            "<div class=\"nums\">",
-            f"<div><span>top cause</span><b><code>{esc(v.top)}</code></b></div>",
-            f"<div><span>costs per step</span><b>{esc(ms(v.top_per_step_us))}</b> "
-            f"({esc(pct(v.top_frac))})</div>",
-            f"<div><span>median step now</span><b>{esc(ms(v.median_step_us))}</b></div>",
-            f"<div><span>expected if fixed</span><b>{esc(ms(v.expected_step_us))}</b></div>",
-            "</div>",
-            f"<p class=\"note\">Fixing {', '.join(f'<code>{esc(n)}</code>' for n in known(v.expected_from, []))}; "
-            f"{esc(known(v.assumption, ''))}.</p>",
-            "</section>"])
+        return "".join(
+            [
+                '<section class="verdict" id="verdict">',
+                f'<p class="big">{esc(known(v.headline) or known(v.top_title))}</p>',
+                '<div class="nums">',
+                f"<div><span>top cause</span><b><code>{esc(v.top)}</code></b></div>",
+                f"<div><span>costs per step</span><b>{esc(ms(v.top_per_step_us))}</b> ({esc(pct(v.top_frac))})</div>",
+                f"<div><span>median step now</span><b>{esc(ms(v.median_step_us))}</b></div>",
+                f"<div><span>expected if fixed</span><b>{esc(ms(v.expected_step_us))}</b></div>",
+                "</div>",
+                f'<p class="note">Fixing {", ".join(f"<code>{esc(n)}</code>" for n in known(v.expected_from, []))}; '
+                f"{esc(known(v.assumption, ''))}.</p>",
+                "</section>",
+            ]
+        )
     if v:
-        return (f"<section class=\"verdict ok\" id=\"verdict\"><p class=\"big\">{esc(known(v.headline, ''))}</p>"
-                f"<p class=\"note\">median step {esc(ms(v.median_step_us))} over {count(known(st.count, 0))} steps</p>"
-                "</section>")
-    return "<section class=\"verdict ok\" id=\"verdict\"><p class=\"big\">No steps to analyse.</p></section>"
+        return (
+            f'<section class="verdict ok" id="verdict"><p class="big">{esc(known(v.headline, ""))}</p>'
+            f'<p class="note">median step {esc(ms(v.median_step_us))} over {count(known(st.count, 0))} steps</p>'
+            "</section>"
+        )
+    return '<section class="verdict ok" id="verdict"><p class="big">No steps to analyse.</p></section>'
 
 
 def _breakdown(report) -> list[str]:
     bd = report.breakdown
     if not bd:
         return []
-    o = ["<section id=\"breakdown\"><h2>Where each step goes</h2>"]
+    o = ['<section id="breakdown"><h2>Where each step goes</h2>']
     svg = charts.step_breakdown(report)
     if svg:
-        o.append(f"<div class=\"chart\" id=\"chart-breakdown\">{svg}</div>")
+        o.append(f'<div class="chart" id="chart-breakdown">{svg}</div>')
     o.append("<table><tr><th>part</th><th class=n>per step (mean)</th><th class=n>share</th><th></th></tr>")
     for p in BREAKDOWN_ORDER:
         b = bd.get(p)
         if b and ((num(known(b.us)) or 0) > 0 or p == "compute"):
-            o.append(f"<tr><td>{_swatch(p)}{esc(known(b.label, p))}</td><td class=n>{ms(known(b.per_step_us))}</td>"
-                     f"<td class=n>{pct(known(b.frac))}</td><td>{_bar(known(b.frac), charts.COLORS.get(p))}</td></tr>")
+            o.append(
+                f"<tr><td>{_swatch(p)}{esc(known(b.label, p))}</td><td class=n>{ms(known(b.per_step_us))}</td>"
+                f"<td class=n>{pct(known(b.frac))}</td><td>{_bar(known(b.frac), charts.COLORS.get(p))}</td></tr>"
+            )
     busy = bd.get("gpu_busy") or Part()
-    o.append(f"<tr><th>GPU busy</th><th class=n>{ms(known(busy.per_step_us))}</th>"
-             f"<th class=n>{pct(known(busy.frac))}</th><th></th></tr></table></section>")
+    o.append(
+        f"<tr><th>GPU busy</th><th class=n>{ms(known(busy.per_step_us))}</th>"
+        f"<th class=n>{pct(known(busy.frac))}</th><th></th></tr></table></section>"
+    )
     return o
 
 
@@ -216,24 +283,31 @@ def _timeline(report) -> list[str]:
     ts = report.timeline_sample
     if not ts:
         if report.breakdown:
-            return ["<section id=\"timeline\"><h2>One step on the GPU</h2><p class=\"note\">This report carries no "
-                    "timeline sample (it was saved by an older traceinspect, or analysed without one).</p></section>"]
+            return [
+                '<section id="timeline"><h2>One step on the GPU</h2><p class="note">This report carries no '
+                "timeline sample (it was saved by an older traceinspect, or analysed without one).</p></section>"
+            ]
         return []
-    o = ["<section id=\"timeline\"><h2>One step on the GPU</h2>",
-         f"<p class=\"note\">ProfilerStep#{esc(known(ts.step))}, the {esc(known(ts.choice, 'representative step'))} "
-         f"({esc(ms(ts.dur_us))}): GPU busy time by kind of work, and idle gaps coloured by their cause. "
-         f"Drawn in columns of {esc(ms(ts.resolution_us))}: in each, every part is as wide as its time there"
-         + (f"; the {count(ts.dropped)} shortest were left out" if known(ts.dropped) else "") + ".</p>"]
+    o = [
+        '<section id="timeline"><h2>One step on the GPU</h2>',
+        f'<p class="note">ProfilerStep#{esc(known(ts.step))}, the {esc(known(ts.choice, "representative step"))} '
+        f"({esc(ms(ts.dur_us))}): GPU busy time by kind of work, and idle gaps coloured by their cause. "
+        f"Drawn in columns of {esc(ms(ts.resolution_us))}: in each, every part is as wide as its time there"
+        + (f"; the {count(ts.dropped)} shortest were left out" if known(ts.dropped) else "")
+        + ".</p>",
+    ]
     svg = charts.step_timeline(report)
     if svg:
-        o.append(f"<div class=\"chart\" id=\"chart-timeline\">{svg}</div>")
+        o.append(f'<div class="chart" id="chart-timeline">{svg}</div>')
     else:
         iv = known(ts.intervals, {})
         o.append("<table><tr><th>part</th><th class=n>intervals</th><th class=n>time</th></tr>")
         for p in BREAKDOWN_ORDER:
             if iv.get(p):
-                o.append(f"<tr><td>{_swatch(p)}{esc(charts.SHORT[p])}</td><td class=n>{len(iv[p])}</td>"
-                         f"<td class=n>{ms(sum(b - a for a, b in iv[p]))}</td></tr>")
+                o.append(
+                    f"<tr><td>{_swatch(p)}{esc(charts.SHORT[p])}</td><td class=n>{len(iv[p])}</td>"
+                    f"<td class=n>{ms(sum(b - a for a, b in iv[p]))}</td></tr>"
+                )
         o.append("</table>")
     o.append("</section>")
     return o
@@ -242,37 +316,53 @@ def _timeline(report) -> list[str]:
 def _findings(report) -> list[str]:
     active = [f for f in report.findings if not f.masked_by]
     if not active:
-        return ["<section id=\"findings\"><h2>Findings</h2><p>No findings.</p></section>"]
-    o = ["<section id=\"findings\"><h2>Findings, ranked by time lost weighted by confidence</h2>"]
+        return ['<section id="findings"><h2>Findings</h2><p>No findings.</p></section>']
+    o = ['<section id="findings"><h2>Findings, ranked by time lost weighted by confidence</h2>']
     for i, f in enumerate(active, 1):
         s = sev(f)
         ub = " (upper bound)" if f.upper_bound else ""
-        o.append(f"<article class=\"finding\" id=\"finding-{i}\">")
-        o.append(f"<h3>{i}. <code>{esc(f.name)}</code> <span class=\"note\">{esc(f.code)}</span>"
-                 f"<span class=\"sev {esc(s)}\">severity {esc(s)}</span>"
-                 f"<span class=\"note\"> · confidence {esc(f.confidence)}</span></h3>")
+        o.append(f'<article class="finding" id="finding-{i}">')
+        o.append(
+            f'<h3>{i}. <code>{esc(f.name)}</code> <span class="note">{esc(f.code)}</span>'
+            f'<span class="sev {esc(s)}">severity {esc(s)}</span>'
+            f'<span class="note"> · confidence {esc(f.confidence)}</span></h3>'
+        )
         o.append(f"<p><b>{esc(f.title)}</b></p>")
-        o.append(f"<p class=\"note\">{esc(ms(f.time_lost_per_step_us))} per step, {esc(pct(f.time_lost_frac))} of the "
-                 f"window{esc(ub)}; severity {esc(s)}, confidence {esc(f.confidence)}</p>")
+        o.append(
+            f'<p class="note">{esc(ms(f.time_lost_per_step_us))} per step, {esc(pct(f.time_lost_frac))} of the '
+            f"window{esc(ub)}; severity {esc(s)}, confidence {esc(f.confidence)}</p>"
+        )
         if f.evidence:
             # fixed columns: a long kernel name in a value is cut with an ellipsis (full text on hover), so
             # it cannot push the table past its card
-            o.append("<table class=\"ev\"><col style=\"width:44%\"><col style=\"width:30%\"><col>"
-                     "<tr><th>evidence</th><th class=n>value</th><th>window</th></tr>")
-            o += [f"<tr><td>{esc(e.label)}</td><td class=\"n v\" title=\"{esc(evidence_value(e))}\">"
-                  f"{esc(evidence_value(e))}</td><td>{esc(e.window)}</td></tr>" for e in f.evidence]
+            o.append(
+                '<table class="ev"><col style="width:44%"><col style="width:30%"><col>'
+                "<tr><th>evidence</th><th class=n>value</th><th>window</th></tr>"
+            )
+            o += [
+                f'<tr><td>{esc(e.label)}</td><td class="n v" title="{esc(evidence_value(e))}">'
+                f"{esc(evidence_value(e))}</td><td>{esc(e.window)}</td></tr>"
+                for e in f.evidence
+            ]
             o.append("</table>")
         if f.fix:
-            o.append(f"<p class=\"fix\"><b>Fix:</b> {esc(f.fix)}</p>")
+            o.append(f'<p class="fix"><b>Fix:</b> {esc(f.fix)}</p>')
         if f.events:
-            o.append("<table><tr><th>example event (search it in Perfetto)</th><th class=n>at</th>"
-                     "<th class=n>duration</th><th>track</th></tr>")
-            o += [f"<tr><td><code>{esc(_short(ev.name))}</code></td><td class=n>{ms(ev.ts_us)}</td>"
-                  f"<td class=n>{ms(ev.dur_us)}</td><td>{esc(ev.track)}</td></tr>" for ev in f.events]
+            o.append(
+                "<table><tr><th>example event (search it in Perfetto)</th><th class=n>at</th>"
+                "<th class=n>duration</th><th>track</th></tr>"
+            )
+            o += [
+                f"<tr><td><code>{esc(_short(ev.name))}</code></td><td class=n>{ms(ev.ts_us)}</td>"
+                f"<td class=n>{ms(ev.dur_us)}</td><td>{esc(ev.track)}</td></tr>"
+                for ev in f.events
+            ]
             o.append("</table>")
-        o.append(f"<p class=\"note annotate\">In a trace written by <code>traceinspect annotate</code>: the track "
-                 f"<code>{i}. {esc(f.name)} ({esc(f.code)})</code> of the <code>traceinspect</code> process; "
-                 f"search <code>{esc(f.name)}</code> for its slices.</p>")
+        o.append(
+            f'<p class="note annotate">In a trace written by <code>traceinspect annotate</code>: the track '
+            f"<code>{i}. {esc(f.name)} ({esc(f.code)})</code> of the <code>traceinspect</code> process; "
+            f"search <code>{esc(f.name)}</code> for its slices.</p>"
+        )
         o.append("</article>")
     o.append("</section>")
     return o
@@ -283,20 +373,31 @@ def _account(report) -> list[str]:
     a = report.account
     if not num(a.idle_us):
         return []
-    o = ["<section id=\"account\"><h2>Where the GPU idle time goes</h2>",
-         f"<p class=\"note\">explained: {esc(pct(a.explained_frac_of_idle))} of GPU idle time "
-         f"({esc(ms(a.idle_per_step_us))} per step, {esc(pct(a.idle_frac_of_step))} of the step)</p>",
-         "<table><tr><th>claimed by</th><th class=n>per step</th><th class=n>share of the step</th></tr>"]
+    o = [
+        '<section id="account"><h2>Where the GPU idle time goes</h2>',
+        f'<p class="note">explained: {esc(pct(a.explained_frac_of_idle))} of GPU idle time '
+        f"({esc(ms(a.idle_per_step_us))} per step, {esc(pct(a.idle_frac_of_step))} of the step)</p>",
+        "<table><tr><th>claimed by</th><th class=n>per step</th><th class=n>share of the step</th></tr>",
+    ]
     for p in known(a.parts, []):
-        o.append(f"<tr><td><code>{esc(p.name)}</code></td><td class=n>{esc(ms(p.per_step_us))}</td>"
-                 f"<td class=n>{esc(pct(p.frac_of_step))}</td></tr>")
-    o.append(f"<tr><td>unexplained</td><td class=n>{esc(ms(a.unexplained_per_step_us))}</td>"
-             f"<td class=n>{esc(pct(a.unexplained_frac_of_step))}</td></tr></table>")
+        o.append(
+            f"<tr><td><code>{esc(p.name)}</code></td><td class=n>{esc(ms(p.per_step_us))}</td>"
+            f"<td class=n>{esc(pct(p.frac_of_step))}</td></tr>"
+        )
+    o.append(
+        f"<tr><td>unexplained</td><td class=n>{esc(ms(a.unexplained_per_step_us))}</td>"
+        f"<td class=n>{esc(pct(a.unexplained_frac_of_step))}</td></tr></table>"
+    )
     reasons = known(a.unexplained_reasons, [])
     if reasons:
-        o.append("<ul>" + "".join(f"<li>unexplained <code>{esc(r.part)}</code> "
-                                  f"({esc(ms(r.per_step_us))}/step): {esc(r.why)}</li>"
-                                  for r in reasons) + "</ul>")
+        o.append(
+            "<ul>"
+            + "".join(
+                f"<li>unexplained <code>{esc(r.part)}</code> ({esc(ms(r.per_step_us))}/step): {esc(r.why)}</li>"
+                for r in reasons
+            )
+            + "</ul>"
+        )
     o.append("</section>")
     return o
 
@@ -308,15 +409,19 @@ def _next_bottlenecks(report) -> list[str]:
         return []
     c = num(known(report.steps.count))
     n = int(c) if c is not None and 1 <= c < 1e12 else 1
-    o = ["<section id=\"next-bottlenecks\"><h2>Next bottlenecks (present, masked now)</h2>",
-         "<table><tr><th>finding</th><th class=n>lost per step now</th><th class=n>once fixed</th><th>masked by</th>"
-         "<th>severity</th><th>confidence</th></tr>"]
+    o = [
+        '<section id="next-bottlenecks"><h2>Next bottlenecks (present, masked now)</h2>',
+        "<table><tr><th>finding</th><th class=n>lost per step now</th><th class=n>once fixed</th><th>masked by</th>"
+        "<th>severity</th><th>confidence</th></tr>",
+    ]
     for f in latent:
-        o.append(f"<tr><td><code>{esc(f.name)}</code> {esc(f.title)}<br><span class=\"note\">Fix: {esc(f.fix)}</span></td>"
-                 f"<td class=n>{esc(ms(f.time_lost_per_step_us))}</td>"
-                 f"<td class=n>{esc(ms((num(f.projected_lost_us) or 0.0) / n))}</td>"
-                 f"<td>{', '.join(f'<code>{esc(m)}</code>' for m in f.masked_by)}</td>"
-                 f"<td>{esc(sev(f))}</td><td>{esc(f.confidence)}</td></tr>")
+        o.append(
+            f'<tr><td><code>{esc(f.name)}</code> {esc(f.title)}<br><span class="note">Fix: {esc(f.fix)}</span></td>'
+            f"<td class=n>{esc(ms(f.time_lost_per_step_us))}</td>"
+            f"<td class=n>{esc(ms((num(f.projected_lost_us) or 0.0) / n))}</td>"
+            f"<td>{', '.join(f'<code>{esc(m)}</code>' for m in f.masked_by)}</td>"
+            f"<td>{esc(sev(f))}</td><td>{esc(f.confidence)}</td></tr>"
+        )
     o.append("</table></section>")
     return o
 
@@ -324,13 +429,17 @@ def _next_bottlenecks(report) -> list[str]:
 def _kernels(report) -> list[str]:
     if not report.top_kernels:
         return []
-    o = ["<section id=\"kernels\"><h2>Top kernels</h2><table><tr><th>kernel</th><th class=n>calls</th><th class=n>total</th>"
-         "<th class=n>median</th><th class=n>share of kernel time</th><th></th></tr>"]
+    o = [
+        '<section id="kernels"><h2>Top kernels</h2><table><tr><th>kernel</th><th class=n>calls</th><th class=n>total</th>'
+        "<th class=n>median</th><th class=n>share of kernel time</th><th></th></tr>"
+    ]
     for k in report.top_kernels:
-        o.append(f"<tr><td><code title=\"{esc(k.name)}\">{esc(_short(k.name))}</code></td>"
-                 f"<td class=n>{esc(k.count)}</td><td class=n>{ms(k.total_us)}</td>"
-                 f"<td class=n>{ms(k.median_us)}</td><td class=n>{pct(k.frac_of_kernel_time)}</td>"
-                 f"<td>{_bar(k.frac_of_kernel_time)}</td></tr>")
+        o.append(
+            f'<tr><td><code title="{esc(k.name)}">{esc(_short(k.name))}</code></td>'
+            f"<td class=n>{esc(k.count)}</td><td class=n>{ms(k.total_us)}</td>"
+            f"<td class=n>{ms(k.median_us)}</td><td class=n>{pct(k.frac_of_kernel_time)}</td>"
+            f"<td>{_bar(k.frac_of_kernel_time)}</td></tr>"
+        )
     o.append("</table></section>")
     return o
 
@@ -340,16 +449,20 @@ def efficiency_section(report, top: int = 15) -> list[str]:
     rows = efficiency_rows(report, top)
     if not rows:
         return []
-    o = ["<section id=\"efficiency\"><h2>Efficiency against the roofline, by op and shape</h2>",
-         f"<p class=\"note\">Peaks: {esc(efficiency_peaks(report))}. Share: time at the roofline / measured time.</p>",
-         "<table><tr><th>op</th><th>shapes</th><th>dtype</th><th class=n>calls/step</th><th class=n>GPU time/step</th>"
-         "<th class=n>TFLOP/s</th><th class=n>TB/s</th><th class=n>FLOP/B</th><th>bound</th>"
-         "<th class=n>share of roofline</th></tr>"]
+    o = [
+        '<section id="efficiency"><h2>Efficiency against the roofline, by op and shape</h2>',
+        f'<p class="note">Peaks: {esc(efficiency_peaks(report))}. Share: time at the roofline / measured time.</p>',
+        "<table><tr><th>op</th><th>shapes</th><th>dtype</th><th class=n>calls/step</th><th class=n>GPU time/step</th>"
+        "<th class=n>TFLOP/s</th><th class=n>TB/s</th><th class=n>FLOP/B</th><th>bound</th>"
+        "<th class=n>share of roofline</th></tr>",
+    ]
     for r in rows:
-        o.append(f"<tr><td><code>{esc(r['op'])}</code></td><td>{esc(r['shape'])}</td><td>{esc(r['dtype'])}</td>"
-                 f"<td class=n>{esc(r['calls'])}</td><td class=n>{esc(r['time'])}</td><td class=n>{esc(r['tflops'])}</td>"
-                 f"<td class=n>{esc(r['tbps'])}</td><td class=n>{esc(r['intensity'])}</td><td>{esc(r['bound'])}</td>"
-                 f"<td class=n>{esc(r['share'])}</td></tr>")
+        o.append(
+            f"<tr><td><code>{esc(r['op'])}</code></td><td>{esc(r['shape'])}</td><td>{esc(r['dtype'])}</td>"
+            f"<td class=n>{esc(r['calls'])}</td><td class=n>{esc(r['time'])}</td><td class=n>{esc(r['tflops'])}</td>"
+            f"<td class=n>{esc(r['tbps'])}</td><td class=n>{esc(r['intensity'])}</td><td>{esc(r['bound'])}</td>"
+            f"<td class=n>{esc(r['share'])}</td></tr>"
+        )
     o.append("</table></section>")
     return o
 
@@ -358,21 +471,29 @@ def _memory(report) -> list[str]:
     rows = memory_rows(report.memory)
     if not rows:
         return []
-    return (["<section id=\"memory\"><h2>Device memory</h2>", "<table>"]
-            + [f"<tr><th scope=\"row\">{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows]
-            + ["</table></section>"])
+    return (
+        ['<section id="memory"><h2>Device memory</h2>', "<table>"]
+        + [f'<tr><th scope="row">{esc(k)}</th><td>{esc(v)}</td></tr>' for k, v in rows]
+        + ["</table></section>"]
+    )
 
 
 def _ranks(report) -> list[str]:
     if not report.ranks or len(report.ranks) < 2:
         return []
-    o = ["<section id=\"ranks\"><h2>Ranks</h2><table><tr><th class=n>rank</th><th>file</th><th class=n>median step</th>"
-         "<th class=n>GPU busy</th><th>top finding</th></tr>"]
+    o = [
+        '<section id="ranks"><h2>Ranks</h2><table><tr><th class=n>rank</th><th>file</th><th class=n>median step</th>'
+        "<th class=n>GPU busy</th><th>top finding</th></tr>"
+    ]
     for r in report.ranks:
-        mark = (" <b>(gates the step)</b>" if known(r.gating) else "") + (" <b>(slowest)</b>" if known(r.slowest) else "")
-        o.append(f"<tr><td class=n>{esc(known(r.rank))}{mark}</td><td>{esc(known(r.file))}</td>"
-                 f"<td class=n>{ms(known(r.median_step_us))}</td><td class=n>{pct(known(r.gpu_busy_frac))}</td>"
-                 f"<td>{esc(known(r.top_finding) or '-')}</td></tr>")
+        mark = (" <b>(gates the step)</b>" if known(r.gating) else "") + (
+            " <b>(slowest)</b>" if known(r.slowest) else ""
+        )
+        o.append(
+            f"<tr><td class=n>{esc(known(r.rank))}{mark}</td><td>{esc(known(r.file))}</td>"
+            f"<td class=n>{ms(known(r.median_step_us))}</td><td class=n>{pct(known(r.gpu_busy_frac))}</td>"
+            f"<td>{esc(known(r.top_finding) or '-')}</td></tr>"
+        )
     o.append("</table></section>")
     return o
 
@@ -382,19 +503,23 @@ def _cross_rank(report) -> list[str]:
     c = report.cross_rank
     if not c:
         return []
-    o = [f"<section id=\"cross-rank\"><h2>Collectives across {count(len(known(c.ranks, [])))} ranks</h2>"
-         f"<p class=\"note\">{count(c.matched)} collectives matched per rank; largest arrival skew "
-         f"{esc(ms(c.max_arrival_skew_us))}; clock: {esc(known(c.clock, ''))}.</p>"
-         "<table><tr><th class=n>rank</th><th class=n>last to arrive</th><th class=n>waits in collectives</th>"
-         "<th class=n>own transfer</th><th class=n>job cost</th></tr>"]
+    o = [
+        f'<section id="cross-rank"><h2>Collectives across {count(len(known(c.ranks, [])))} ranks</h2>'
+        f'<p class="note">{count(c.matched)} collectives matched per rank; largest arrival skew '
+        f"{esc(ms(c.max_arrival_skew_us))}; clock: {esc(known(c.clock, ''))}.</p>"
+        "<table><tr><th class=n>rank</th><th class=n>last to arrive</th><th class=n>waits in collectives</th>"
+        "<th class=n>own transfer</th><th class=n>job cost</th></tr>"
+    ]
     for p in known(c.per_rank, []):
         mark = " <b>(gates the step)</b>" if p.rank == known(c.gating_rank) else ""
-        o.append(f"<tr><td class=n>{esc(p.rank)}{mark}</td><td class=n>{count(p.last_arrivals)}</td>"
-                 f"<td class=n>{esc(ms(p.wait_us_per_step))}/step</td>"
-                 f"<td class=n>{esc(ms(p.transfer_us_per_step))}/step</td>"
-                 f"<td class=n>{esc(ms(p.job_cost_us_per_step))}/step</td></tr>")
+        o.append(
+            f"<tr><td class=n>{esc(p.rank)}{mark}</td><td class=n>{count(p.last_arrivals)}</td>"
+            f"<td class=n>{esc(ms(p.wait_us_per_step))}/step</td>"
+            f"<td class=n>{esc(ms(p.transfer_us_per_step))}/step</td>"
+            f"<td class=n>{esc(ms(p.job_cost_us_per_step))}/step</td></tr>"
+        )
     o.append("</table>")
-    o += [f"<p class=\"note\">{esc(n)}</p>" for n in known(c.notes, [])[:5]]
+    o += [f'<p class="note">{esc(n)}</p>' for n in known(c.notes, [])[:5]]
     o.append("</section>")
     return o
 
@@ -402,18 +527,23 @@ def _cross_rank(report) -> list[str]:
 def _problems(report) -> list[str]:
     o = []
     if report.failures:
-        o.append("<section id=\"failures\"><h2>Detectors that failed</h2><p class=\"note\">Their causes were not "
-                 "checked.</p><ul>")
+        o.append(
+            '<section id="failures"><h2>Detectors that failed</h2><p class="note">Their causes were not '
+            "checked.</p><ul>"
+        )
         o += [f"<li><code>{esc(f.name)}</code> ({esc(f.code)}): {esc(f.error)}</li>" for f in report.failures]
         o.append("</ul></section>")
     if report.warnings:
-        o.append("<section id=\"warnings\"><h2>Data-quality warnings</h2><ul>")
+        o.append('<section id="warnings"><h2>Data-quality warnings</h2><ul>')
         o += [f"<li>{esc(w)}</li>" for w in report.warnings]
         o.append("</ul></section>")
     if report.skipped:
-        o.append("<section id=\"skipped\"><h2>Checked below threshold, or not applicable</h2><ul>")
-        o += [f"<li><code>{esc(s.name)}</code> ({esc(s.code)}): {'checked, below threshold: ' if s.checked else ''}"
-              f"{esc(s.reason)}</li>" for s in report.skipped]
+        o.append('<section id="skipped"><h2>Checked below threshold, or not applicable</h2><ul>')
+        o += [
+            f"<li><code>{esc(s.name)}</code> ({esc(s.code)}): {'checked, below threshold: ' if s.checked else ''}"
+            f"{esc(s.reason)}</li>"
+            for s in report.skipped
+        ]
         o.append("</ul></section>")
     return o
 
@@ -422,54 +552,71 @@ def _environment(report) -> list[str]:
     t, st = report.trace, report.steps
     g = known(t.gpu) or Gpu()
     rows = [
-        ("file", known(t.file)), ("file size", _bytes(known(t.file_bytes))), ("events", known(t.events)),
-        ("GPU", known(g.name)), ("architecture", known(g.arch)), ("compute capability", known(g.compute_capability)),
-        ("SMs", known(g.num_sms)), ("GPU memory", _bytes(known(g.memory_bytes))),
+        ("file", known(t.file)),
+        ("file size", _bytes(known(t.file_bytes))),
+        ("events", known(t.events)),
+        ("GPU", known(g.name)),
+        ("architecture", known(g.arch)),
+        ("compute capability", known(g.compute_capability)),
+        ("SMs", known(g.num_sms)),
+        ("GPU memory", _bytes(known(g.memory_bytes))),
         ("GPUs in trace", known(t.gpu_count_in_trace)),
-        ("rank", f"{known(t.rank)} (from {known(t.rank_source)})"), ("world size", known(t.world_size)),
-        ("steps", f"{known(st.count, 0)} from {known(st.source)}"), ("framework", known(t.framework)),
+        ("rank", f"{known(t.rank)} (from {known(t.rank_source)})"),
+        ("world size", known(t.world_size)),
+        ("steps", f"{known(st.count, 0)} from {known(st.source)}"),
+        ("framework", known(t.framework)),
     ]
     rows += [(f"version: {k}", val) for k, val in sorted((known(t.versions) or {}).items())]
     src = known(t.profiler_source) or {}
-    rows += [(f"profiler: {k}", "unknown" if val is None else
-              f"{val} ({src[k]})" if str(src.get(k, "metadata")) != "metadata" else val)
-             for k, val in sorted((known(t.profiler) or {}).items())]
-    rows += [(f"setting: {k}", val) for k, val in (report.settings or {}).items()]   # non-default only
+    rows += [
+        (
+            f"profiler: {k}",
+            "unknown" if val is None else f"{val} ({src[k]})" if str(src.get(k, "metadata")) != "metadata" else val,
+        )
+        for k, val in sorted((known(t.profiler) or {}).items())
+    ]
+    rows += [(f"setting: {k}", val) for k, val in (report.settings or {}).items()]  # non-default only
     if known(t.lost_bytes) or known(t.dropped_events):
         rows.append(("truncated file", f"{_bytes(known(t.lost_bytes))} lost, {known(t.dropped_events)} events dropped"))
-    o = ["<section id=\"environment\"><h2>Environment</h2><dl class=\"env\">"]
+    o = ['<section id="environment"><h2>Environment</h2><dl class="env">']
     o += [f"<dt>{esc(k)}</dt><dd>{esc(val)}</dd>" for k, val in rows if val is not None]
     o.append("</dl>")
     for key, title in (("run_config", "Run configuration"), ("run_framework", "Framework versions")):
         if known(getattr(t, key)):
-            o.append(f"<h3>{title}</h3><pre>{esc(json.dumps(getattr(t, key), indent=2, sort_keys=True, default=str))}</pre>")
+            o.append(
+                f"<h3>{title}</h3><pre>{esc(json.dumps(getattr(t, key), indent=2, sort_keys=True, default=str))}</pre>"
+            )
     o.append("</section>")
     return o
 
 
 # --- page and small helpers -------------------------------------------------------------------------
 
+
 def _page(title: str, body: list[str], payload: dict, kind: str) -> str:
     from .. import __version__
+
     data = json.dumps(valid_unicode(payload), sort_keys=True, separators=(",", ":"), default=_default)
     # inert data block: "<" and ">" and "&" as JSON escapes, so no "</script>" can end it early
     data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-    return "\n".join([
-        "<!DOCTYPE html>",
-        "<html lang=\"en\"><head><meta charset=\"utf-8\">",
-        f"<meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">",
-        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">",
-        f"<title>{esc(title)}</title>",
-        f"<style>{CSS}</style>",
-        "</head><body><main>",
-        *body,
-        f"<footer>traceinspect {esc(__version__)} ({esc(kind)}). This page is self-contained and opens offline; "
-        "its JSON is embedded in <code>script#traceinspect-data</code>.</footer>",
-        "</main>",
-        f"<script type=\"application/json\" id=\"traceinspect-data\">{data}</script>",
-        "</body></html>",
-        "",
-    ])
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            f"<title>{esc(title)}</title>",
+            f"<style>{CSS}</style>",
+            "</head><body><main>",
+            *body,
+            f"<footer>traceinspect {esc(__version__)} ({esc(kind)}). This page is self-contained and opens offline; "
+            "its JSON is embedded in <code>script#traceinspect-data</code>.</footer>",
+            "</main>",
+            f'<script type="application/json" id="traceinspect-data">{data}</script>',
+            "</body></html>",
+            "",
+        ]
+    )
 
 
 def _default(o):
@@ -480,13 +627,13 @@ def _default(o):
 
 def _swatch(part: str) -> str:
     c = charts.COLORS.get(part)
-    return f"<span class=\"swatch\" style=\"background:{c}\"></span>" if c else ""
+    return f'<span class="swatch" style="background:{c}"></span>' if c else ""
 
 
 def _bar(frac, color: str | None = None) -> str:
     w = max(0.0, min(1.0, num(frac) or 0.0)) * 100
     style = f"width:{w:.1f}%" + (f";background:{color}" if color else "")
-    return f"<div class=\"bar\"><i style=\"{style}\"></i></div>"
+    return f'<div class="bar"><i style="{style}"></i></div>'
 
 
 def _short(name: str, limit: int = 160) -> str:
@@ -504,7 +651,7 @@ def _delta(us) -> str:
         return "–"
     cls = "up" if us > 0 else "down" if us < 0 else ""
     sign = "+" if us > 0 else ""
-    return f"<span class=\"{cls}\">{sign}{esc(ms(us))}</span>"
+    return f'<span class="{cls}">{sign}{esc(ms(us))}</span>'
 
 
 def _bytes(n) -> str | None:

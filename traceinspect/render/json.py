@@ -3,6 +3,7 @@
 Strings keep their characters (json escapes control characters), except lone surrogates (a file name
 that is not UTF-8), shown as escapes such as \\xff so that the output is valid UTF-8 and I-JSON.
 """
+
 from __future__ import annotations
 
 import json

@@ -1,9 +1,25 @@
 """Markdown for tickets and CI step summaries: names in code spans, every value escaped, bounded size."""
+
 from __future__ import annotations
 
 from ..report import Part, known
-from .common import (BREAKDOWN_ORDER, count, efficiency_peaks, efficiency_rows, evidence_value, gpu_line, md_code,
-                     md_text, memory_rows, ms, num, pct, run_config_items, sev, speed_of_light)
+from .common import (
+    BREAKDOWN_ORDER,
+    count,
+    efficiency_peaks,
+    efficiency_rows,
+    evidence_value,
+    gpu_line,
+    md_code,
+    md_text,
+    memory_rows,
+    ms,
+    num,
+    pct,
+    run_config_items,
+    sev,
+    speed_of_light,
+)
 
 MAX_BYTES = 1 << 20  # GitHub step summaries reject more than 1 MiB
 
@@ -19,26 +35,36 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
     o.append("")
     o.append(f"- GPU: {md_text(gpu_line(t))}; rank {md_text(known(t.rank, 0))}")
     if known(st.count):
-        o.append(f"- Window: {md_text(known(t.window, ''))}; step time median **{ms(known(st.median_us))}** "
-                 f"(mean {ms(known(st.mean_us))}, min {ms(known(st.min_us))}, max {ms(known(st.max_us))})")
+        o.append(
+            f"- Window: {md_text(known(t.window, ''))}; step time median **{ms(known(st.median_us))}** "
+            f"(mean {ms(known(st.mean_us))}, min {ms(known(st.min_us))}, max {ms(known(st.max_us))})"
+        )
     o.append("")
     if known(v.top):
         o.append(f"**Verdict:** {md_text(known(v.headline) or known(v.top_title, ''))}")
         o.append("")
         if known(v.path):
             sol = speed_of_light(v)
-            o.append("Fix in rank order: "
-                     + "; then ".join(f"{md_code(p.fix)}: {ms(p.from_us)} -> {ms(p.to_us)} ({md_text(p.model)})"
-                                      for p in v.path)
-                     + f". Measured {ms(v.median_step_us)}, predicted after these fixes "
-                     f"**{ms(v.expected_step_us)}**, "
-                     + (f"speed of light {ms(sol.sol_us)} ({pct(sol.mfu)} MFU)" if known(sol.sol_us) else
-                        f"speed of light unknown: {md_text(known(sol.why, 'no model'))}")
-                     + f" ({md_text(known(v.assumption, ''))}).")
+            o.append(
+                "Fix in rank order: "
+                + "; then ".join(
+                    f"{md_code(p.fix)}: {ms(p.from_us)} -> {ms(p.to_us)} ({md_text(p.model)})" for p in v.path
+                )
+                + f". Measured {ms(v.median_step_us)}, predicted after these fixes "
+                f"**{ms(v.expected_step_us)}**, "
+                + (
+                    f"speed of light {ms(sol.sol_us)} ({pct(sol.mfu)} MFU)"
+                    if known(sol.sol_us)
+                    else f"speed of light unknown: {md_text(known(sol.why, 'no model'))}"
+                )
+                + f" ({md_text(known(v.assumption, ''))})."
+            )
         else:
-            o.append(f"Fixing {', '.join(md_code(n) for n in known(v.expected_from, []))} would bring the "
-                     f"step to about **{ms(v.expected_step_us)}** instead of {ms(v.median_step_us)} "
-                     f"({md_text(known(v.assumption, ''))}).")
+            o.append(
+                f"Fixing {', '.join(md_code(n) for n in known(v.expected_from, []))} would bring the "
+                f"step to about **{ms(v.expected_step_us)}** instead of {ms(v.median_step_us)} "
+                f"({md_text(known(v.assumption, ''))})."
+            )
     elif v:
         o.append(f"**Verdict:** {md_text(known(v.headline, ''))}")
     o.append("")
@@ -61,9 +87,11 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         o.append("| # | finding | lost per step | share | severity | confidence |")
         o.append("|---:|---|---:|---:|---|---|")
         for i, f in enumerate(active, 1):
-            o.append(f"| {count(i)} | {md_code(f.name, in_table=True)} {md_text(f.title)} | "
-                     f"{ms(f.time_lost_per_step_us)} | {pct(f.time_lost_frac)} | "
-                     f"{md_text(sev(f))} | {md_text(f.confidence)} |")
+            o.append(
+                f"| {count(i)} | {md_code(f.name, in_table=True)} {md_text(f.title)} | "
+                f"{ms(f.time_lost_per_step_us)} | {pct(f.time_lost_frac)} | "
+                f"{md_text(sev(f))} | {md_text(f.confidence)} |"
+            )
         o.append("")
         for i, f in enumerate(active, 1):
             o.append(f"#### {count(i)}. {md_code(f.name)} ({md_text(f.code)})")
@@ -71,8 +99,10 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
             o.append(md_text(f.title))
             o.append("")
             for e in f.evidence:
-                o.append(f"- {md_text(e.label)}: **{md_text(evidence_value(e))}**"
-                         + (f" _({md_text(e.window)})_" if e.window else ""))
+                o.append(
+                    f"- {md_text(e.label)}: **{md_text(evidence_value(e))}**"
+                    + (f" _({md_text(e.window)})_" if e.window else "")
+                )
             o.append(f"- Fix: {md_text(f.fix)}")
             for ev in f.events[:3]:
                 o.append(f"- e.g. {md_code(ev.name, 90)} at {ms(ev.ts_us)}, {ms(ev.dur_us)} on {md_text(ev.track)}")
@@ -87,8 +117,10 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         o.append("| kernel | calls | total | share |")
         o.append("|---|---:|---:|---:|")
         for k in report.top_kernels:
-            o.append(f"| {md_code(k.name, 90, in_table=True)} | {count(k.count)} | "
-                     f"{ms(k.total_us)} | {pct(k.frac_of_kernel_time)} |")
+            o.append(
+                f"| {md_code(k.name, 90, in_table=True)} | {count(k.count)} | "
+                f"{ms(k.total_us)} | {pct(k.frac_of_kernel_time)} |"
+            )
         o.append("")
         o.append("</details>")
         o.append("")
@@ -109,10 +141,12 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         o.append("| rank | median step | GPU busy | top finding |")
         o.append("|---:|---:|---:|---|")
         for r in report.ranks:
-            o.append(f"| {md_text(known(r.rank))}{' **(gates the step)**' if known(r.gating) else ''}"
-                     f"{' **(slowest)**' if known(r.slowest) else ''} | "
-                     f"{ms(known(r.median_step_us))} | {pct(known(r.gpu_busy_frac))} | "
-                     f"{md_text(known(r.top_finding) or '-')} |")
+            o.append(
+                f"| {md_text(known(r.rank))}{' **(gates the step)**' if known(r.gating) else ''}"
+                f"{' **(slowest)**' if known(r.slowest) else ''} | "
+                f"{ms(known(r.median_step_us))} | {pct(known(r.gpu_busy_frac))} | "
+                f"{md_text(known(r.top_finding) or '-')} |"
+            )
         o.append("")
     if report.failures:
         o.append("### Detectors that failed")
@@ -144,14 +178,20 @@ def efficiency_lines(report, top: int = 10) -> list[str]:
     rows = efficiency_rows(report, top)
     if not rows:
         return []
-    o = ["<details><summary>Efficiency against the roofline, by op and shape</summary>", "",
-         f"Peaks: {md_text(efficiency_peaks(report))}. Share: time at the roofline / measured time.", "",
-         "| op | shapes | dtype | calls/step | GPU time/step | TFLOP/s | TB/s | FLOP/B | bound | share of roofline |",
-         "|---|---|---|---:|---:|---:|---:|---:|---|---:|"]
+    o = [
+        "<details><summary>Efficiency against the roofline, by op and shape</summary>",
+        "",
+        f"Peaks: {md_text(efficiency_peaks(report))}. Share: time at the roofline / measured time.",
+        "",
+        "| op | shapes | dtype | calls/step | GPU time/step | TFLOP/s | TB/s | FLOP/B | bound | share of roofline |",
+        "|---|---|---|---:|---:|---:|---:|---:|---|---:|",
+    ]
     for r in rows:
-        o.append(f"| {md_code(r['op'], 60, in_table=True)} | {md_text(r['shape'])} | {md_text(r['dtype'])} | "
-                 f"{md_text(r['calls'])} | {md_text(r['time'])} | {md_text(r['tflops'])} | {md_text(r['tbps'])} | "
-                 f"{md_text(r['intensity'])} | {md_text(r['bound'])} | {md_text(r['share'])} |")
+        o.append(
+            f"| {md_code(r['op'], 60, in_table=True)} | {md_text(r['shape'])} | {md_text(r['dtype'])} | "
+            f"{md_text(r['calls'])} | {md_text(r['time'])} | {md_text(r['tflops'])} | {md_text(r['tbps'])} | "
+            f"{md_text(r['intensity'])} | {md_text(r['bound'])} | {md_text(r['share'])} |"
+        )
     o += ["", "</details>", ""]
     return o
 
@@ -161,15 +201,21 @@ def cross_rank_md(report) -> list[str]:
     c = report.cross_rank
     if not c:
         return []
-    o = [f"### Collectives across {count(len(known(c.ranks, [])))} ranks", "",
-         f"{count(c.matched)} collectives matched per rank; largest arrival skew "
-         f"{ms(c.max_arrival_skew_us)}; clock: {md_text(known(c.clock, ''))}.", "",
-         "| rank | last to arrive | waits in collectives | own transfer | job cost |",
-         "|---:|---:|---:|---:|---:|"]
+    o = [
+        f"### Collectives across {count(len(known(c.ranks, [])))} ranks",
+        "",
+        f"{count(c.matched)} collectives matched per rank; largest arrival skew "
+        f"{ms(c.max_arrival_skew_us)}; clock: {md_text(known(c.clock, ''))}.",
+        "",
+        "| rank | last to arrive | waits in collectives | own transfer | job cost |",
+        "|---:|---:|---:|---:|---:|",
+    ]
     for p in known(c.per_rank, []):
-        o.append(f"| {md_text(p.rank)}{' **(gates the step)**' if p.rank == known(c.gating_rank) else ''}"
-                 f" | {count(p.last_arrivals)} | {ms(p.wait_us_per_step)}/step | "
-                 f"{ms(p.transfer_us_per_step)}/step | {ms(p.job_cost_us_per_step)}/step |")
+        o.append(
+            f"| {md_text(p.rank)}{' **(gates the step)**' if p.rank == known(c.gating_rank) else ''}"
+            f" | {count(p.last_arrivals)} | {ms(p.wait_us_per_step)}/step | "
+            f"{ms(p.transfer_us_per_step)}/step | {ms(p.job_cost_us_per_step)}/step |"
+        )
     o.append("")
     for n in known(c.notes, [])[:5]:
         o.append(f"- {md_text(n)}")
@@ -181,8 +227,12 @@ def account_md(report) -> list[str]:
     a = report.account
     if not num(a.idle_us):
         return []
-    o = [f"### Where the GPU idle time goes (explained: {pct(a.explained_frac_of_idle)} of GPU idle time)",
-         "", "| claimed by | per step | share of the step |", "|---|---:|---:|"]
+    o = [
+        f"### Where the GPU idle time goes (explained: {pct(a.explained_frac_of_idle)} of GPU idle time)",
+        "",
+        "| claimed by | per step | share of the step |",
+        "|---|---:|---:|",
+    ]
     for p in known(a.parts, []):
         o.append(f"| {md_code(p.name, in_table=True)} | {ms(p.per_step_us)} | {pct(p.frac_of_step)} |")
     o.append(f"| unexplained | {ms(a.unexplained_per_step_us)} | {pct(a.unexplained_frac_of_step)} |")
@@ -203,14 +253,19 @@ def next_bottlenecks_md(report) -> list[str]:
         return []
     c = num(known(report.steps.count))
     n = int(c) if c is not None and 1 <= c < 1e12 else 1
-    o = ["### Next bottlenecks (present, masked now)", "",
-         "| finding | lost per step now | once fixed | masked by | severity | confidence |",
-         "|---|---:|---:|---|---|---|"]
+    o = [
+        "### Next bottlenecks (present, masked now)",
+        "",
+        "| finding | lost per step now | once fixed | masked by | severity | confidence |",
+        "|---|---:|---:|---|---|---|",
+    ]
     for f in latent:
-        o.append(f"| {md_code(f.name, in_table=True)} {md_text(f.title)} | {ms(f.time_lost_per_step_us)} | "
-                 f"{ms((num(f.projected_lost_us) or 0.0) / n)} | "
-                 f"{', '.join(md_code(m, in_table=True) for m in f.masked_by)} | {md_text(sev(f))} | "
-                 f"{md_text(f.confidence)} |")
+        o.append(
+            f"| {md_code(f.name, in_table=True)} {md_text(f.title)} | {ms(f.time_lost_per_step_us)} | "
+            f"{ms((num(f.projected_lost_us) or 0.0) / n)} | "
+            f"{', '.join(md_code(m, in_table=True) for m in f.masked_by)} | {md_text(sev(f))} | "
+            f"{md_text(f.confidence)} |"
+        )
     o.append("")
     for f in latent:
         o.append(f"- {md_code(f.name)} fix: {md_text(f.fix)}")
@@ -224,6 +279,7 @@ ASSET_FILES = (("step-breakdown.svg", "Where each step goes"), ("step-timeline.s
 def chart_assets(report) -> dict[str, str]:
     """File name -> SVG text for the report's charts (empty when there is nothing to draw). No I/O."""
     from . import charts
+
     svgs = (charts.step_breakdown(report), charts.step_timeline(report))
     return {name: svg for (name, _), svg in zip(ASSET_FILES, svgs) if svg}
 
@@ -239,9 +295,14 @@ def render_with_assets(report, assets_dir, *, relative_to: str | None = None) ->
 
     from ..errors import UsageError
     from . import charts
+
     if not charts.available():
-        raise UsageError("needs matplotlib to draw the charts", param="assets", value=str(assets_dir),
-                         hint=f"install the optional extra: {charts.INSTALL_HINT}")
+        raise UsageError(
+            "needs matplotlib to draw the charts",
+            param="assets",
+            value=str(assets_dir),
+            hint=f"install the optional extra: {charts.INSTALL_HINT}",
+        )
     files = chart_assets(report)
     out = Path(assets_dir)
     try:
@@ -257,10 +318,12 @@ def render_with_assets(report, assets_dir, *, relative_to: str | None = None) ->
     for name, alt in ASSET_FILES:
         if name in files:
             target = out / name
-            href = os.path.relpath(target, os.path.dirname(os.path.abspath(relative_to))) if relative_to else str(target)
+            href = (
+                os.path.relpath(target, os.path.dirname(os.path.abspath(relative_to))) if relative_to else str(target)
+            )
             links.append(f"![{alt}]({Path(href).as_posix()})")
     head, sep, rest = text.partition("\n| where each step goes |")
-    if not sep:                      # no breakdown table: charts go at the end
+    if not sep:  # no breakdown table: charts go at the end
         return text.rstrip() + "\n\n" + "\n\n".join(links) + "\n"
     return head + "\n" + "\n\n".join(links) + "\n" + sep + rest
 
@@ -269,5 +332,6 @@ def _settings(report) -> list[str]:
     """The non-default configuration the report was made with (none: nothing)."""
     if not report.settings:
         return []
-    return ["### Non-default settings", ""] + [f"- {md_code(k)} = {md_code(v)}"
-                                                for k, v in report.settings.items()] + [""]
+    return (
+        ["### Non-default settings", ""] + [f"- {md_code(k)} = {md_code(v)}" for k, v in report.settings.items()] + [""]
+    )

@@ -4,14 +4,29 @@ Values from the report go through plain() (control characters and terminal escap
 escapes, so a name cannot clear the screen, set the title or write the clipboard); the whole page then
 passes through inert.document() as a last guard. Numbers go through ms()/pct()/count().
 """
+
 from __future__ import annotations
 
 import textwrap
 
 from ..inert import document
 from ..report import Part, known
-from .common import (BREAKDOWN_ORDER, efficiency_peaks, efficiency_rows, evidence_value, gpu_line, labels,
-                     memory_rows, ms, num, pct, plain, run_config_items, count, speed_of_light)
+from .common import (
+    BREAKDOWN_ORDER,
+    efficiency_peaks,
+    efficiency_rows,
+    evidence_value,
+    gpu_line,
+    labels,
+    memory_rows,
+    ms,
+    num,
+    pct,
+    plain,
+    run_config_items,
+    count,
+    speed_of_light,
+)
 
 
 def render(report, *, width: int = 100, color: bool = False) -> str:
@@ -19,25 +34,41 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
     w = max(60, min(width, 120))
     out: list[str] = []
     wrap = lambda s, ind="": textwrap.fill(s, w, initial_indent=ind, subsequent_indent=ind + "  ")  # noqa: E731
-    out.append(f"traceinspect report: {plain(known(t.file, '?'))}  (rank {plain(known(t.rank, 0))}, "
-               f"{plain(gpu_line(t))})")
+    out.append(
+        f"traceinspect report: {plain(known(t.file, '?'))}  (rank {plain(known(t.rank, 0))}, {plain(gpu_line(t))})"
+    )
     if known(st.count):
-        out.append(wrap(f"Window: {plain(known(t.window, ''))}; step time median {ms(known(st.median_us))} "
-                        f"(mean {ms(known(st.mean_us))}, min {ms(known(st.min_us))}, max {ms(known(st.max_us))}), "
-                        f"steps from {plain(known(st.source))}"))
+        out.append(
+            wrap(
+                f"Window: {plain(known(t.window, ''))}; step time median {ms(known(st.median_us))} "
+                f"(mean {ms(known(st.mean_us))}, min {ms(known(st.min_us))}, max {ms(known(st.max_us))}), "
+                f"steps from {plain(known(st.source))}"
+            )
+        )
     out.append("")
     if known(v.top):
         out.append(wrap(f"VERDICT: {plain(known(v.headline) or known(v.top_title, ''))}"))
         if known(v.path):
-            steps = "; then ".join(f"{plain(p.fix)}: {ms(p.from_us)} -> {ms(p.to_us)} ({plain(p.model)})"
-                                   for p in v.path)
+            steps = "; then ".join(
+                f"{plain(p.fix)}: {ms(p.from_us)} -> {ms(p.to_us)} ({plain(p.model)})" for p in v.path
+            )
             out.append(wrap(f"Fix in rank order: {steps}.", "  "))
-            out.append(wrap(f"Measured {ms(v.median_step_us)}, predicted after these fixes "
-                            f"{ms(v.expected_step_us)}, {light_line(v)} ({plain(known(v.assumption, ''))}).", "  "))
+            out.append(
+                wrap(
+                    f"Measured {ms(v.median_step_us)}, predicted after these fixes "
+                    f"{ms(v.expected_step_us)}, {light_line(v)} ({plain(known(v.assumption, ''))}).",
+                    "  ",
+                )
+            )
         else:
-            out.append(wrap(f"Fixing {', '.join(plain(n) for n in known(v.expected_from, []))} would bring the step "
-                            f"to about {ms(v.expected_step_us)} instead of {ms(v.median_step_us)} "
-                            f"({plain(known(v.assumption, ''))}).", "  "))
+            out.append(
+                wrap(
+                    f"Fixing {', '.join(plain(n) for n in known(v.expected_from, []))} would bring the step "
+                    f"to about {ms(v.expected_step_us)} instead of {ms(v.median_step_us)} "
+                    f"({plain(known(v.assumption, ''))}).",
+                    "  ",
+                )
+            )
     elif v:
         out.append(wrap(plain(known(v.headline, ""))))
     out.append("")
@@ -50,7 +81,9 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
             if not b or (not num(known(b.us)) and p not in ("compute",)):
                 continue
             bar = "#" * int(round(30 * min(max(num(known(b.frac)) or 0.0, 0.0), 1.0)))
-            out.append(f"  {plain(known(b.label, p)):<38} {ms(known(b.per_step_us)):>10} {pct(known(b.frac)):>7}  {bar}")
+            out.append(
+                f"  {plain(known(b.label, p)):<38} {ms(known(b.per_step_us)):>10} {pct(known(b.frac)):>7}  {bar}"
+            )
         out.append(f"  {'GPU busy':<38} {ms(known(busy.per_step_us)):>10} {pct(known(busy.frac)):>7}")
         out.append("")
     out += account_lines(report, wrap)
@@ -59,16 +92,24 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         out.append("Findings, ranked by time lost weighted by confidence")
         for i, f in enumerate(active, 1):
             ub = " (upper bound)" if f.upper_bound else ""
-            out.append(wrap(f"{i}. {plain(f.name)} ({plain(f.code)}): {ms(f.time_lost_per_step_us)}/step, "
-                            f"{pct(f.time_lost_frac)} of the window{ub} [{labels(f)}]"))
+            out.append(
+                wrap(
+                    f"{i}. {plain(f.name)} ({plain(f.code)}): {ms(f.time_lost_per_step_us)}/step, "
+                    f"{pct(f.time_lost_frac)} of the window{ub} [{labels(f)}]"
+                )
+            )
             out.append(wrap(plain(f.title), "   "))
             for e in f.evidence:
                 win = f" [{plain(e.window)}]" if e.window else ""
                 out.append(wrap(f"- {plain(e.label)}: {plain(evidence_value(e))}{win}", "   "))
             out.append(wrap(f"Fix: {plain(f.fix)}", "   "))
             for ev in f.events[:3]:
-                out.append(wrap(f"e.g. {plain(str(ev.name)[:80])} at {ms(ev.ts_us)} for {ms(ev.dur_us)} "
-                                f"on {plain(ev.track)}", "   "))
+                out.append(
+                    wrap(
+                        f"e.g. {plain(str(ev.name)[:80])} at {ms(ev.ts_us)} for {ms(ev.dur_us)} on {plain(ev.track)}",
+                        "   ",
+                    )
+                )
             out.append("")
     else:
         out.append("No findings.")
@@ -85,8 +126,10 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         out.append("Ranks")
         for r in report.ranks:
             mark = ("  <- gates the step" if known(r.gating) else "") + ("  <- slowest" if known(r.slowest) else "")
-            out.append(f"  rank {plain(known(r.rank)):>3}  median step {ms(known(r.median_step_us)):>10}  "
-                       f"busy {pct(known(r.gpu_busy_frac)):>7}  top: {plain(known(r.top_finding) or '-')}{mark}")
+            out.append(
+                f"  rank {plain(known(r.rank)):>3}  median step {ms(known(r.median_step_us)):>10}  "
+                f"busy {pct(known(r.gpu_busy_frac)):>7}  top: {plain(known(r.top_finding) or '-')}{mark}"
+            )
         out.append("")
     if report.failures:
         out.append("Detectors that failed (their causes were not checked)")
@@ -94,8 +137,9 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
             out.append(wrap(f"- {plain(f.name)}: {plain(f.error)}", "  "))
         out.append("")
     if report.settings:
-        out.append(wrap("Non-default settings: " + ", ".join(f"{plain(k)}={plain(v)}"
-                                                           for k, v in report.settings.items())))
+        out.append(
+            wrap("Non-default settings: " + ", ".join(f"{plain(k)}={plain(v)}" for k, v in report.settings.items()))
+        )
         out.append("")
     if report.warnings:
         out.append("Data-quality warnings")
@@ -104,11 +148,16 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         out.append("")
     declined = [s for s in report.skipped if s.checked]
     if declined:
-        out.append(wrap("Checked, below threshold: " + "; ".join(f"{plain(s.name)} ({plain(s.reason)})"
-                                                                for s in declined)))
+        out.append(
+            wrap("Checked, below threshold: " + "; ".join(f"{plain(s.name)} ({plain(s.reason)})" for s in declined))
+        )
     if len(declined) < len(report.skipped):
-        out.append(wrap("Not applicable: " + "; ".join(f"{plain(s.name)} ({plain(s.reason)})" for s in report.skipped
-                                                       if not s.checked)))
+        out.append(
+            wrap(
+                "Not applicable: "
+                + "; ".join(f"{plain(s.name)} ({plain(s.reason)})" for s in report.skipped if not s.checked)
+            )
+        )
     return document("\n".join(out).rstrip() + "\n")
 
 
@@ -117,13 +166,17 @@ def cross_rank_lines(report, wrap) -> list[str]:
     c = report.cross_rank
     if not c:
         return []
-    out = [f"Collectives across {len(known(c.ranks, []))} ranks ({count(c.matched)} matched per rank; "
-           f"largest arrival skew {ms(c.max_arrival_skew_us)}; clock: {plain(known(c.clock, ''))})"]
+    out = [
+        f"Collectives across {len(known(c.ranks, []))} ranks ({count(c.matched)} matched per rank; "
+        f"largest arrival skew {ms(c.max_arrival_skew_us)}; clock: {plain(known(c.clock, ''))})"
+    ]
     for p in known(c.per_rank, []):
         mark = "  <- gates the step" if p.rank == known(c.gating_rank) else ""
-        out.append(f"  rank {plain(p.rank):>3}  last at {count(p.last_arrivals):>3}  "
-                   f"waits {ms(p.wait_us_per_step):>9}/step  transfer {ms(p.transfer_us_per_step):>9}/step  "
-                   f"job cost {ms(p.job_cost_us_per_step):>9}/step{mark}")
+        out.append(
+            f"  rank {plain(p.rank):>3}  last at {count(p.last_arrivals):>3}  "
+            f"waits {ms(p.wait_us_per_step):>9}/step  transfer {ms(p.transfer_us_per_step):>9}/step  "
+            f"job cost {ms(p.job_cost_us_per_step):>9}/step{mark}"
+        )
     for n in known(c.notes, [])[:5]:
         out.append(wrap(f"- {plain(n)}", "  "))
     out.append("")
@@ -133,8 +186,11 @@ def cross_rank_lines(report, wrap) -> list[str]:
 def light_line(v) -> str:
     """'speed of light 3.1 ms (41.0% MFU)', or why it is unknown, from a Verdict's what-if section."""
     sol = speed_of_light(v)
-    return (f"speed of light {ms(sol.sol_us)} ({pct(sol.mfu)} MFU)" if known(sol.sol_us)
-            else f"speed of light unknown: {plain(known(sol.why, 'no model'))}")
+    return (
+        f"speed of light {ms(sol.sol_us)} ({pct(sol.mfu)} MFU)"
+        if known(sol.sol_us)
+        else f"speed of light unknown: {plain(known(sol.why, 'no model'))}"
+    )
 
 
 def _memory(report, wrap) -> list[str]:
@@ -149,24 +205,33 @@ def efficiency_lines(report, top: int = 8) -> list[str]:
     rows = efficiency_rows(report, top)
     if not rows:
         return []
-    out = ["Efficiency against the roofline, by op and shape (top by GPU time)",
-           f"  peaks: {plain(efficiency_peaks(report))}"]
+    out = [
+        "Efficiency against the roofline, by op and shape (top by GPU time)",
+        f"  peaks: {plain(efficiency_peaks(report))}",
+    ]
     for r in rows:
-        out.append(f"  {r['time']:>9}/step  {r['share']:>7} of roofline  {r['tflops']:>6} TFLOP/s  {r['tbps']:>6} TB/s"
-                   f"  {plain(r['bound']):<7}  {plain(r['op'])[:40]} {plain(r['shape'])[:60]} {plain(r['dtype'])}")
+        out.append(
+            f"  {r['time']:>9}/step  {r['share']:>7} of roofline  {r['tflops']:>6} TFLOP/s  {r['tbps']:>6} TB/s"
+            f"  {plain(r['bound']):<7}  {plain(r['op'])[:40]} {plain(r['shape'])[:60]} {plain(r['dtype'])}"
+        )
     out.append("")
     return out
+
+
 def account_lines(report, wrap) -> list[str]:
     """The explained-time account: GPU idle time per finding plus what stayed unexplained, and why."""
     a = report.account
     if not num(a.idle_us):
         return []
-    out = [f"Where the GPU idle time goes (explained: {pct(a.explained_frac_of_idle)} of GPU idle time; "
-           f"idle {ms(a.idle_per_step_us)} per step)"]
+    out = [
+        f"Where the GPU idle time goes (explained: {pct(a.explained_frac_of_idle)} of GPU idle time; "
+        f"idle {ms(a.idle_per_step_us)} per step)"
+    ]
     for p in known(a.parts, []):
         out.append(f"  {plain(p.name):<38} {ms(p.per_step_us):>10} {pct(p.frac_of_step):>7} of the step")
-    out.append(f"  {'unexplained':<38} {ms(a.unexplained_per_step_us):>10} "
-               f"{pct(a.unexplained_frac_of_step):>7} of the step")
+    out.append(
+        f"  {'unexplained':<38} {ms(a.unexplained_per_step_us):>10} {pct(a.unexplained_frac_of_step):>7} of the step"
+    )
     for r in known(a.unexplained_reasons, []):
         out.append(wrap(f"- unexplained {plain(r.part)} ({ms(r.per_step_us)}/step): {plain(r.why)}", "  "))
     out.append("")
@@ -183,8 +248,12 @@ def next_bottleneck_lines(report, wrap) -> list[str]:
     out = ["Next bottlenecks (present, masked now by the causes above)"]
     for i, f in enumerate(latent, 1):
         proj = (num(f.projected_lost_us) or 0.0) / n
-        out.append(wrap(f"{i}. {plain(f.name)} ({plain(f.code)}): {ms(f.time_lost_per_step_us)}/step now, about "
-                        f"{ms(proj)}/step once {', '.join(plain(m) for m in f.masked_by)} is fixed [{labels(f)}]"))
+        out.append(
+            wrap(
+                f"{i}. {plain(f.name)} ({plain(f.code)}): {ms(f.time_lost_per_step_us)}/step now, about "
+                f"{ms(proj)}/step once {', '.join(plain(m) for m in f.masked_by)} is fixed [{labels(f)}]"
+            )
+        )
         out.append(wrap(plain(f.title), "   "))
         out.append(wrap(f"Fix: {plain(f.fix)}", "   "))
         out.append("")
@@ -200,13 +269,17 @@ def render_whatif(d: dict) -> str:
         out.append(f"  note: {plain(n)} did not fire on this trace; its transformation changes only what it finds")
     ident = d.get("identity") or {}
     if ident:
-        out.append(f"Identity replay error: median {pct(ident.get('median_error_frac'))}, "
-                   f"max {pct(ident.get('max_error_frac'))}")
+        out.append(
+            f"Identity replay error: median {pct(ident.get('median_error_frac'))}, "
+            f"max {pct(ident.get('max_error_frac'))}"
+        )
     out.append("")
     out.append(f"{'step':>8} {'measured':>12} {'predicted':>12} {'GPU floor':>12}")
     for r in d.get("steps", []):
-        out.append(f"{plain(r.get('step')):>8} {ms(r.get('measured_us')):>12} {ms(r.get('predicted_us')):>12} "
-                   f"{ms(r.get('gpu_floor_us')):>12}")
+        out.append(
+            f"{plain(r.get('step')):>8} {ms(r.get('measured_us')):>12} {ms(r.get('predicted_us')):>12} "
+            f"{ms(r.get('gpu_floor_us')):>12}"
+        )
     out.append(f"{'median':>8} {ms(d.get('measured_median_us')):>12} {ms(d.get('predicted_median_us')):>12}")
     sol = d.get("speed_of_light") or {}
     out.append("")
@@ -224,5 +297,7 @@ def render_whatif(d: dict) -> str:
 def _light(sol: dict) -> str:
     if not sol.get("sol_us"):
         return f"Speed of light: unknown ({plain(sol.get('why', 'no model'))})"
-    return (f"Speed of light: {ms(sol.get('sol_us'))} per step; achieved {plain(round(num(sol.get('achieved_tflops')) or 0, 1))}"
-            f" TFLOP/s of GEMM/conv/attention, MFU {pct(sol.get('mfu'))}")
+    return (
+        f"Speed of light: {ms(sol.get('sol_us'))} per step; achieved {plain(round(num(sol.get('achieved_tflops')) or 0, 1))}"
+        f" TFLOP/s of GEMM/conv/attention, MFU {pct(sol.get('mfu'))}"
+    )

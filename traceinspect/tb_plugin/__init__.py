@@ -3,6 +3,7 @@
 Registered through the `tensorboard_plugins` entry point (extra `traceinspect[tensorboard]`); see
 docs/tensorboard.md. Importing this package imports tensorboard.
 """
+
 from __future__ import annotations
 
 from .plugin import TraceinspectPlugin

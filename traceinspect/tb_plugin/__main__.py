@@ -1,6 +1,7 @@
 """`python -m traceinspect.tb_plugin --logdir DIR [tensorboard flags]`: TensorBoard with this plugin loaded
 explicitly, for a checkout where the package (and so its entry point) is not installed. Installed with the
 `tensorboard` extra, plain `tensorboard --logdir DIR` finds the plugin by itself."""
+
 from __future__ import annotations
 
 import sys

@@ -6,6 +6,7 @@ the logdir, never by a path, so nothing outside the listing can be opened. Names
 values (the frontend shows them as text) or inside the HTML report (escaped, no script, its CSP kept).
 Holds no analysis logic: load, analyse and render are the library's.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -26,8 +27,8 @@ STATIC = Path(__file__).resolve().parent / "static"
 # the layouts tensorboard_trace_handler writes: <run>/<worker>.<ts>.pt.trace.json[.gz], and the old
 # profiler plugin's <run>/plugins/profile/<ts>/<worker>.pt.trace.json[.gz]
 SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
-MAX_TRACES = 2000          # a logdir with more is listed up to this many (the rest named in a warning)
-LIST_TTL_S = 5.0           # how long a listing is reused before the logdir is walked again
+MAX_TRACES = 2000  # a logdir with more is listed up to this many (the rest named in a warning)
+LIST_TTL_S = 5.0  # how long a listing is reused before the logdir is walked again
 
 
 class TraceinspectPlugin(base_plugin.TBPlugin):
@@ -39,7 +40,7 @@ class TraceinspectPlugin(base_plugin.TBPlugin):
         self._listing: dict[str, dict] = {}
         self._listed_at = -1e9
         self._truncated = 0
-        self._jobs: dict[str, dict] = {}          # id -> {"key", "state", "phase", "progress", "error", "report"}
+        self._jobs: dict[str, dict] = {}  # id -> {"key", "state", "phase", "progress", "error", "report"}
         # one analysis at a time: a logdir of big traces must not take every core from the training job
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="traceinspect")
 
@@ -57,12 +58,12 @@ class TraceinspectPlugin(base_plugin.TBPlugin):
         return bool(self._list())
 
     def frontend_metadata(self):
-        return base_plugin.FrontendMetadata(es_module_path="/index.js", tab_name="traceinspect",
-                                            disable_reload=True)
+        return base_plugin.FrontendMetadata(es_module_path="/index.js", tab_name="traceinspect", disable_reload=True)
 
     # --- listing -----------------------------------------------------------------------------------
     def _list(self) -> dict[str, dict]:
         import time
+
         with self._lock:
             if time.monotonic() - self._listed_at < LIST_TTL_S:
                 return self._listing
@@ -95,10 +96,12 @@ class TraceinspectPlugin(base_plugin.TBPlugin):
         from ..trace import hardware
         from ..trace.model import load_trace
         from ..trace.stream import native_enabled
+
         path = entry["path"]
         try:
-            key = cache.key_for(path, {"steps": None, "native": native_enabled(),
-                                       "hardware": hardware.override_signature()})
+            key = cache.key_for(
+                path, {"steps": None, "native": native_enabled(), "hardware": hardware.override_signature()}
+            )
             cached = cache.load(key)
             if cached is None:
                 job["state"], job["phase"] = "running", "reading"
@@ -111,7 +114,8 @@ class TraceinspectPlugin(base_plugin.TBPlugin):
                 cached = analyze(trace).to_dict()
                 cache.store(key, cached)
             from ..report import Report
-            job["report"] = Report.from_dict(cached)   # the cache checked its shape: a bad entry is a miss
+
+            job["report"] = Report.from_dict(cached)  # the cache checked its shape: a bad entry is a miss
             job["state"] = "done"
         except MemoryError:
             job["error"] = f"{entry['rel']}: out of memory while reading the trace"
@@ -126,11 +130,17 @@ class TraceinspectPlugin(base_plugin.TBPlugin):
 
     @staticmethod
     def _status(entry: dict, job: dict) -> dict:
-        s = {"id": entry["id"], "state": job["state"], "phase": job["phase"],
-             "progress": round(job["progress"], 3), "error": inert_text(job["error"]) if job["error"] else ""}
+        s = {
+            "id": entry["id"],
+            "state": job["state"],
+            "phase": job["phase"],
+            "progress": round(job["progress"], 3),
+            "error": inert_text(job["error"]) if job["error"] else "",
+        }
         rep = job["report"]
         if rep is not None:
             from ..report import known
+
             st, v = rep.steps, rep.verdict
             s["median_step_us"] = known(st.median_us)
             s["steps"] = known(st.count)
@@ -141,8 +151,7 @@ class TraceinspectPlugin(base_plugin.TBPlugin):
     # --- routes ------------------------------------------------------------------------------------
     @wrappers.Request.application
     def _serve_js(self, request):
-        return http_util.Respond(request, (STATIC / "index.js").read_text(encoding="utf-8"),
-                                 "application/javascript")
+        return http_util.Respond(request, (STATIC / "index.js").read_text(encoding="utf-8"), "application/javascript")
 
     @wrappers.Request.application
     def _serve_traces(self, request):
@@ -150,10 +159,17 @@ class TraceinspectPlugin(base_plugin.TBPlugin):
         runs: dict[str, list] = {}
         for e in listing.values():
             runs.setdefault(e["run"], []).append(
-                {"name": inert_text(e["name"]), "rel": inert_text(e["rel"]), "bytes": e["bytes"],
-                 **self._status(e, self._job(e, start=False))})
-        body = {"runs": [{"run": inert_text(r), "traces": t} for r, t in sorted(runs.items())],
-                "truncated": self._truncated}
+                {
+                    "name": inert_text(e["name"]),
+                    "rel": inert_text(e["rel"]),
+                    "bytes": e["bytes"],
+                    **self._status(e, self._job(e, start=False)),
+                }
+            )
+        body = {
+            "runs": [{"run": inert_text(r), "traces": t} for r, t in sorted(runs.items())],
+            "truncated": self._truncated,
+        }
         return http_util.Respond(request, body, "application/json")
 
     @wrappers.Request.application
@@ -166,6 +182,7 @@ class TraceinspectPlugin(base_plugin.TBPlugin):
     @wrappers.Request.application
     def _serve_report(self, request):
         from ..render.html import render
+
         entry = self._entry(request)
         if entry is None:
             return _unknown(request)
@@ -178,13 +195,15 @@ class TraceinspectPlugin(base_plugin.TBPlugin):
     def _serve_diff(self, request):
         from ..diff import diff
         from ..render.html import render_diff
+
         a, b = self._entry(request, "a"), self._entry(request, "b")
         if a is None or b is None:
             return _unknown(request)
         ja, jb = self._job(a, start=True), self._job(b, start=True)
         if ja["state"] != "done" or jb["state"] != "done":
-            return http_util.Respond(request, {"a": self._status(a, ja), "b": self._status(b, jb)},
-                                     "application/json", code=409)
+            return http_util.Respond(
+                request, {"a": self._status(a, ja), "b": self._status(b, jb)}, "application/json", code=409
+            )
         d = diff(ja["report"], jb["report"])
         return http_util.Respond(request, render_diff(d), "text/html")
 
@@ -209,9 +228,16 @@ def scan_logdir(logdir: Path) -> list[dict]:
                 size = os.path.getsize(real)
             except OSError:
                 continue
-            out.append({"id": hashlib.sha256(rel.encode("utf-8", "surrogateescape")).hexdigest()[:16],
-                        "run": parts[0] if len(parts) > 1 else ".", "name": fn, "rel": rel, "path": real,
-                        "bytes": size})
+            out.append(
+                {
+                    "id": hashlib.sha256(rel.encode("utf-8", "surrogateescape")).hexdigest()[:16],
+                    "run": parts[0] if len(parts) > 1 else ".",
+                    "name": fn,
+                    "rel": rel,
+                    "path": real,
+                    "bytes": size,
+                }
+            )
     return out
 
 
@@ -224,6 +250,9 @@ def _file_key(entry: dict) -> tuple:
 
 
 def _unknown(request):
-    return http_util.Respond(request, {"error": "unknown trace: reload the list (only listed traces can be opened)"},
-                             "application/json", code=404)
-
+    return http_util.Respond(
+        request,
+        {"error": "unknown trace: reload the list (only listed traces can be opened)"},
+        "application/json",
+        code=404,
+    )

@@ -11,6 +11,7 @@ Adding a field: one `Field(...)` here, the C enum entry, name and key line (the 
 missing), and the line in `tables.extract` / `extract_scanned` that puts it in its table column.
 Old spellings of a key are fields of their own with `old_of` set: the reader prefers the new one.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,13 +22,13 @@ KINDS = ("int", "float", "str", "dims", "raw")
 
 @dataclass(frozen=True)
 class Field:
-    name: str                 # Args attribute; for int/float also the scan column
-    key: str                  # JSON key inside an event's "args"
-    kind: str                 # one of KINDS
+    name: str  # Args attribute; for int/float also the scan column
+    key: str  # JSON key inside an event's "args"
+    kind: str  # one of KINDS
     columns: tuple[str, ...]  # "table.column" it fills (the Tables kinds of tables.extract)
     doc: str
-    old_of: str | None = None   # an older spelling of this field: read only when the newer is absent
-    nan_absent: bool = False    # float: an absent key is NaN in the columns (0 is a value of its own), not 0.0
+    old_of: str | None = None  # an older spelling of this field: read only when the newer is absent
+    nan_absent: bool = False  # float: an absent key is NaN in the columns (0 is a value of its own), not 0.0
 
     @property
     def default(self):
@@ -39,18 +40,30 @@ class Field:
 
 
 ARGS: tuple[Field, ...] = (
-    Field("correlation", "correlation", "int",
-          ("kernel.correlation", "memcpy.correlation", "runtime.correlation"),
-          "links a GPU event to the runtime call that launched it"),
-    Field("external_id", "External id", "int",
-          ("kernel.external_id", "memcpy.external_id", "runtime.external_id", "cpu_op.external_id"),
-          "links runtime calls and GPU work to the CPU op"),
-    Field("external_id_old", "external id", "int", ("cpu_op.external_id",),
-          "the lower-case spelling of older Kineto", old_of="external_id"),
-    Field("device", "device", "int", ("kernel.device", "memcpy.device"),
-          "GPU index (falls back to the event's pid)"),
-    Field("stream", "stream", "int", ("kernel.stream", "memcpy.stream"),
-          "stream id (falls back to the event's tid)"),
+    Field(
+        "correlation",
+        "correlation",
+        "int",
+        ("kernel.correlation", "memcpy.correlation", "runtime.correlation"),
+        "links a GPU event to the runtime call that launched it",
+    ),
+    Field(
+        "external_id",
+        "External id",
+        "int",
+        ("kernel.external_id", "memcpy.external_id", "runtime.external_id", "cpu_op.external_id"),
+        "links runtime calls and GPU work to the CPU op",
+    ),
+    Field(
+        "external_id_old",
+        "external id",
+        "int",
+        ("cpu_op.external_id",),
+        "the lower-case spelling of older Kineto",
+        old_of="external_id",
+    ),
+    Field("device", "device", "int", ("kernel.device", "memcpy.device"), "GPU index (falls back to the event's pid)"),
+    Field("stream", "stream", "int", ("kernel.stream", "memcpy.stream"), "stream id (falls back to the event's tid)"),
     Field("cbid", "cbid", "int", ("runtime.cbid",), "CUPTI runtime callback id"),
     Field("cid", "cid", "int", ("runtime.cbid",), "ROCm roctracer callback id", old_of="cbid"),
     Field("nbytes", "bytes", "float", ("memcpy.size_bytes",), "bytes copied or set"),
@@ -62,20 +75,34 @@ ARGS: tuple[Field, ...] = (
     Field("group_size", "Group size", "int", ("kernel.group_size",), "ranks in the collective's group"),
     Field("dtype", "dtype", "str", ("kernel.comm_dtype",), "collective element type"),
     Field("input_dims", "Input Dims", "raw", ("cpu_op.input_dims_raw",), "op input shapes (record_shapes)"),
-    Field("input_dims_old", "Input dims", "raw", ("cpu_op.input_dims_raw",), "older spelling",
-          old_of="input_dims"),
+    Field("input_dims_old", "Input dims", "raw", ("cpu_op.input_dims_raw",), "older spelling", old_of="input_dims"),
     Field("input_type", "Input type", "raw", ("cpu_op.input_type_raw",), "op input dtypes"),
-    Field("name", "name", "str", (), "process_name / thread_name of ph \"M\" events (thread names)"),
+    Field("name", "name", "str", (), 'process_name / thread_name of ph "M" events (thread names)'),
     Field("mem_bytes", "Bytes", "float", ("memory.alloc_bytes",), "[memory] instant: bytes allocated (<0 freed)"),
-    Field("total_allocated", "Total Allocated", "float", ("memory.total_allocated_bytes",),
-          "[memory] instant: allocated after the event"),
-    Field("total_reserved", "Total Reserved", "float", ("memory.total_reserved_bytes",),
-          "[memory] instant: reserved by the caching allocator"),
+    Field(
+        "total_allocated",
+        "Total Allocated",
+        "float",
+        ("memory.total_allocated_bytes",),
+        "[memory] instant: allocated after the event",
+    ),
+    Field(
+        "total_reserved",
+        "Total Reserved",
+        "float",
+        ("memory.total_reserved_bytes",),
+        "[memory] instant: reserved by the caching allocator",
+    ),
     Field("device_type", "Device Type", "int", ("memory.device_type",), "[memory] instant: 0 CPU, 1 CUDA"),
     Field("device_id", "Device Id", "int", ("memory.device_id",), "[memory] instant: device index"),
-    Field("flops", "flops", "float", ("cpu_op.flops",),
-          "FLOPs torch.profiler(with_flops=True) recorded for the op (matrix ops: mm, addmm, bmm, conv, ...)",
-          nan_absent=True),
+    Field(
+        "flops",
+        "flops",
+        "float",
+        ("cpu_op.flops",),
+        "FLOPs torch.profiler(with_flops=True) recorded for the op (matrix ops: mm, addmm, bmm, conv, ...)",
+        nan_absent=True,
+    ),
 )
 
 BY_NAME = {f.name: f for f in ARGS}
@@ -97,8 +124,13 @@ def args_struct(module: str):
 
     int64 = Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)]
     empty = Raw(b"")
-    types = {"int": Union[int64, None], "float": Union[float, None], "str": Union[str, None],
-             "dims": Union[list, None], "raw": Raw}
+    types = {
+        "int": Union[int64, None],
+        "float": Union[float, None],
+        "str": Union[str, None],
+        "dims": Union[list, None],
+        "raw": Raw,
+    }
     spec = []
     for f in ARGS:
         default = empty if f.kind == "raw" else None
@@ -111,7 +143,10 @@ def markdown_table() -> str:
     rows = ["| `args` key | type | read into | notes |", "|---|---|---|---|"]
     for f in ARGS:
         into = ", ".join(f"`{c}`" for c in f.columns) or "thread names"
-        note = f.doc + (f" (used where `{BY_NAME[f.old_of].key}` is absent)" if f.old_of else "") \
+        note = (
+            f.doc
+            + (f" (used where `{BY_NAME[f.old_of].key}` is absent)" if f.old_of else "")
             + ("; NaN where absent" if f.nan_absent else "")
+        )
         rows.append(f"| `{f.key}` | {f.kind} | {into} | {note} |")
     return "\n".join(rows) + "\n"

@@ -5,6 +5,7 @@ Owns the one peak table (with a source per row) and the override file for GPUs i
 ../shared/docs/SIGNATURES.md section 10. A GPU that is not listed gets peaks from its compute
 capability family, marked `approximate`.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,16 +22,16 @@ HARDWARE_ENV = "TRACEINSPECT_HARDWARE"
 @dataclass(frozen=True)
 class Peaks:
     name: str
-    fp32_tflops: float        # CUDA-core / SIMT (AMD: vector) fp32
-    tf32_tflops: float        # TF32 tensor cores (AMD: xf32 matrix); 0 where the GPU has none
-    half_tflops: float        # fp16/bf16 tensor (matrix) cores, fp32 accumulate
-    mem_gbps: float           # device memory bandwidth
-    host_link_gbps: float     # one direction, practical pinned PCIe figure
-    bf16: bool                # bf16 tensor cores available
+    fp32_tflops: float  # CUDA-core / SIMT (AMD: vector) fp32
+    tf32_tflops: float  # TF32 tensor cores (AMD: xf32 matrix); 0 where the GPU has none
+    half_tflops: float  # fp16/bf16 tensor (matrix) cores, fp32 accumulate
+    mem_gbps: float  # device memory bandwidth
+    host_link_gbps: float  # one direction, practical pinned PCIe figure
+    bf16: bool  # bf16 tensor cores available
     approximate: bool = False
-    fp8_tflops: float = 0.0   # fp8 tensor (matrix) cores; 0 where the GPU has none
+    fp8_tflops: float = 0.0  # fp8 tensor (matrix) cores; 0 where the GPU has none
     fp64_tflops: float = 0.0  # fp64 (tensor cores where the GPU has them)
-    source: str = ""          # where the numbers come from
+    source: str = ""  # where the numbers come from
 
     def matrix_tflops(self, dtype: str, precision: str = "") -> float:
         """Peak of a GEMM / convolution / attention for its data type ("bf16", "fp16", "fp32",
@@ -53,66 +54,332 @@ class Peaks:
 _DS = "dense"
 # (substring of the deviceProperties name, lower case) -> peaks; first match wins, so order matters.
 KNOWN = (
-    ("gh200", Peaks("GH200", 67, 494.7, 989.4, 4000, 50, True, fp8_tflops=1978.9, fp64_tflops=67,
-                    source=f"NVIDIA GH200 datasheet (H100 96 GB HBM3), {_DS}")),
-    ("h200", Peaks("H200 SXM", 67, 494.7, 989.4, 4800, 50, True, fp8_tflops=1978.9, fp64_tflops=67,
-                   source=f"NVIDIA H200 datasheet (SXM), {_DS}")),
-    ("h100 pcie", Peaks("H100 PCIe", 51, 378, 756, 2000, 50, True, fp8_tflops=1513, fp64_tflops=51,
-                        source=f"NVIDIA H100 datasheet (PCIe), {_DS}")),
-    ("h100 nvl", Peaks("H100 NVL", 60, 417.5, 835, 3900, 50, True, fp8_tflops=1670.5, fp64_tflops=60,
-                       source=f"NVIDIA H100 datasheet (NVL, per GPU), {_DS}")),
-    ("h100", Peaks("H100 SXM", 67, 494.7, 989.4, 3350, 50, True, fp8_tflops=1978.9, fp64_tflops=67,
-                   source=f"NVIDIA H100 datasheet (SXM), {_DS}")),
-    ("h800", Peaks("H800", 67, 494.7, 989.4, 3350, 50, True, fp8_tflops=1978.9, fp64_tflops=1,
-                   source=f"NVIDIA H800 datasheet (SXM), {_DS}")),
-    ("b200", Peaks("B200", 75, 1125, 2250, 8000, 50, True, fp8_tflops=4500, fp64_tflops=37,
-                   source=f"NVIDIA HGX B200 datasheet divided by 8 GPUs, {_DS}")),
-    ("a100-sxm4-40gb", Peaks("A100 40GB", 19.5, 156, 312, 1555, 25, True, fp64_tflops=19.5,
-                             source=f"NVIDIA A100 datasheet (40GB SXM), {_DS}")),
-    ("a100-pcie-40gb", Peaks("A100 40GB PCIe", 19.5, 156, 312, 1555, 25, True, fp64_tflops=19.5,
-                             source=f"NVIDIA A100 datasheet (40GB PCIe), {_DS}")),
-    ("a100 80gb pcie", Peaks("A100 80GB PCIe", 19.5, 156, 312, 1935, 25, True, fp64_tflops=19.5,
-                             source=f"NVIDIA A100 datasheet (80GB PCIe), {_DS}")),
-    ("a100", Peaks("A100", 19.5, 156, 312, 2039, 25, True, fp64_tflops=19.5,
-                   source=f"NVIDIA A100 datasheet (80GB SXM), {_DS}")),
-    ("a800", Peaks("A800", 19.5, 156, 312, 2039, 25, True, fp64_tflops=19.5,
-                   source=f"NVIDIA A800 datasheet (80GB SXM), {_DS}")),
-    ("a10g", Peaks("A10G", 31.2, 62.5, 125, 600, 25, True, approximate=True,
-                   source="A10 datasheet figures (AWS does not publish A10G peaks)")),
+    (
+        "gh200",
+        Peaks(
+            "GH200",
+            67,
+            494.7,
+            989.4,
+            4000,
+            50,
+            True,
+            fp8_tflops=1978.9,
+            fp64_tflops=67,
+            source=f"NVIDIA GH200 datasheet (H100 96 GB HBM3), {_DS}",
+        ),
+    ),
+    (
+        "h200",
+        Peaks(
+            "H200 SXM",
+            67,
+            494.7,
+            989.4,
+            4800,
+            50,
+            True,
+            fp8_tflops=1978.9,
+            fp64_tflops=67,
+            source=f"NVIDIA H200 datasheet (SXM), {_DS}",
+        ),
+    ),
+    (
+        "h100 pcie",
+        Peaks(
+            "H100 PCIe",
+            51,
+            378,
+            756,
+            2000,
+            50,
+            True,
+            fp8_tflops=1513,
+            fp64_tflops=51,
+            source=f"NVIDIA H100 datasheet (PCIe), {_DS}",
+        ),
+    ),
+    (
+        "h100 nvl",
+        Peaks(
+            "H100 NVL",
+            60,
+            417.5,
+            835,
+            3900,
+            50,
+            True,
+            fp8_tflops=1670.5,
+            fp64_tflops=60,
+            source=f"NVIDIA H100 datasheet (NVL, per GPU), {_DS}",
+        ),
+    ),
+    (
+        "h100",
+        Peaks(
+            "H100 SXM",
+            67,
+            494.7,
+            989.4,
+            3350,
+            50,
+            True,
+            fp8_tflops=1978.9,
+            fp64_tflops=67,
+            source=f"NVIDIA H100 datasheet (SXM), {_DS}",
+        ),
+    ),
+    (
+        "h800",
+        Peaks(
+            "H800",
+            67,
+            494.7,
+            989.4,
+            3350,
+            50,
+            True,
+            fp8_tflops=1978.9,
+            fp64_tflops=1,
+            source=f"NVIDIA H800 datasheet (SXM), {_DS}",
+        ),
+    ),
+    (
+        "b200",
+        Peaks(
+            "B200",
+            75,
+            1125,
+            2250,
+            8000,
+            50,
+            True,
+            fp8_tflops=4500,
+            fp64_tflops=37,
+            source=f"NVIDIA HGX B200 datasheet divided by 8 GPUs, {_DS}",
+        ),
+    ),
+    (
+        "a100-sxm4-40gb",
+        Peaks(
+            "A100 40GB",
+            19.5,
+            156,
+            312,
+            1555,
+            25,
+            True,
+            fp64_tflops=19.5,
+            source=f"NVIDIA A100 datasheet (40GB SXM), {_DS}",
+        ),
+    ),
+    (
+        "a100-pcie-40gb",
+        Peaks(
+            "A100 40GB PCIe",
+            19.5,
+            156,
+            312,
+            1555,
+            25,
+            True,
+            fp64_tflops=19.5,
+            source=f"NVIDIA A100 datasheet (40GB PCIe), {_DS}",
+        ),
+    ),
+    (
+        "a100 80gb pcie",
+        Peaks(
+            "A100 80GB PCIe",
+            19.5,
+            156,
+            312,
+            1935,
+            25,
+            True,
+            fp64_tflops=19.5,
+            source=f"NVIDIA A100 datasheet (80GB PCIe), {_DS}",
+        ),
+    ),
+    (
+        "a100",
+        Peaks(
+            "A100", 19.5, 156, 312, 2039, 25, True, fp64_tflops=19.5, source=f"NVIDIA A100 datasheet (80GB SXM), {_DS}"
+        ),
+    ),
+    (
+        "a800",
+        Peaks(
+            "A800", 19.5, 156, 312, 2039, 25, True, fp64_tflops=19.5, source=f"NVIDIA A800 datasheet (80GB SXM), {_DS}"
+        ),
+    ),
+    (
+        "a10g",
+        Peaks(
+            "A10G",
+            31.2,
+            62.5,
+            125,
+            600,
+            25,
+            True,
+            approximate=True,
+            source="A10 datasheet figures (AWS does not publish A10G peaks)",
+        ),
+    ),
     ("a10", Peaks("A10", 31.2, 62.5, 125, 600, 25, True, source=f"NVIDIA A10 datasheet, {_DS}")),
     ("l40s", Peaks("L40S", 91.6, 183, 362, 864, 25, True, fp8_tflops=733, source=f"NVIDIA L40S datasheet, {_DS}")),
-    ("l40", Peaks("L40", 90.5, 90.5, 181, 864, 25, True, fp8_tflops=362, approximate=True,
-                  source=f"NVIDIA L40 datasheet, {_DS}")),
+    (
+        "l40",
+        Peaks(
+            "L40",
+            90.5,
+            90.5,
+            181,
+            864,
+            25,
+            True,
+            fp8_tflops=362,
+            approximate=True,
+            source=f"NVIDIA L40 datasheet, {_DS}",
+        ),
+    ),
     ("l4", Peaks("L4", 30.3, 60, 121, 300, 25, True, fp8_tflops=242, source=f"NVIDIA L4 datasheet, {_DS}")),
-    ("4090", Peaks("RTX 4090", 82.6, 82.6, 165.2, 1008, 25, True, fp8_tflops=330.3,
-                   source="Ada whitepaper (GeForce: fp32 accumulate at half rate)")),
-    ("3090", Peaks("RTX 3090", 35.6, 35.6, 71, 936, 25, True, approximate=True,
-                   source="Ampere GA102 whitepaper (GeForce: fp32 accumulate at half rate)")),
-    ("v100s", Peaks("V100S PCIe", 16.4, 0, 130, 1134, 12, False, fp64_tflops=8.2,
-                    source=f"NVIDIA V100S datasheet, {_DS}")),
-    ("v100-pcie", Peaks("V100 PCIe", 14, 0, 112, 900, 12, False, fp64_tflops=7,
-                        source=f"NVIDIA V100 datasheet (PCIe), {_DS}")),
-    ("v100", Peaks("V100", 15.7, 0, 125, 900, 12, False, fp64_tflops=7.8,
-                   source=f"NVIDIA V100 datasheet (SXM2), {_DS}")),
+    (
+        "4090",
+        Peaks(
+            "RTX 4090",
+            82.6,
+            82.6,
+            165.2,
+            1008,
+            25,
+            True,
+            fp8_tflops=330.3,
+            source="Ada whitepaper (GeForce: fp32 accumulate at half rate)",
+        ),
+    ),
+    (
+        "3090",
+        Peaks(
+            "RTX 3090",
+            35.6,
+            35.6,
+            71,
+            936,
+            25,
+            True,
+            approximate=True,
+            source="Ampere GA102 whitepaper (GeForce: fp32 accumulate at half rate)",
+        ),
+    ),
+    (
+        "v100s",
+        Peaks("V100S PCIe", 16.4, 0, 130, 1134, 12, False, fp64_tflops=8.2, source=f"NVIDIA V100S datasheet, {_DS}"),
+    ),
+    (
+        "v100-pcie",
+        Peaks("V100 PCIe", 14, 0, 112, 900, 12, False, fp64_tflops=7, source=f"NVIDIA V100 datasheet (PCIe), {_DS}"),
+    ),
+    (
+        "v100",
+        Peaks("V100", 15.7, 0, 125, 900, 12, False, fp64_tflops=7.8, source=f"NVIDIA V100 datasheet (SXM2), {_DS}"),
+    ),
     ("t4", Peaks("T4", 8.1, 0, 65, 320, 12, False, source=f"NVIDIA T4 datasheet, {_DS}")),
-    ("2080 ti", Peaks("RTX 2080 Ti", 13.4, 0, 53.8, 616, 12, False, approximate=True,
-                      source="Turing whitepaper (GeForce: fp32 accumulate at half rate)")),
-    ("mi325", Peaks("MI325X", 163.4, 653.7, 1307.4, 6000, 50, True, fp8_tflops=2614.9, fp64_tflops=163.4,
-                    source=f"AMD Instinct MI325X datasheet, {_DS}")),
-    ("mi300a", Peaks("MI300A", 122.6, 490.3, 980.6, 5300, 50, True, fp8_tflops=1961.2, fp64_tflops=122.6,
-                     source=f"AMD Instinct MI300A datasheet, {_DS}")),
-    ("mi300", Peaks("MI300X", 163.4, 653.7, 1307.4, 5300, 50, True, fp8_tflops=2614.9, fp64_tflops=163.4,
-                    source=f"AMD Instinct MI300X datasheet, {_DS}")),
-    ("mi250x", Peaks("MI250X", 47.9, 0, 383, 3277, 25, True, fp64_tflops=95.7,
-                     source=f"AMD Instinct MI250X datasheet (both dies), {_DS}")),
-    ("mi250", Peaks("MI250", 45.3, 0, 362.1, 3277, 25, True, fp64_tflops=90.5,
-                    source=f"AMD Instinct MI250 datasheet (both dies), {_DS}")),
-    ("mi210", Peaks("MI210", 22.6, 0, 181, 1638, 25, True, fp64_tflops=45.3,
-                    source=f"AMD Instinct MI210 datasheet, {_DS}")),
+    (
+        "2080 ti",
+        Peaks(
+            "RTX 2080 Ti",
+            13.4,
+            0,
+            53.8,
+            616,
+            12,
+            False,
+            approximate=True,
+            source="Turing whitepaper (GeForce: fp32 accumulate at half rate)",
+        ),
+    ),
+    (
+        "mi325",
+        Peaks(
+            "MI325X",
+            163.4,
+            653.7,
+            1307.4,
+            6000,
+            50,
+            True,
+            fp8_tflops=2614.9,
+            fp64_tflops=163.4,
+            source=f"AMD Instinct MI325X datasheet, {_DS}",
+        ),
+    ),
+    (
+        "mi300a",
+        Peaks(
+            "MI300A",
+            122.6,
+            490.3,
+            980.6,
+            5300,
+            50,
+            True,
+            fp8_tflops=1961.2,
+            fp64_tflops=122.6,
+            source=f"AMD Instinct MI300A datasheet, {_DS}",
+        ),
+    ),
+    (
+        "mi300",
+        Peaks(
+            "MI300X",
+            163.4,
+            653.7,
+            1307.4,
+            5300,
+            50,
+            True,
+            fp8_tflops=2614.9,
+            fp64_tflops=163.4,
+            source=f"AMD Instinct MI300X datasheet, {_DS}",
+        ),
+    ),
+    (
+        "mi250x",
+        Peaks(
+            "MI250X",
+            47.9,
+            0,
+            383,
+            3277,
+            25,
+            True,
+            fp64_tflops=95.7,
+            source=f"AMD Instinct MI250X datasheet (both dies), {_DS}",
+        ),
+    ),
+    (
+        "mi250",
+        Peaks(
+            "MI250",
+            45.3,
+            0,
+            362.1,
+            3277,
+            25,
+            True,
+            fp64_tflops=90.5,
+            source=f"AMD Instinct MI250 datasheet (both dies), {_DS}",
+        ),
+    ),
+    (
+        "mi210",
+        Peaks("MI210", 22.6, 0, 181, 1638, 25, True, fp64_tflops=45.3, source=f"AMD Instinct MI210 datasheet, {_DS}"),
+    ),
 )
 
-_NUMBERS = ("fp32_tflops", "tf32_tflops", "half_tflops", "mem_gbps", "host_link_gbps", "fp8_tflops",
-            "fp64_tflops")
+_NUMBERS = ("fp32_tflops", "tf32_tflops", "half_tflops", "mem_gbps", "host_link_gbps", "fp8_tflops", "fp64_tflops")
 
 
 def peaks_for(name: str, compute_major: int | None) -> Peaks | None:
@@ -124,12 +391,25 @@ def peaks_for(name: str, compute_major: int | None) -> Peaks | None:
         return None
     # unknown GPU: ratios of its architecture family, absolute values are placeholders
     if compute_major >= 9:
-        return Peaks(f"sm{compute_major}x", 60, 400, 800, 3000, 50, True, approximate=True,
-                     source="placeholder for an unlisted sm9x GPU")
+        return Peaks(
+            f"sm{compute_major}x",
+            60,
+            400,
+            800,
+            3000,
+            50,
+            True,
+            approximate=True,
+            source="placeholder for an unlisted sm9x GPU",
+        )
     if compute_major == 8:
-        return Peaks("sm8x", 20, 80, 160, 1000, 25, True, approximate=True, source="placeholder for an unlisted sm8x GPU")
+        return Peaks(
+            "sm8x", 20, 80, 160, 1000, 25, True, approximate=True, source="placeholder for an unlisted sm8x GPU"
+        )
     if compute_major == 7:
-        return Peaks("sm7x", 14, 0, 100, 800, 12, False, approximate=True, source="placeholder for an unlisted sm7x GPU")
+        return Peaks(
+            "sm7x", 14, 0, 100, 800, 12, False, approximate=True, source="placeholder for an unlisted sm7x GPU"
+        )
     return None
 
 
@@ -160,13 +440,17 @@ def overrides() -> tuple:
 def _read_overrides(path: str, _signature: str) -> tuple:
     """The override file: a JSON list of {"match": "substring of the GPU name", "name": ..., and any of
     the Peaks numbers}; numbers left out start from the built-in row the name matches, if any."""
-    hint = (f"set {HARDWARE_ENV} to a JSON file holding a list of objects such as "
-            '{"match": "rtx 6000", "name": "RTX 6000 Ada", "half_tflops": 364, "mem_gbps": 960}; see docs/roofline.md')
+    hint = (
+        f"set {HARDWARE_ENV} to a JSON file holding a list of objects such as "
+        '{"match": "rtx 6000", "name": "RTX 6000 Ada", "half_tflops": 364, "mem_gbps": 960}; see docs/roofline.md'
+    )
     try:
         with open(path, "rb") as f:
             doc = json.loads(f.read(1 << 20).decode("utf-8"))
     except OSError as e:
-        raise UsageError(f"{HARDWARE_ENV}={path}: cannot read the hardware file ({e.strerror or e})", hint=hint) from None
+        raise UsageError(
+            f"{HARDWARE_ENV}={path}: cannot read the hardware file ({e.strerror or e})", hint=hint
+        ) from None
     except (UnicodeDecodeError, ValueError) as e:
         raise UsageError(f"{HARDWARE_ENV}={path}: not a JSON file ({str(e)[:80]})", hint=hint) from None
     if not isinstance(doc, list):

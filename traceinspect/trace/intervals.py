@@ -3,6 +3,7 @@
 A "set" is a pair (starts, ends) of float64 arrays, sorted, non-overlapping, non-empty intervals,
 as returned by `union`.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -6,6 +6,7 @@ Events are decoded straight into slotted msgspec structs; `args` keeps only the 
 This decoder is the reference: the native scanner (_scan.c) accepts what it accepts and defers to it
 when unsure. The limits both enforce (nesting depth, int64 range) are declared here.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,8 +25,8 @@ from ..errors import TraceError, UsageError
 from . import fields as _fields
 
 GZIP_MAGIC = b"\x1f\x8b"
-BLOCK_BYTES = 8 << 20          # read / decompress granularity
-COMPRESSED_READ = 1 << 20      # gzip input read per call
+BLOCK_BYTES = 8 << 20  # read / decompress granularity
+COMPRESSED_READ = 1 << 20  # gzip input read per call
 _EMPTY_RAW = Raw(b"")
 
 # Containers nested deeper than this anywhere in a trace make it unreadable (exit 3). Kineto writes
@@ -78,7 +79,7 @@ class Document(Struct, gc=False):
     cupti_version: Any = None
     hip_runtime_version: Any = None
     roctracer_version: Any = None
-    traceinspect: Any = None   # run configuration written by traceinspect.capture
+    traceinspect: Any = None  # run configuration written by traceinspect.capture
 
 
 _DOC_DECODER = msgspec.json.Decoder(Document)
@@ -95,14 +96,14 @@ class Loaded:
     path: str
     events: list[Event]
     doc: Document
-    file_bytes: int                 # on disk
-    json_bytes: int                 # uncompressed JSON
+    file_bytes: int  # on disk
+    json_bytes: int  # uncompressed JSON
     warnings: list[str] = field(default_factory=list)
-    lost_bytes: int = 0             # bytes discarded from a truncated file (the incomplete last event)
-    dropped_events: int = 0         # events that could not be decoded at all
-    partials: list | None = None    # columns extracted chunk by chunk (streaming path), else None
-    top_keys: frozenset | None = None   # top-level keys present in a streamed tail (null ones too)
-    truncated: bool = False         # the JSON ends mid-document; only complete events were kept
+    lost_bytes: int = 0  # bytes discarded from a truncated file (the incomplete last event)
+    dropped_events: int = 0  # events that could not be decoded at all
+    partials: list | None = None  # columns extracted chunk by chunk (streaming path), else None
+    top_keys: frozenset | None = None  # top-level keys present in a streamed tail (null ones too)
+    truncated: bool = False  # the JSON ends mid-document; only complete events were kept
     read: "ReadState | None" = None  # what the byte reader learnt (gzip, a stream cut mid-way)
 
 
@@ -113,12 +114,12 @@ class Loaded:
 # about 1032x, which is what zeros, spaces or NULs reach. So 200x is 6x above any real trace and
 # 5x below a bomb. The largest event in those traces is 7 KB and the longest name 5,160 characters;
 # a Python stack or a foreach op's shapes over thousands of tensors stays under 1 MB.
-DEFAULT_MAX_INFLATE = 200              # TRACEINSPECT_MAX_INFLATE: decompressed / compressed bytes
-INFLATE_GRACE_BYTES = 16 << 20         # the ratio is checked once this much has been decompressed
-DEFAULT_MAX_JSON_BYTES = 64 << 30      # TRACEINSPECT_MAX_JSON_BYTES: uncompressed JSON of one file
-DEFAULT_MAX_EVENT_BYTES = 32 << 20     # TRACEINSPECT_MAX_EVENT_BYTES: one event (or a stretch with no
-                                       # event boundary: whitespace, garbage) and the metadata before
-                                       # traceEvents; more than a chunk, so the check is exact
+DEFAULT_MAX_INFLATE = 200  # TRACEINSPECT_MAX_INFLATE: decompressed / compressed bytes
+INFLATE_GRACE_BYTES = 16 << 20  # the ratio is checked once this much has been decompressed
+DEFAULT_MAX_JSON_BYTES = 64 << 30  # TRACEINSPECT_MAX_JSON_BYTES: uncompressed JSON of one file
+DEFAULT_MAX_EVENT_BYTES = 32 << 20  # TRACEINSPECT_MAX_EVENT_BYTES: one event (or a stretch with no
+# event boundary: whitespace, garbage) and the metadata before
+# traceEvents; more than a chunk, so the check is exact
 
 
 @dataclass(frozen=True)
@@ -143,9 +144,11 @@ def _env_limit(name: str, default, kind=int):
 
 def limits() -> Limits:
     """The bounds in force (read from the environment on each load, so tests and users can set them)."""
-    return Limits(max_inflate=_env_limit("TRACEINSPECT_MAX_INFLATE", DEFAULT_MAX_INFLATE, float),
-                  max_json_bytes=_env_limit("TRACEINSPECT_MAX_JSON_BYTES", DEFAULT_MAX_JSON_BYTES),
-                  max_event_bytes=_env_limit("TRACEINSPECT_MAX_EVENT_BYTES", DEFAULT_MAX_EVENT_BYTES))
+    return Limits(
+        max_inflate=_env_limit("TRACEINSPECT_MAX_INFLATE", DEFAULT_MAX_INFLATE, float),
+        max_json_bytes=_env_limit("TRACEINSPECT_MAX_JSON_BYTES", DEFAULT_MAX_JSON_BYTES),
+        max_event_bytes=_env_limit("TRACEINSPECT_MAX_EVENT_BYTES", DEFAULT_MAX_EVENT_BYTES),
+    )
 
 
 def human_bytes(n: float) -> str:
@@ -156,9 +159,13 @@ def human_bytes(n: float) -> str:
 
 
 def _file_kind(mode: int) -> str:
-    for test, what in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket")):
+    for test, what in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
         if test(mode):
             return what
     return "not a regular file"
@@ -166,9 +173,11 @@ def _file_kind(mode: int) -> str:
 
 def not_regular(path: str | os.PathLike, mode: int) -> TraceError:
     """The error for a path that is not a regular file (one message for the CLI and the readers)."""
-    return TraceError(str(path), f"is {_file_kind(mode)}, not a regular file",
-                      hint="pass a trace file saved on disk (.json or .json.gz); traceinspect does not read "
-                           "pipes or devices")
+    return TraceError(
+        str(path),
+        f"is {_file_kind(mode)}, not a regular file",
+        hint="pass a trace file saved on disk (.json or .json.gz); traceinspect does not read pipes or devices",
+    )
 
 
 def open_regular(path: str | os.PathLike):
@@ -181,8 +190,9 @@ def open_regular(path: str | os.PathLike):
             raise not_regular(path, st.st_mode)
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
-        raise TraceError(str(path), f"cannot open the file ({e.strerror or e})",
-                         hint="check the path and its permissions") from None
+        raise TraceError(
+            str(path), f"cannot open the file ({e.strerror or e})", hint="check the path and its permissions"
+        ) from None
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
@@ -191,7 +201,7 @@ def open_regular(path: str | os.PathLike):
     return os.fdopen(fd, "rb")
 
 
-GZIP_RATIO_GUESS = 10   # JSON bytes per gzip byte, for sizing decisions only (real traces: 8-31x)
+GZIP_RATIO_GUESS = 10  # JSON bytes per gzip byte, for sizing decisions only (real traces: 8-31x)
 
 
 def estimate_json_bytes(path: str | os.PathLike) -> int:
@@ -208,21 +218,25 @@ class ReadState:
     """What read_blocks learnt about the byte stream, for the truncation report."""
 
     gzip: bool = False
-    compressed_bytes: int = 0       # bytes read from the file
-    json_bytes: int = 0             # bytes produced (decompressed)
-    stream_cut: bool = False        # a gzip stream that ends without its trailer (cut mid-stream)
-    corrupt: str = ""               # a gzip stream that stops decoding part way
+    compressed_bytes: int = 0  # bytes read from the file
+    json_bytes: int = 0  # bytes produced (decompressed)
+    stream_cut: bool = False  # a gzip stream that ends without its trailer (cut mid-stream)
+    corrupt: str = ""  # a gzip stream that stops decoding part way
 
 
 def _too_big(path: Path, what: str, env: str, limit) -> TraceError:
     shown = f"{limit:g}" if env == "TRACEINSPECT_MAX_INFLATE" else f"{int(limit)} ({human_bytes(limit)})"
-    return TraceError(str(path), f"{what}, beyond the bound {env}={shown}",
-                      hint=f"no real trace comes near this: it is probably a decompression bomb or a corrupt "
-                           f"file; if it really is a trace, raise the bound ({env}=0 turns it off)")
+    return TraceError(
+        str(path),
+        f"{what}, beyond the bound {env}={shown}",
+        hint=f"no real trace comes near this: it is probably a decompression bomb or a corrupt "
+        f"file; if it really is a trace, raise the bound ({env}=0 turns it off)",
+    )
 
 
-def read_blocks(path: Path, warnings: list[str], progress=None, state: ReadState | None = None,
-                lim: Limits | None = None) -> Iterator[bytes]:
+def read_blocks(
+    path: Path, warnings: list[str], progress=None, state: ReadState | None = None, lim: Limits | None = None
+) -> Iterator[bytes]:
     """Decompressed bytes of the file in blocks of at most BLOCK_BYTES; gzip is sniffed from the
     magic number. Decompression stops with a TraceError as soon as the output passes the bounds
     (inflation ratio, total size), so a bomb costs a few MiB, not its inflated size.
@@ -266,23 +280,36 @@ def read_blocks(path: Path, warnings: list[str], progress=None, state: ReadState
                     state.json_bytes += len(salvage)
                     yield salvage
                 if state.json_bytes == 0:
-                    raise TraceError(str(path), f"starts like a gzip file but cannot be decompressed ({e})",
-                                     hint="re-download or re-copy the file; it is corrupt") from None
+                    raise TraceError(
+                        str(path),
+                        f"starts like a gzip file but cannot be decompressed ({e})",
+                        hint="re-download or re-copy the file; it is corrupt",
+                    ) from None
                 state.corrupt = str(e)
-                warnings.append(f"the gzip stream is corrupt after {state.json_bytes} bytes of JSON ({e}); "
-                                "the complete events before it were kept")
+                warnings.append(
+                    f"the gzip stream is corrupt after {state.json_bytes} bytes of JSON ({e}); "
+                    "the complete events before it were kept"
+                )
                 return
             if out:
                 state.json_bytes += len(out)
                 produced = state.json_bytes
                 if produced > lim.max_json_bytes:
-                    raise _too_big(path, f"inflates to more than {human_bytes(lim.max_json_bytes)} of JSON",
-                                   "TRACEINSPECT_MAX_JSON_BYTES", lim.max_json_bytes)
+                    raise _too_big(
+                        path,
+                        f"inflates to more than {human_bytes(lim.max_json_bytes)} of JSON",
+                        "TRACEINSPECT_MAX_JSON_BYTES",
+                        lim.max_json_bytes,
+                    )
                 consumed = max(1, state.compressed_bytes - len(d.unconsumed_tail) - len(d.unused_data))
                 if produced > INFLATE_GRACE_BYTES and produced > lim.max_inflate * consumed:
-                    raise _too_big(path, f"inflates more than {lim.max_inflate:g}x ({human_bytes(consumed)} of "
-                                   f"gzip gave {human_bytes(produced)} of JSON so far)", "TRACEINSPECT_MAX_INFLATE",
-                                   lim.max_inflate)
+                    raise _too_big(
+                        path,
+                        f"inflates more than {lim.max_inflate:g}x ({human_bytes(consumed)} of "
+                        f"gzip gave {human_bytes(produced)} of JSON so far)",
+                        "TRACEINSPECT_MAX_INFLATE",
+                        lim.max_inflate,
+                    )
                 yield out
             if d.eof:
                 rest = d.unused_data + read(COMPRESSED_READ)
@@ -309,7 +336,7 @@ def _salvage(d, data: bytes, step: int = 512) -> bytes:
     out = bytearray()
     for i in range(0, len(data), step):
         try:
-            out += d.decompress(data[i: i + step], BLOCK_BYTES - len(out))
+            out += d.decompress(data[i : i + step], BLOCK_BYTES - len(out))
         except zlib.error:
             break
         if len(out) >= BLOCK_BYTES or d.eof:
@@ -324,8 +351,11 @@ def read_bytes(path: Path, warnings: list[str], state: ReadState | None = None) 
     with f:
         size = os.fstat(f.fileno()).st_size
     if size == 0:
-        raise TraceError(str(path), "the file is empty (0 bytes)",
-                         hint="the profiler probably crashed before writing; capture the trace again")
+        raise TraceError(
+            str(path),
+            "the file is empty (0 bytes)",
+            hint="the profiler probably crashed before writing; capture the trace again",
+        )
     buf = bytearray()
     for b in read_blocks(path, warnings, state=state):
         buf += b
@@ -358,12 +388,12 @@ def _within_limit_quick(data, limit: int) -> bool | None:
     if b'"' in s:
         s = _BRACKETS_IN_STRING.sub(b"", s)
         if b'"' in s:
-            return None   # an unterminated string
+            return None  # an unterminated string
     depth = 0
     step = 1 << 20
     for i in range(0, len(s), step):
         levels = _STEP[np.frombuffer(s, dtype=np.uint8, count=min(step, len(s) - i), offset=i)]
-        levels = levels.astype(np.int64).cumsum()   # (cumsum with dtype= is 10x slower)
+        levels = levels.astype(np.int64).cumsum()  # (cumsum with dtype= is 10x slower)
         levels += depth
         if levels.max() > limit:
             return False
@@ -378,12 +408,12 @@ def nesting_error(data, limit: int = MAX_NESTING) -> int | None:
     if _within_limit_quick(data, limit):
         return None
     depth = 0
-    in_string = 0          # quotes seen so far, mod 2
-    escaped_next = False   # the block before ended in an odd run of backslashes
+    in_string = 0  # quotes seen so far, mod 2
+    escaped_next = False  # the block before ended in an odd run of backslashes
     mv = memoryview(data).cast("B")
     for start in range(0, len(mv), _NESTING_BLOCK):
-        a = np.frombuffer(mv[start:start + _NESTING_BLOCK], dtype=np.uint8)
-        folded = a | 0x20                      # '[' -> '{', ']' -> '}'
+        a = np.frombuffer(mv[start : start + _NESTING_BLOCK], dtype=np.uint8)
+        folded = a | 0x20  # '[' -> '{', ']' -> '}'
         m = folded == 0x7B
         m |= folded == 0x7D
         m |= a == 0x22
@@ -395,7 +425,7 @@ def nesting_error(data, limit: int = MAX_NESTING) -> int | None:
             continue
         sub = a[idx]
         if carried and idx[0] == 0:
-            sub[0] = 0             # escaped by the previous block's last backslash
+            sub[0] = 0  # escaped by the previous block's last backslash
         bs = idx[sub == 0x5C]
         if bs.size:
             # a run of n backslashes escapes the byte after it when n is odd
@@ -409,8 +439,8 @@ def nesting_error(data, limit: int = MAX_NESTING) -> int | None:
             sub[np.isin(idx, after)] = 0
         quotes = sub == 0x22
         step = _STEP[sub]
-        step[((quotes.astype(np.int64).cumsum() + in_string) & 1).astype(bool)] = 0   # inside a string
-        levels = step.astype(np.int64).cumsum()   # (cumsum with dtype= is 10x slower)
+        step[((quotes.astype(np.int64).cumsum() + in_string) & 1).astype(bool)] = 0  # inside a string
+        levels = step.astype(np.int64).cumsum()  # (cumsum with dtype= is 10x slower)
         levels += depth
         if levels.max() > limit:
             return start + int(idx[np.argmax(levels > limit)])
@@ -420,8 +450,11 @@ def nesting_error(data, limit: int = MAX_NESTING) -> int | None:
 
 
 def _too_deep(path: str, offset: int) -> TraceError:
-    return TraceError(path, f"is nested deeper than {MAX_NESTING} levels at byte {offset} of its JSON",
-                      hint="this is not a torch.profiler trace (Kineto nests 6 levels); check where the file came from")
+    return TraceError(
+        path,
+        f"is nested deeper than {MAX_NESTING} levels at byte {offset} of its JSON",
+        hint="this is not a torch.profiler trace (Kineto nests 6 levels); check where the file came from",
+    )
 
 
 # the last \uD800-\uDBFF escape of a buffer (a high surrogate) and what follows it
@@ -437,15 +470,15 @@ def _lone_surrogate_at_end(data: bytes) -> int | None:
     last = None
     for m in _HIGH_SURROGATE.finditer(data, tail_at):
         k = m.start()
-        while k > 0 and data[k - 1] == 0x5C:   # an escaped backslash is not an escape
+        while k > 0 and data[k - 1] == 0x5C:  # an escaped backslash is not an escape
             k -= 1
         if (m.start() - k) % 2 == 0:
             last = m
     if last is None:
         return None
-    rest = data[last.end():]
+    rest = data[last.end() :]
     if len(rest) >= 6 or _LOW_SURROGATE_PREFIX.fullmatch(rest):
-        return None   # the low half may follow: the file is really cut there
+        return None  # the low half may follow: the file is really cut there
     return last.end()
 
 
@@ -489,8 +522,8 @@ def _recover_truncated(path: str, data: bytearray | bytes, is_array: bool):
             end = max(0, end - (1 << 20))
             continue
         cut = m.start() + 1
-        saved = bytes(buf[cut: cut + len(closer)])
-        buf[cut: cut + len(closer)] = closer
+        saved = bytes(buf[cut : cut + len(closer)])
+        buf[cut : cut + len(closer)] = closer
         try:
             # not released explicitly: undecoded Raw shapes in the events may still point into buf
             doc = decoder.decode(memoryview(buf)[: cut + len(closer)])
@@ -498,7 +531,7 @@ def _recover_truncated(path: str, data: bytearray | bytes, is_array: bool):
             end = m.start()
             continue
         finally:
-            buf[cut: cut + len(closer)] = saved
+            buf[cut : cut + len(closer)] = saved
         return doc, len(buf) - (m.end() - 1)  # the incomplete event, from its opening brace
     return None
 
@@ -533,16 +566,21 @@ def lenient_event(raw) -> tuple[Event | None, bool]:
     except (msgspec.DecodeError, msgspec.ValidationError, TypeError, ValueError):
         try:
             obj = _ANY_DECODER.decode(raw)
-            slim = {k: obj.get(k) for k in ("ph", "cat", "name", "pid", "tid", "ts", "dur")
-                    if isinstance(obj, dict) and obj.get(k) is not None}
+            slim = {
+                k: obj.get(k)
+                for k in ("ph", "cat", "name", "pid", "tid", "ts", "dur")
+                if isinstance(obj, dict) and obj.get(k) is not None
+            }
             return msgspec.convert(slim, Event, strict=False), True
         except Exception:
             return None, False
 
 
 _DROPPED = " events had fields of unexpected types and were dropped"
-_PARTIAL = (" events had fields of unexpected types (or integers beyond int64) that were ignored; "
-            "the rest of each event was kept")
+_PARTIAL = (
+    " events had fields of unexpected types (or integers beyond int64) that were ignored; "
+    "the rest of each event was kept"
+)
 
 
 def _note(warnings: list[str], n: int, text: str) -> None:
@@ -573,8 +611,11 @@ def _decode_lenient(path: str, data: bytes, is_array: bool, warnings: list[str])
     else:
         top = msgspec.json.decode(data, type=dict[str, Raw])
         if "traceEvents" not in top:
-            raise TraceError(path, "is JSON but has no 'traceEvents' list: not a Kineto/Chrome trace",
-                             hint="pass a torch.profiler trace (*.pt.trace.json[.gz]), not a memory snapshot or execution trace")
+            raise TraceError(
+                path,
+                "is JSON but has no 'traceEvents' list: not a Kineto/Chrome trace",
+                hint="pass a torch.profiler trace (*.pt.trace.json[.gz]), not a memory snapshot or execution trace",
+            )
         raws = _RAW_LIST_DECODER.decode(top.pop("traceEvents"))
         meta = {k: msgspec.json.decode(v) for k, v in top.items() if k in Document.__struct_fields__}
         doc = msgspec.convert(meta, Document, strict=False)
@@ -600,8 +641,11 @@ def decode(path: str, data: bytes, file_bytes: int, warnings: list[str], origin:
     first = head[:1]
     if first not in (b"{", b"["):
         preview = head[:20].decode("utf-8", "replace").encode("unicode_escape").decode()
-        raise TraceError(path, f"is not JSON (it starts with '{preview}')",
-                         hint="pass a torch.profiler trace (*.pt.trace.json or .json.gz)")
+        raise TraceError(
+            path,
+            f"is not JSON (it starts with '{preview}')",
+            hint="pass a torch.profiler trace (*.pt.trace.json or .json.gz)",
+        )
     is_array = first == b"["
     deep = nesting_error(data)
     if deep is not None:
@@ -622,20 +666,27 @@ def decode(path: str, data: bytes, file_bytes: int, warnings: list[str], origin:
             # document fails here too, and is handled below like any other)
             doc, events, dropped, _ = _decode_lenient(path, data, is_array, warnings)
     except RecursionError:  # a recursion limit set far below the default: MAX_NESTING did not protect
-        raise TraceError(path, "is nested too deeply for the JSON decoder",
-                         hint="raise sys.setrecursionlimit, or check where the file came from") from None
+        raise TraceError(
+            path,
+            "is nested too deeply for the JSON decoder",
+            hint="raise sys.setrecursionlimit, or check where the file came from",
+        ) from None
     except msgspec.DecodeError as e:
         lone = _lone_surrogate_at_end(data) if "truncated" in str(e) else None
         if lone is not None:
             e = f"JSON is malformed: unexpected end of escaped utf-16 surrogate pair (byte {origin + lone})"
         if "truncated" not in str(e):
-            raise TraceError(path, f"is not valid JSON ({e})",
-                             hint="the file is corrupt; re-copy it or capture the trace again") from None
+            raise TraceError(
+                path, f"is not valid JSON ({e})", hint="the file is corrupt; re-copy it or capture the trace again"
+            ) from None
         rec = _recover_truncated(path, data, is_array)
         rec_used = True
         if rec is None:
-            raise TraceError(path, "is truncated and no complete event could be recovered",
-                             hint="the profiler was killed while writing; capture the trace again") from None
+            raise TraceError(
+                path,
+                "is truncated and no complete event could be recovered",
+                hint="the profiler was killed while writing; capture the trace again",
+            ) from None
         doc, lost = rec
         events = doc if is_array else doc.traceEvents
         if is_array:
@@ -644,11 +695,23 @@ def decode(path: str, data: bytes, file_bytes: int, warnings: list[str], origin:
     if not is_array and not events:
         # distinguish "no traceEvents key" from an empty list
         if b'"traceEvents"' not in data[: min(len(data), 1 << 16)] and b'"traceEvents"' not in data:
-            raise TraceError(path, "is JSON but has no 'traceEvents' list: not a Kineto/Chrome trace",
-                             hint="pass a torch.profiler trace (*.pt.trace.json[.gz]), not a memory snapshot or execution trace")
+            raise TraceError(
+                path,
+                "is JSON but has no 'traceEvents' list: not a Kineto/Chrome trace",
+                hint="pass a torch.profiler trace (*.pt.trace.json[.gz]), not a memory snapshot or execution trace",
+            )
     doc.traceEvents = []
-    return Loaded(path=path, events=events, doc=doc, file_bytes=file_bytes, json_bytes=len(data),
-                  warnings=warnings, lost_bytes=lost, dropped_events=dropped, truncated=rec_used)
+    return Loaded(
+        path=path,
+        events=events,
+        doc=doc,
+        file_bytes=file_bytes,
+        json_bytes=len(data),
+        warnings=warnings,
+        lost_bytes=lost,
+        dropped_events=dropped,
+        truncated=rec_used,
+    )
 
 
 def load_file(path: str | os.PathLike) -> Loaded:

@@ -4,6 +4,7 @@ Owns reading memory figures out of a Trace (trace tables, deviceProperties, the 
 capture block). Must not size batches (facts/memory_fit.py does) nor render anything.
 Every capture value is untrusted: a malformed one is ignored, never raised on.
 """
+
 from __future__ import annotations
 
 import math
@@ -12,9 +13,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-CPU_DEVICE_TYPE = 0            # c10::DeviceType::CPU; CUDA is 1 (ROCm builds also write 1)
-NO_MEMORY_HINT = ("capture with torch.profiler.profile(profile_memory=True), or with traceinspect.capture, "
-                  "which records each step's peak on a GPU (docs/memory.md)")
+CPU_DEVICE_TYPE = 0  # c10::DeviceType::CPU; CUDA is 1 (ROCm builds also write 1)
+NO_MEMORY_HINT = (
+    "capture with torch.profiler.profile(profile_memory=True), or with traceinspect.capture, "
+    "which records each step's peak on a GPU (docs/memory.md)"
+)
 
 
 @dataclass(frozen=True)
@@ -23,7 +26,7 @@ class StepMemory:
 
     step: int
     device: int
-    start_allocated_bytes: float | None   # allocated when the step began (weights, grads, optimizer states, ...)
+    start_allocated_bytes: float | None  # allocated when the step began (weights, grads, optimizer states, ...)
     peak_allocated_bytes: float | None
     peak_reserved_bytes: float | None
 
@@ -41,10 +44,10 @@ class MemoryProfile:
 
     source: str
     steps: tuple[StepMemory, ...] = ()
-    capacity_bytes: dict[int, float] = field(default_factory=dict)   # device -> total memory
-    reason: str = ""              # why there is no figure (source == "")
-    hint: str = ""                # the capture option that adds it
-    captured: bool = False        # the trace carries the capture helpers' memory block (even if null)
+    capacity_bytes: dict[int, float] = field(default_factory=dict)  # device -> total memory
+    reason: str = ""  # why there is no figure (source == "")
+    hint: str = ""  # the capture option that adds it
+    captured: bool = False  # the trace carries the capture helpers' memory block (even if null)
 
     @property
     def devices(self) -> list[int]:
@@ -74,7 +77,7 @@ def _num(v) -> float | None:
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
         return None
     v = float(v)
-    return v if math.isfinite(v) and 0 <= v < 2 ** 62 else None
+    return v if math.isfinite(v) and 0 <= v < 2**62 else None
 
 
 def _capacities(trace) -> dict[int, float]:
@@ -102,9 +105,13 @@ def from_capture(trace) -> MemoryProfile | None:
     for s in mem.get("steps") if isinstance(mem.get("steps"), list) else ():
         if not isinstance(s, dict) or not isinstance(s.get("step"), int) or isinstance(s.get("step"), bool):
             continue
-        row = StepMemory(step=s["step"], device=dev, start_allocated_bytes=_num(s.get("start_allocated_bytes")),
-                         peak_allocated_bytes=_num(s.get("max_allocated_bytes")),
-                         peak_reserved_bytes=_num(s.get("max_reserved_bytes")))
+        row = StepMemory(
+            step=s["step"],
+            device=dev,
+            start_allocated_bytes=_num(s.get("start_allocated_bytes")),
+            peak_allocated_bytes=_num(s.get("max_allocated_bytes")),
+            peak_reserved_bytes=_num(s.get("max_reserved_bytes")),
+        )
         if row.peak_allocated_bytes is not None:
             rows.append(row)
     if not rows:
@@ -116,25 +123,34 @@ def from_events(trace) -> MemoryProfile:
     """Per device and step: the allocator totals that Kineto writes on every `[memory]` event."""
     caps = _capacities(trace)
     m = trace.memory
-    why_off = ("the trace has no [memory] events: it was captured without profile_memory=True"
-               if not trace.meta.profiler.get("profile_memory") else
-               "the trace has no device [memory] events in the analysed steps")
+    why_off = (
+        "the trace has no [memory] events: it was captured without profile_memory=True"
+        if not trace.meta.profiler.get("profile_memory")
+        else "the trace has no device [memory] events in the analysed steps"
+    )
     if not len(m):
         return MemoryProfile(source="", capacity_bytes=caps, reason=why_off, hint=NO_MEMORY_HINT)
     dtype = m["device_type"].to_numpy()
     dev_rows = m[(dtype != CPU_DEVICE_TYPE) & (dtype >= 0)]
     if not len(dev_rows):
-        return MemoryProfile(source="", capacity_bytes=caps,
-                             hint="profile with the CUDA activity (ProfilerActivity.CUDA), or use traceinspect.capture "
-                                  "on the GPU, which records each step's peak",
-                             reason="the [memory] events are all host (CPU) allocations: no device memory figure")
+        return MemoryProfile(
+            source="",
+            capacity_bytes=caps,
+            hint="profile with the CUDA activity (ProfilerActivity.CUDA), or use traceinspect.capture "
+            "on the GPU, which records each step's peak",
+            reason="the [memory] events are all host (CPU) allocations: no device memory figure",
+        )
     talloc = dev_rows["total_allocated_bytes"].to_numpy()
     tres = dev_rows["total_reserved_bytes"].to_numpy()
     if not (talloc > 0).any():
         # PyTorch before ~1.10 wrote only "Bytes" per event, no running totals: the peak is unknowable
-        return MemoryProfile(source="", capacity_bytes=caps, hint="capture with PyTorch 1.10 or newer",
-                             reason="the [memory] events carry no 'Total Allocated' (an older PyTorch): "
-                                    "the allocation before the window is unknown, so there is no peak")
+        return MemoryProfile(
+            source="",
+            capacity_bytes=caps,
+            hint="capture with PyTorch 1.10 or newer",
+            reason="the [memory] events carry no 'Total Allocated' (an older PyTorch): "
+            "the allocation before the window is unknown, so there is no peak",
+        )
     order = np.argsort(dev_rows["ts_us"].to_numpy(), kind="stable")
     ts = dev_rows["ts_us"].to_numpy()[order]
     talloc, tres = talloc[order], tres[order]
@@ -154,25 +170,42 @@ def from_events(trace) -> MemoryProfile:
                 continue
             # the total just before the step, else the first event's total minus its own delta
             start = a_d[lo - 1] if lo > 0 else max(a_d[lo] - b_d[lo], 0.0)
-            rows.append(StepMemory(step=int(st.step), device=d, start_allocated_bytes=float(start),
-                                   peak_allocated_bytes=float(max(a_d[lo:hi].max(), start)),
-                                   peak_reserved_bytes=float(r_d[lo:hi].max()) if (r_d[lo:hi] > 0).any() else None))
+            rows.append(
+                StepMemory(
+                    step=int(st.step),
+                    device=d,
+                    start_allocated_bytes=float(start),
+                    peak_allocated_bytes=float(max(a_d[lo:hi].max(), start)),
+                    peak_reserved_bytes=float(r_d[lo:hi].max()) if (r_d[lo:hi] > 0).any() else None,
+                )
+            )
     if not rows:
-        return MemoryProfile(source="", capacity_bytes=caps, hint=NO_MEMORY_HINT,
-                             reason="no device [memory] event falls inside the analysed steps")
+        return MemoryProfile(
+            source="",
+            capacity_bytes=caps,
+            hint=NO_MEMORY_HINT,
+            reason="no device [memory] event falls inside the analysed steps",
+        )
     return MemoryProfile(source="trace", steps=tuple(rows), capacity_bytes=caps)
 
 
 def memory_profile(trace) -> MemoryProfile:
     """The capture helpers' figures when the trace has them (they see the whole step, including
     allocations outside the profiled ops), else the `[memory]` events'. Memoised per trace."""
+
     def compute():
         prof = from_capture(trace) or from_events(trace)
         rc = trace.meta.run_config
         mem = rc.get("memory") if isinstance(rc, dict) else None
         why = mem.get("reason") if isinstance(mem, dict) else None
-        if not prof.source and isinstance(why, str) and why:   # e.g. a CPU capture: say what the helper said
-            prof = MemoryProfile(source="", capacity_bytes=prof.capacity_bytes,
-                                 reason=f"capture helper: {why[:200]}", hint=prof.hint, captured=True)
+        if not prof.source and isinstance(why, str) and why:  # e.g. a CPU capture: say what the helper said
+            prof = MemoryProfile(
+                source="",
+                capacity_bytes=prof.capacity_bytes,
+                reason=f"capture helper: {why[:200]}",
+                hint=prof.hint,
+                captured=True,
+            )
         return prof
+
     return trace.memo(("memory profile", tuple(trace.steps["step"])), compute)

@@ -2,6 +2,7 @@
 
 Owns step detection and device/rank identification. Detectors read a Trace and never mutate it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -53,20 +54,20 @@ class TraceMeta:
     json_bytes: int
     n_events: int
     rank: int
-    rank_source: str               # "distributedInfo" | "file name" | "default"
+    rank_source: str  # "distributedInfo" | "file name" | "default"
     world_size: int | None
     devices: list[DeviceInfo]
-    profiler: dict                 # record_shapes, with_stack, ...: True / False / None (the trace does not say)
-    versions: dict                 # cuda runtime/driver, cupti, hip
-    run_config: dict | None        # traceinspect.capture metadata, when present
+    profiler: dict  # record_shapes, with_stack, ...: True / False / None (the trace does not say)
+    versions: dict  # cuda runtime/driver, cupti, hip
+    run_config: dict | None  # traceinspect.capture metadata, when present
     base_time_ns: int | None
     origin_us: float
-    lost_bytes: int = 0            # bytes of an incomplete last event discarded from a truncated file
+    lost_bytes: int = 0  # bytes of an incomplete last event discarded from a truncated file
     dropped_events: int = 0
-    truncated: bool = False        # the file was cut off: only complete events, and steps, are analysed
-    compressed: bool = False       # gzip
-    steps_dropped: tuple = ()      # step numbers cut by the truncation (not analysed)
-    profiler_source: dict = dataclasses.field(default_factory=dict)   # option -> where its value comes from
+    truncated: bool = False  # the file was cut off: only complete events, and steps, are analysed
+    compressed: bool = False  # gzip
+    steps_dropped: tuple = ()  # step numbers cut by the truncation (not analysed)
+    profiler_source: dict = dataclasses.field(default_factory=dict)  # option -> where its value comes from
 
 
 class Trace:
@@ -134,8 +135,16 @@ class Trace:
             return None
         if self.meta.devices and len(self.meta.devices) == 1:
             return self.meta.devices[0]
-        return DeviceInfo(id=did, name="unknown GPU", compute_major=None, compute_minor=None,
-                          num_sms=None, total_mem_bytes=None, is_rocm=self.is_rocm, peaks=None)
+        return DeviceInfo(
+            id=did,
+            name="unknown GPU",
+            compute_major=None,
+            compute_minor=None,
+            num_sms=None,
+            total_mem_bytes=None,
+            is_rocm=self.is_rocm,
+            peaks=None,
+        )
 
     # --- steps ------------------------------------------------------------------------------------
     @cached_property
@@ -197,10 +206,15 @@ class Trace:
 def parse_step_slice(spec: str) -> slice:
     """--steps: 'N' (one step), 'A:B' or 'A:B:C', a Python slice over the steps in time order.
     Anything else (a zero or non-integer part, more than three parts) is a UsageError."""
+
     def usage() -> UsageError:
-        return UsageError(": expected N, A:B or A:B:C with integers and a non-zero C", param="steps", value=spec,
-                          hint="a Python slice over the steps in time order: '1:' skips the first step, "
-                               "'2:5' takes the third to the fifth, '::2' every other one")
+        return UsageError(
+            ": expected N, A:B or A:B:C with integers and a non-zero C",
+            param="steps",
+            value=spec,
+            hint="a Python slice over the steps in time order: '1:' skips the first step, "
+            "'2:5' takes the third to the fifth, '::2' every other one",
+        )
 
     parts: list[int | None] = []
     for p in spec.split(":"):
@@ -233,15 +247,18 @@ def find_steps(tables: Tables, warnings: list[str] | None = None) -> tuple[pd.Da
         is_valid = name_flags(ops["name"], lambda n: _STEP.match(n) is not None)
         bad = int(np.count_nonzero(is_step & ~is_valid))
         if bad and warnings is not None:
-            warnings.append(f"{bad} spans named ProfilerStep#... do not end in a step number "
-                            "(at most 18 digits) and were not taken as steps")
+            warnings.append(
+                f"{bad} spans named ProfilerStep#... do not end in a step number "
+                "(at most 18 digits) and were not taken as steps"
+            )
         if is_valid.any():
             st = ops[is_valid].copy()
             st["step"] = st["name"].astype(str).str.slice(len("ProfilerStep#")).astype(np.int64)
             st = st.sort_values(["step", "dur_us"]).drop_duplicates("step", keep="last")
             st = st.sort_values("ts_us")
-            df = pd.DataFrame({"step": st["step"].to_numpy(), "start_us": st["ts_us"].to_numpy(),
-                               "end_us": st["end_us"].to_numpy()})
+            df = pd.DataFrame(
+                {"step": st["step"].to_numpy(), "start_us": st["ts_us"].to_numpy(), "end_us": st["end_us"].to_numpy()}
+            )
             df["dur_us"] = df["end_us"] - df["start_us"]
             df = df[df["dur_us"] > 0].reset_index(drop=True)[cols]
             if len(df):
@@ -297,12 +314,18 @@ def _devices(doc, is_rocm_hint: bool) -> list[DeviceInfo]:
         major = _int64(p.get("computeMajor"))
         did = _device_id(p.get("id"))
         is_rocm = is_rocm_hint or "AMD" in name or "Instinct" in name or "gfx" in name.lower()
-        out.append(DeviceInfo(
-            id=len(out) if did is None else did, name=name,
-            compute_major=major, compute_minor=_int64(p.get("computeMinor")),
-            num_sms=_int64(p.get("numSms")), total_mem_bytes=_int64(p.get("totalGlobalMem")),
-            is_rocm=is_rocm,
-            peaks=peaks_for(name, major if (major is not None and not is_rocm) else None)))
+        out.append(
+            DeviceInfo(
+                id=len(out) if did is None else did,
+                name=name,
+                compute_major=major,
+                compute_minor=_int64(p.get("computeMinor")),
+                num_sms=_int64(p.get("numSms")),
+                total_mem_bytes=_int64(p.get("totalGlobalMem")),
+                is_rocm=is_rocm,
+                peaks=peaks_for(name, major if (major is not None and not is_rocm) else None),
+            )
+        )
     return out
 
 
@@ -389,8 +412,10 @@ def _cap_names(tables: Tables, warnings: list[str]) -> None:
             df[col] = df[col].cat.rename_categories([short(c) for c in cats])
     tables.thread_names = {k: short(v) for k, v in tables.thread_names.items()}
     if cut:
-        warnings.append(f"{cut} name{'s' if cut != 1 else ''} longer than {MAX_NAME_CHARS:,} characters "
-                        f"(the longest {longest:,}) {'were' if cut != 1 else 'was'} cut to that length")
+        warnings.append(
+            f"{cut} name{'s' if cut != 1 else ''} longer than {MAX_NAME_CHARS:,} characters "
+            f"(the longest {longest:,}) {'were' if cut != 1 else 'was'} cut to that length"
+        )
 
 
 def from_loaded(loaded: _load.Loaded, *, warn_default_rank: bool = False) -> Trace:
@@ -401,9 +426,17 @@ def from_loaded(loaded: _load.Loaded, *, warn_default_rank: bool = False) -> Tra
     warnings = list(loaded.warnings) + tables.warnings
     _cap_names(tables, warnings)
     rank, rank_source, world = _rank(doc, loaded.path, warnings, warn_default_rank)
-    versions = {k: getattr(doc, k) for k in ("cuda_runtime_version", "cuda_driver_version", "cupti_version",
-                                             "hip_runtime_version", "roctracer_version")
-                if getattr(doc, k) is not None}
+    versions = {
+        k: getattr(doc, k)
+        for k in (
+            "cuda_runtime_version",
+            "cuda_driver_version",
+            "cupti_version",
+            "hip_runtime_version",
+            "roctracer_version",
+        )
+        if getattr(doc, k) is not None
+    }
     hip = versions.get("hip_runtime_version") is not None
     if not hip and len(tables.runtime):
         hip = any(str(c).startswith("hip") for c in pd.Categorical(tables.runtime["name"]).categories)
@@ -412,27 +445,43 @@ def from_loaded(loaded: _load.Loaded, *, warn_default_rank: bool = False) -> Tra
     if doc.traceinspect is not None and run_config is None:
         warnings.append("the trace's 'traceinspect' metadata is not an object; it was ignored")
     read = loaded.read
-    meta = TraceMeta(path=loaded.path, file_bytes=loaded.file_bytes, json_bytes=loaded.json_bytes,
-                     n_events=tables.n_events, rank=rank, rank_source=rank_source, world_size=world,
-                     devices=_devices(doc, hip), profiler=profiler, profiler_source=profiler_source,
-                     versions=versions,
-                     run_config=run_config, base_time_ns=doc.baseTimeNanoseconds,
-                     origin_us=tables.origin_us, lost_bytes=loaded.lost_bytes,
-                     dropped_events=loaded.dropped_events, truncated=loaded.truncated,
-                     compressed=bool(read and read.gzip))
+    meta = TraceMeta(
+        path=loaded.path,
+        file_bytes=loaded.file_bytes,
+        json_bytes=loaded.json_bytes,
+        n_events=tables.n_events,
+        rank=rank,
+        rank_source=rank_source,
+        world_size=world,
+        devices=_devices(doc, hip),
+        profiler=profiler,
+        profiler_source=profiler_source,
+        versions=versions,
+        run_config=run_config,
+        base_time_ns=doc.baseTimeNanoseconds,
+        origin_us=tables.origin_us,
+        lost_bytes=loaded.lost_bytes,
+        dropped_events=loaded.dropped_events,
+        truncated=loaded.truncated,
+        compressed=bool(read and read.gzip),
+    )
     trace = Trace(meta, tables, warnings)
     _not_a_trace(trace)
     if meta.truncated:
         _truncation(trace, stream_cut=bool(read and read.stream_cut), corrupt=bool(read and read.corrupt))
     elif read is not None and read.stream_cut:
-        warnings.append("the gzip stream ends without its trailer (the copy was cut just at the end), but the "
-                        "JSON inside is complete: nothing was lost")
+        warnings.append(
+            "the gzip stream ends without its trailer (the copy was cut just at the end), but the "
+            "JSON inside is complete: nothing was lost"
+        )
     _quality_checks(trace)
     return trace
 
 
-_NOT_A_TRACE_HINT = ("pass a torch.profiler trace (*.pt.trace.json[.gz], from on_trace_ready or "
-                     "export_chrome_trace), not a memory timeline, snapshot or execution trace")
+_NOT_A_TRACE_HINT = (
+    "pass a torch.profiler trace (*.pt.trace.json[.gz], from on_trace_ready or "
+    "export_chrome_trace), not a memory timeline, snapshot or execution trace"
+)
 
 
 def _not_a_trace(trace: Trace) -> None:
@@ -440,13 +489,19 @@ def _not_a_trace(trace: Trace) -> None:
     worth of data: an error (exit 3), never a report of zeros."""
     m = trace.meta
     if m.n_events == 0:
-        raise TraceError(m.path, "has no trace events (its event list is empty)",
-                         hint="the profiler recorded nothing: check that prof.step() is called in the loop and "
-                              "that the schedule's active steps ran, then capture again")
+        raise TraceError(
+            m.path,
+            "has no trace events (its event list is empty)",
+            hint="the profiler recorded nothing: check that prof.step() is called in the loop and "
+            "that the schedule's active steps ran, then capture again",
+        )
     if not trace.has_gpu and not trace.has_cpu:
-        raise TraceError(m.path, f"none of its {m.n_events} events is a CPU op, runtime call, GPU kernel or "
-                                 "copy: it is not a torch.profiler trace (or one that recorded nothing)",
-                         hint=_NOT_A_TRACE_HINT)
+        raise TraceError(
+            m.path,
+            f"none of its {m.n_events} events is a CPU op, runtime call, GPU kernel or "
+            "copy: it is not a torch.profiler trace (or one that recorded nothing)",
+            hint=_NOT_A_TRACE_HINT,
+        )
 
 
 def _gpu_expected(trace: Trace) -> bool:
@@ -526,37 +581,50 @@ def _truncation(trace: Trace, stream_cut: bool, corrupt: bool = False) -> None:
     kept_nums = set(kept["step"].tolist())
     dropped = [int(s) for s in found["step"].tolist() if s not in kept_nums] if source != "whole trace" else []
     m.steps_dropped = tuple(dropped)
-    where = (f"{_hbytes(m.json_bytes)} of JSON" + (f" (from {_hbytes(m.file_bytes)} of gzip)" if m.compressed else ""))
+    where = f"{_hbytes(m.json_bytes)} of JSON" + (f" (from {_hbytes(m.file_bytes)} of gzip)" if m.compressed else "")
     if corrupt:
         unknown = "the gzip data after that point is corrupt and cannot be decoded, so how much it held is unknown"
     elif stream_cut:
-        unknown = ("the gzip stream was cut mid-way, so its size trailer is gone too: how much came after the "
-                   "cut is not recorded anywhere in the file")
+        unknown = (
+            "the gzip stream was cut mid-way, so its size trailer is gone too: how much came after the "
+            "cut is not recorded anywhere in the file"
+        )
     else:
         unknown = "how much came after the cut is not recorded in the file"
-    msg = (f"the file is truncated: it ends after {where}, in the middle of an event; the incomplete "
-           f"last {m.lost_bytes} bytes were discarded and every complete event before them kept; {unknown}")
+    msg = (
+        f"the file is truncated: it ends after {where}, in the middle of an event; the incomplete "
+        f"last {m.lost_bytes} bytes were discarded and every complete event before them kept; {unknown}"
+    )
     est = _lost_estimate(trace, found, kept) if len(kept) and dropped else None
     if est is not None:
         ev, nb = est
-        msg += (f"; an estimated {ev:,} events (~{_hbytes(nb)} of JSON) were lost (estimate: the event "
-                f"rate of the complete steps times the steps cut, and the average event size read)")
+        msg += (
+            f"; an estimated {ev:,} events (~{_hbytes(nb)} of JSON) were lost (estimate: the event "
+            f"rate of the complete steps times the steps cut, and the average event size read)"
+        )
     trace.warnings.append(msg)
     gpu_note = ""
     if _gpu_expected(trace) and not trace.has_gpu:
         name = trace.meta.devices[0].name if trace.meta.devices else "a GPU"
-        gpu_note = (f"; the trace names {name} but no GPU event survived the cut (Kineto writes GPU events "
-                    "after all host events), so its GPU work was lost, not absent")
+        gpu_note = (
+            f"; the trace names {name} but no GPU event survived the cut (Kineto writes GPU events "
+            "after all host events), so its GPU work was lost, not absent"
+        )
     if not len(kept):
         n = len(found)
-        raise TraceError(m.path, f"is truncated and none of its {n} step{'s' if n != 1 else ''} is complete "
-                                 f"(the data ends after {where}){gpu_note}",
-                         hint="re-copy or re-download the complete file; a cut file cannot be analysed honestly")
+        raise TraceError(
+            m.path,
+            f"is truncated and none of its {n} step{'s' if n != 1 else ''} is complete "
+            f"(the data ends after {where}){gpu_note}",
+            hint="re-copy or re-download the complete file; a cut file cannot be analysed honestly",
+        )
     if gpu_note:
         trace.warnings.append("GPU events lost to the truncation" + gpu_note)
     if dropped:
-        trace.warnings.append(f"only the complete steps are analysed: {len(kept)} of {len(found)} kept "
-                              f"({_ranges(kept_nums)}); dropped because the cut reaches into them: {_ranges(dropped)}")
+        trace.warnings.append(
+            f"only the complete steps are analysed: {len(kept)} of {len(found)} kept "
+            f"({_ranges(kept_nums)}); dropped because the cut reaches into them: {_ranges(dropped)}"
+        )
     elif source == "whole trace":
         trace.warnings.append("the analysed window ends where the truncated data ends")
 
@@ -578,8 +646,13 @@ def _lost_estimate(trace: Trace, found: pd.DataFrame, kept: pd.DataFrame) -> tup
         ts = np.sort(df["ts_us"].to_numpy())
 
         def count(st):
-            return int((np.searchsorted(ts, st["end_us"].to_numpy(), side="right")
-                        - np.searchsorted(ts, st["start_us"].to_numpy(), side="left")).sum())
+            return int(
+                (
+                    np.searchsorted(ts, st["end_us"].to_numpy(), side="right")
+                    - np.searchsorted(ts, st["start_us"].to_numpy(), side="left")
+                ).sum()
+            )
+
         rate = count(kept) / len(kept)
         lost += max(0.0, rate * len(cut) - count(cut))
     if not analysed or lost <= 0:
@@ -601,11 +674,14 @@ def _quality_checks(trace: Trace) -> None:
             trace.warnings.append(
                 f"the trace names {trace.meta.devices[0].name} but holds no GPU kernels or copies: the GPU events "
                 "are absent from the file (CUDA activity was not recorded, or the profiler lost them); GPU "
-                "analyses are skipped")
+                "analyses are skipped"
+            )
         else:
             trace.warnings.append("CPU-only trace: no GPU kernels or copies; GPU analyses are skipped")
     elif not trace.has_cpu:
-        trace.warnings.append("GPU-only trace: no CPU ops or runtime calls; idle time cannot be attributed to host activity")
+        trace.warnings.append(
+            "GPU-only trace: no CPU ops or runtime calls; idle time cannot be attributed to host activity"
+        )
     k = trace.kernels
     if len(k) > 1:
         overl = 0
@@ -616,16 +692,19 @@ def _quality_checks(trace: Trace) -> None:
             end = g["end_us"].to_numpy()
             overl += int(np.sum(ts[1:] < np.maximum.accumulate(end)[:-1] - 0.01))
         if overl:
-            trace.warnings.append(f"{overl} kernels overlap an earlier kernel on the same stream "
-                                  "(clock skew or a profiler bug); busy time uses their union")
+            trace.warnings.append(
+                f"{overl} kernels overlap an earlier kernel on the same stream "
+                "(clock skew or a profiler bug); busy time uses their union"
+            )
 
 
-PARALLEL_MIN_BYTES = 48 << 20   # below this, worker processes cost more than they save
+PARALLEL_MIN_BYTES = 48 << 20  # below this, worker processes cost more than they save
 
 
 def default_jobs(path: str | os.PathLike) -> int:
     """Parallel chunk decoders for one file when -j is not given."""
     from .stream import native_enabled
+
     if native_enabled():
         # the native scanner runs without the GIL: one thread per core (up to 4) pays from the
         # second chunk on, and costs nothing on a one-chunk file
@@ -640,12 +719,14 @@ def default_jobs(path: str | os.PathLike) -> int:
     return min(cores, 4) if big and cores >= 4 else 1
 
 
-def load_trace(path: str | os.PathLike, *, warn_default_rank: bool = False, jobs: int | None = None,
-               progress=None) -> Trace:
+def load_trace(
+    path: str | os.PathLike, *, warn_default_rank: bool = False, jobs: int | None = None, progress=None
+) -> Trace:
     """Load one trace file. jobs: parallel chunk decoders (threads with the native scanner, else
     processes; 1: none; default: default_jobs); progress: an optional callable taking the
     fraction of the file read so far."""
     from .stream import load_streaming
+
     if jobs is None:
         jobs = default_jobs(path)
     was = gc.isenabled()

@@ -3,6 +3,7 @@ ranks by their order per communicator, clock offsets from their end times, and w
 
 Pure data over numbers (no findings, no rendering): analyze.reduce_ranks turns it into the verdict.
 """
+
 from __future__ import annotations
 
 import re
@@ -14,18 +15,34 @@ from . import intervals as iv
 from .timeline import is_comm_kernel
 
 _KERNEL_COLL = re.compile(r"(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)", re.IGNORECASE)
-_CANON = {"allreduce": "allreduce", "all_reduce": "allreduce", "allgather": "allgather",
-          "all_gather": "allgather", "_allgather_base": "allgather", "allgather_into_tensor_coalesced": "allgather",
-          "reducescatter": "reduce_scatter", "reduce_scatter": "reduce_scatter",
-          "_reduce_scatter_base": "reduce_scatter", "reduce_scatter_tensor_coalesced": "reduce_scatter",
-          "broadcast": "broadcast", "sendrecv": "send/recv", "send": "send/recv", "recv": "send/recv",
-          "alltoall": "all_to_all", "all_to_all": "all_to_all", "alltoall_base": "all_to_all",
-          "reduce": "reduce", "gather": "gather", "scatter": "scatter", "barrier": "barrier"}
+_CANON = {
+    "allreduce": "allreduce",
+    "all_reduce": "allreduce",
+    "allgather": "allgather",
+    "all_gather": "allgather",
+    "_allgather_base": "allgather",
+    "allgather_into_tensor_coalesced": "allgather",
+    "reducescatter": "reduce_scatter",
+    "reduce_scatter": "reduce_scatter",
+    "_reduce_scatter_base": "reduce_scatter",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter",
+    "broadcast": "broadcast",
+    "sendrecv": "send/recv",
+    "send": "send/recv",
+    "recv": "send/recv",
+    "alltoall": "all_to_all",
+    "all_to_all": "all_to_all",
+    "alltoall_base": "all_to_all",
+    "reduce": "reduce",
+    "gather": "gather",
+    "scatter": "scatter",
+    "barrier": "barrier",
+}
 
 # Ranks on one host share one clock and their collectives end within microseconds of each other;
 # offsets estimated above this are a second clock (another host, or unsynchronised clocks).
 CLOCK_TOLERANCE_US = 50.0
-MAX_ROWS = 500   # collectives listed in the report (the sums use all of them)
+MAX_ROWS = 500  # collectives listed in the report (the sums use all of them)
 # collectives whose buffer is the same size on every rank (all-to-all and gathers may be uneven)
 SAME_SIZE = {"allreduce", "broadcast", "reduce"}
 
@@ -41,8 +58,10 @@ def collective_names(k: pd.DataFrame) -> np.ndarray:
         g = m.group(1).lower() if m else ""
         if not g or g == "generic":
             low = name.lower()
-            g = next((c for c in ("all_reduce", "allreduce", "all_gather", "reduce_scatter", "all_to_all")
-                      if c in low), "cross_device_reduce" if "cross_device_reduce" in low else "unknown")
+            g = next(
+                (c for c in ("all_reduce", "allreduce", "all_gather", "reduce_scatter", "all_to_all") if c in low),
+                "cross_device_reduce" if "cross_device_reduce" in low else "unknown",
+            )
         out.append(_CANON.get(g, g))
     return np.array(out, dtype=object)
 
@@ -70,8 +89,15 @@ def rank_collectives(trace) -> list[dict]:
     rows = []
     for r, coll in zip(k.itertuples(index=False), names):
         g = order.setdefault(int(r.stream), len(order))
-        rows.append({"ts_us": origin + float(r.ts_us), "end_us": origin + float(r.end_us), "collective": str(coll),
-                     "group": g, "nelems": max(int(r.in_msg_nelems), int(r.out_msg_nelems))})
+        rows.append(
+            {
+                "ts_us": origin + float(r.ts_us),
+                "end_us": origin + float(r.end_us),
+                "collective": str(coll),
+                "group": g,
+                "nelems": max(int(r.in_msg_nelems), int(r.out_msg_nelems)),
+            }
+        )
     return rows
 
 
@@ -90,18 +116,24 @@ def align(per_rank: dict[int, list[dict]], n_steps: int = 1, tolerance_us: float
         n = min(len(s) for s in seqs.values())
         if any(len(s) != n for s in seqs.values()):
             counts = ", ".join(f"rank {r}: {len(s)}" for r, s in seqs.items())
-            notes.append(f"communicator {g}: the ranks recorded different numbers of collectives ({counts}); "
-                         f"the first {n} were matched")
+            notes.append(
+                f"communicator {g}: the ranks recorded different numbers of collectives ({counts}); "
+                f"the first {n} were matched"
+            )
         for i in range(n):
             kinds = {seqs[r][i]["collective"] for r in ranks} - {"unknown"}
             if len(kinds) > 1:
-                notes.append(f"communicator {g}: collective #{i} differs between ranks ({', '.join(sorted(kinds))}); "
-                             f"matching stopped there")
+                notes.append(
+                    f"communicator {g}: collective #{i} differs between ranks ({', '.join(sorted(kinds))}); "
+                    f"matching stopped there"
+                )
                 break
             sizes = {seqs[r][i].get("nelems", -1) for r in ranks} - {-1}
             if kinds & SAME_SIZE and len(sizes) > 1:
-                notes.append(f"communicator {g}: collective #{i} ({next(iter(kinds))}) has different element counts "
-                             f"on different ranks ({', '.join(map(str, sorted(sizes)))}); matching stopped there")
+                notes.append(
+                    f"communicator {g}: collective #{i} ({next(iter(kinds))}) has different element counts "
+                    f"on different ranks ({', '.join(map(str, sorted(sizes)))}); matching stopped there"
+                )
                 break
             starts.append([seqs[r][i]["ts_us"] for r in ranks])
             ends.append([seqs[r][i]["end_us"] for r in ranks])
@@ -124,27 +156,45 @@ def align(per_rank: dict[int, list[dict]], n_steps: int = 1, tolerance_us: float
     wait = np.clip(last[:, None] - a, 0.0, dur)
     lag = a.argmax(axis=1)
     srt = np.sort(a, axis=1)
-    cost = srt[:, -1] - srt[:, -2]           # what the job would save if the last rank came with the next one
-    lag = np.where(cost > 0, lag, -1)        # a tie for last: nobody is last
+    cost = srt[:, -1] - srt[:, -2]  # what the job would save if the last rank came with the next one
+    lag = np.where(cost > 0, lag, -1)  # a tie for last: nobody is last
     caused = wait.sum(axis=1) - wait[np.arange(len(a)), lag]
     n_steps = max(int(n_steps), 1)
     per = []
     for j, r in enumerate(ranks):
         mine = lag == j
-        per.append({"rank": r, "last_arrivals": int(mine.sum()),
-                    "caused_wait_us_per_step": float(caused[mine].sum()) / n_steps,
-                    "job_cost_us_per_step": float(cost[mine].sum()) / n_steps,
-                    "wait_us_per_step": float(wait[:, j].sum()) / n_steps,
-                    "transfer_us_per_step": float((dur[:, j] - wait[:, j]).sum()) / n_steps,
-                    "clock_offset_us": float(offsets[j])})
+        per.append(
+            {
+                "rank": r,
+                "last_arrivals": int(mine.sum()),
+                "caused_wait_us_per_step": float(caused[mine].sum()) / n_steps,
+                "job_cost_us_per_step": float(cost[mine].sum()) / n_steps,
+                "wait_us_per_step": float(wait[:, j].sum()) / n_steps,
+                "transfer_us_per_step": float((dur[:, j] - wait[:, j]).sum()) / n_steps,
+                "clock_offset_us": float(offsets[j]),
+            }
+        )
     best = max(per, key=lambda p: (p["caused_wait_us_per_step"], p["last_arrivals"]))
-    rows = [{"index": i, "group": int(gids[i]), "collective": names[i], "arrival_skew_us": float(last[i] - first[i]),
-             "last_rank": ranks[int(lag[i])] if lag[i] >= 0 else None, "job_cost_us": float(cost[i])} for i in range(min(len(a), MAX_ROWS))]
+    rows = [
+        {
+            "index": i,
+            "group": int(gids[i]),
+            "collective": names[i],
+            "arrival_skew_us": float(last[i] - first[i]),
+            "last_rank": ranks[int(lag[i])] if lag[i] >= 0 else None,
+            "job_cost_us": float(cost[i]),
+        }
+        for i in range(min(len(a), MAX_ROWS))
+    ]
     return {
-        "matched": int(len(a)), "ranks": ranks, "steps": n_steps,
+        "matched": int(len(a)),
+        "ranks": ranks,
+        "steps": n_steps,
         "clock": "offsets estimated from collective end times" if two_clocks else "one clock",
         "clock_tolerance_us": tolerance_us,
         "straggler": best["rank"] if best["caused_wait_us_per_step"] > 0 else None,
-        "per_rank": per, "collectives": rows, "notes": notes,
+        "per_rank": per,
+        "collectives": rows,
+        "notes": notes,
         "max_arrival_skew_us": float((last - first).max()),
     }

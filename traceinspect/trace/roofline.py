@@ -5,6 +5,7 @@ Owns the op-family formulas (docs/roofline.md). Must not read trace tables (fact
 builds the per-shape table) and must not judge (the far-from-roofline detector does). Every shape and type string is untrusted trace data:
 anything that does not decode to the expected nesting of non-negative ints yields no model, never an error.
 """
+
 from __future__ import annotations
 
 import math
@@ -14,11 +15,22 @@ from .hardware import Peaks
 
 # Input type string -> (dtype label, bytes per element)
 DTYPES = {
-    "c10::BFloat16": ("bf16", 2), "c10::Half": ("fp16", 2), "float": ("fp32", 4), "double": ("fp64", 8),
-    "c10::Float8_e4m3fn": ("fp8", 1), "c10::Float8_e5m2": ("fp8", 1), "c10::Float8_e4m3fnuz": ("fp8", 1),
-    "c10::Float8_e5m2fnuz": ("fp8", 1), "long int": ("int64", 8), "int": ("int32", 4), "short int": ("int16", 2),
-    "signed char": ("int8", 1), "unsigned char": ("uint8", 1), "bool": ("bool", 1),
-    "c10::complex<float>": ("complex64", 8), "c10::complex<double>": ("complex128", 16),
+    "c10::BFloat16": ("bf16", 2),
+    "c10::Half": ("fp16", 2),
+    "float": ("fp32", 4),
+    "double": ("fp64", 8),
+    "c10::Float8_e4m3fn": ("fp8", 1),
+    "c10::Float8_e5m2": ("fp8", 1),
+    "c10::Float8_e4m3fnuz": ("fp8", 1),
+    "c10::Float8_e5m2fnuz": ("fp8", 1),
+    "long int": ("int64", 8),
+    "int": ("int32", 4),
+    "short int": ("int16", 2),
+    "signed char": ("int8", 1),
+    "unsigned char": ("uint8", 1),
+    "bool": ("bool", 1),
+    "c10::complex<float>": ("complex64", 8),
+    "c10::complex<double>": ("complex128", 16),
 }
 FLOAT_DTYPES = ("bf16", "fp16", "fp32", "fp64", "fp8")
 
@@ -26,44 +38,114 @@ GEMM, BMM, CONV, ATTENTION = "gemm", "batched gemm", "convolution", "attention"
 ELEMENTWISE, NORM, REDUCTION = "elementwise", "normalization", "reduction"
 MATRIX_FAMILIES = (GEMM, BMM, CONV, ATTENTION)
 
-_MM = {"aten::mm": 0, "aten::addmm": 1, "aten::_addmm_activation": 1}     # op -> index of A
+_MM = {"aten::mm": 0, "aten::addmm": 1, "aten::_addmm_activation": 1}  # op -> index of A
 _BMM = {"aten::bmm": 0, "aten::baddbmm": 1}
-_CONV_FWD = frozenset({"aten::convolution", "aten::_convolution", "aten::cudnn_convolution",
-                       "aten::miopen_convolution", "aten::mkldnn_convolution", "aten::conv1d", "aten::conv2d",
-                       "aten::conv3d", "aten::_convolution_mode"})
+_CONV_FWD = frozenset(
+    {
+        "aten::convolution",
+        "aten::_convolution",
+        "aten::cudnn_convolution",
+        "aten::miopen_convolution",
+        "aten::mkldnn_convolution",
+        "aten::conv1d",
+        "aten::conv2d",
+        "aten::conv3d",
+        "aten::_convolution_mode",
+    }
+)
 _CONV_BWD = "aten::convolution_backward"
 # fused attention, forward: layout of q/k/v ("bhld": [B, H, L, D]; "blhd": [B, L, H, D])
-_ATTN_FWD = {"aten::scaled_dot_product_attention": "bhld", "aten::_scaled_dot_product_flash_attention": "bhld",
-             "aten::_scaled_dot_product_efficient_attention": "bhld",
-             "aten::_scaled_dot_product_cudnn_attention": "bhld",
-             "aten::_scaled_dot_product_flash_attention_for_cpu": "bhld",
-             "aten::_flash_attention_forward": "blhd", "aten::_efficient_attention_forward": "blhd"}
+_ATTN_FWD = {
+    "aten::scaled_dot_product_attention": "bhld",
+    "aten::_scaled_dot_product_flash_attention": "bhld",
+    "aten::_scaled_dot_product_efficient_attention": "bhld",
+    "aten::_scaled_dot_product_cudnn_attention": "bhld",
+    "aten::_scaled_dot_product_flash_attention_for_cpu": "bhld",
+    "aten::_flash_attention_forward": "blhd",
+    "aten::_efficient_attention_forward": "blhd",
+}
 # backward: (grad_out, q, k, v, ...) in the same layouts
-_ATTN_BWD = {"aten::_scaled_dot_product_flash_attention_backward": "bhld",
-             "aten::_scaled_dot_product_efficient_attention_backward": "bhld",
-             "aten::_scaled_dot_product_cudnn_attention_backward": "bhld",
-             "aten::_flash_attention_backward": "blhd", "aten::_efficient_attention_backward": "blhd"}
+_ATTN_BWD = {
+    "aten::_scaled_dot_product_flash_attention_backward": "bhld",
+    "aten::_scaled_dot_product_efficient_attention_backward": "bhld",
+    "aten::_scaled_dot_product_cudnn_attention_backward": "bhld",
+    "aten::_flash_attention_backward": "blhd",
+    "aten::_efficient_attention_backward": "blhd",
+}
 # elementwise: op -> FLOPs per output element (a count of the formula's arithmetic; these ops are
 # memory-bound by an order of magnitude on every GPU in the table, so the bound does not hinge on it)
-_EW = {"aten::add": 1, "aten::add_": 1, "aten::sub": 1, "aten::sub_": 1, "aten::mul": 1, "aten::mul_": 1,
-       "aten::div": 1, "aten::div_": 1, "aten::addcmul_": 2, "aten::addcdiv_": 2, "aten::lerp_": 2,
-       "aten::relu": 1, "aten::relu_": 1, "aten::threshold_backward": 1, "aten::gelu": 8,
-       "aten::gelu_backward": 12, "aten::silu": 4, "aten::silu_": 4, "aten::silu_backward": 6,
-       "aten::sigmoid": 4, "aten::tanh": 4, "aten::exp": 1, "aten::neg": 1, "aten::rsqrt": 1,
-       "aten::sqrt": 1, "aten::pow": 1, "aten::masked_fill_": 1, "aten::masked_fill": 1, "aten::where": 1,
-       "aten::native_dropout": 2, "aten::native_dropout_backward": 1, "aten::hardtanh_backward": 1,
-       "aten::copy_": 0, "aten::clone": 0, "aten::fill_": 0, "aten::zero_": 0}
+_EW = {
+    "aten::add": 1,
+    "aten::add_": 1,
+    "aten::sub": 1,
+    "aten::sub_": 1,
+    "aten::mul": 1,
+    "aten::mul_": 1,
+    "aten::div": 1,
+    "aten::div_": 1,
+    "aten::addcmul_": 2,
+    "aten::addcdiv_": 2,
+    "aten::lerp_": 2,
+    "aten::relu": 1,
+    "aten::relu_": 1,
+    "aten::threshold_backward": 1,
+    "aten::gelu": 8,
+    "aten::gelu_backward": 12,
+    "aten::silu": 4,
+    "aten::silu_": 4,
+    "aten::silu_backward": 6,
+    "aten::sigmoid": 4,
+    "aten::tanh": 4,
+    "aten::exp": 1,
+    "aten::neg": 1,
+    "aten::rsqrt": 1,
+    "aten::sqrt": 1,
+    "aten::pow": 1,
+    "aten::masked_fill_": 1,
+    "aten::masked_fill": 1,
+    "aten::where": 1,
+    "aten::native_dropout": 2,
+    "aten::native_dropout_backward": 1,
+    "aten::hardtanh_backward": 1,
+    "aten::copy_": 0,
+    "aten::clone": 0,
+    "aten::fill_": 0,
+    "aten::zero_": 0,
+}
 _WRITE_ONLY = frozenset({"aten::fill_", "aten::zero_"})
 # normalisation: op -> (FLOPs per element, passes over the big tensor: reads + writes at minimum)
-_NORM = {"aten::native_layer_norm": (5, 2), "aten::native_layer_norm_backward": (8, 3),
-         "aten::native_batch_norm": (5, 2), "aten::native_batch_norm_backward": (8, 3),
-         "aten::cudnn_batch_norm": (5, 2), "aten::cudnn_batch_norm_backward": (8, 3),
-         "aten::miopen_batch_norm": (5, 2), "aten::miopen_batch_norm_backward": (8, 3),
-         "aten::native_group_norm": (5, 2), "aten::native_group_norm_backward": (8, 3),
-         "aten::_fused_rms_norm": (4, 2), "aten::_softmax": (5, 2), "aten::_log_softmax": (5, 2),
-         "aten::_softmax_backward_data": (4, 3), "aten::_log_softmax_backward_data": (4, 3)}
-_REDUCE = frozenset({"aten::sum", "aten::mean", "aten::amax", "aten::amin", "aten::max", "aten::min",
-                     "aten::norm", "aten::linalg_vector_norm", "aten::prod", "aten::var", "aten::std"})
+_NORM = {
+    "aten::native_layer_norm": (5, 2),
+    "aten::native_layer_norm_backward": (8, 3),
+    "aten::native_batch_norm": (5, 2),
+    "aten::native_batch_norm_backward": (8, 3),
+    "aten::cudnn_batch_norm": (5, 2),
+    "aten::cudnn_batch_norm_backward": (8, 3),
+    "aten::miopen_batch_norm": (5, 2),
+    "aten::miopen_batch_norm_backward": (8, 3),
+    "aten::native_group_norm": (5, 2),
+    "aten::native_group_norm_backward": (8, 3),
+    "aten::_fused_rms_norm": (4, 2),
+    "aten::_softmax": (5, 2),
+    "aten::_log_softmax": (5, 2),
+    "aten::_softmax_backward_data": (4, 3),
+    "aten::_log_softmax_backward_data": (4, 3),
+}
+_REDUCE = frozenset(
+    {
+        "aten::sum",
+        "aten::mean",
+        "aten::amax",
+        "aten::amin",
+        "aten::max",
+        "aten::min",
+        "aten::norm",
+        "aten::linalg_vector_norm",
+        "aten::prod",
+        "aten::var",
+        "aten::std",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -74,9 +156,9 @@ class Work:
     flops: float
     bytes: float
     dtype: str
-    dims: dict                # the GEMM view (B, M, N, K) or the conv / attention sizes; {} for elementwise
-    shape: str                # the input shapes, compact: "[96,3137,64] x [96,64,3137]"
-    note: str = ""            # an assumption the numbers rest on
+    dims: dict  # the GEMM view (B, M, N, K) or the conv / attention sizes; {} for elementwise
+    shape: str  # the input shapes, compact: "[96,3137,64] x [96,64,3137]"
+    note: str = ""  # an assumption the numbers rest on
 
 
 def _is_dims(v) -> bool:
@@ -129,8 +211,9 @@ def _incomplete(dims, types) -> bool:
     its bytes cannot be counted, so the op gets no model rather than an undercount."""
     if not isinstance(dims, list) or not isinstance(types, list):
         return True
-    return any(isinstance(d, list) and len(d) > 0 and not (isinstance(t, str) and t in DTYPES)
-               for d, t in zip(dims, types))
+    return any(
+        isinstance(d, list) and len(d) > 0 and not (isinstance(t, str) and t in DTYPES) for d, t in zip(dims, types)
+    )
 
 
 def _work(op: str, dims, types, conv_out: dict) -> Work | None:
@@ -144,7 +227,7 @@ def _work(op: str, dims, types, conv_out: dict) -> Work | None:
         (a, dt, es), (b, _, _) = ts[i], ts[i + 1]
         if len(a) != 2 or len(b) != 2 or a[1] != b[0]:
             return None
-        extra = sum(_numel(d) * e for d, _, e in ts[:i])        # addmm's bias / C
+        extra = sum(_numel(d) * e for d, _, e in ts[:i])  # addmm's bias / C
         return _gemm(GEMM, 1, a[0], b[1], a[1], es, dt, extra, _shape(ts))
     if op in _BMM:
         i = _BMM[op]
@@ -159,17 +242,17 @@ def _work(op: str, dims, types, conv_out: dict) -> Work | None:
         if len(ts) < 2:
             return None
         (a, dt, es), (w, _, _) = ts[0], ts[1]
-        if op == "aten::linear":                                 # weight [N, K]
+        if op == "aten::linear":  # weight [N, K]
             if len(a) < 1 or len(w) != 2 or a[-1] != w[1]:
                 return None
             extra = sum(_numel(d) * e for d, _, e in ts[2:3])
             return _gemm(GEMM, 1, math.prod(a[:-1]), w[0], a[-1], es, dt, extra, _shape(ts))
         if len(a) < 2 or len(w) < 2 or a[-1] != w[-2]:
             return None
-        if len(w) == 2:                                          # batch folded into M, as matmul does
+        if len(w) == 2:  # batch folded into M, as matmul does
             return _gemm(GEMM, 1, math.prod(a[:-1]), w[1], a[-1], es, dt, 0.0, _shape(ts))
         if a[:-2] != w[:-2]:
-            return None                                          # broadcast batch: not modelled
+            return None  # broadcast batch: not modelled
         return _gemm(BMM, math.prod(a[:-2]), a[-2], w[-1], a[-1], es, dt, 0.0, _shape(ts))
     if op in _CONV_FWD or op == _CONV_BWD:
         return _conv(op, ts, conv_out)
@@ -188,12 +271,12 @@ def _work(op: str, dims, types, conv_out: dict) -> Work | None:
             lk, dv = k[1], v[3]
         if min(b, h, lq, lk, d, dv) <= 0:
             return None
-        fwd = 2.0 * b * h * lq * lk * (d + dv)                  # Q K^T and P V
+        fwd = 2.0 * b * h * lq * lk * (d + dv)  # Q K^T and P V
         out = b * h * lq * dv
         io = _numel(q) + _numel(k) + _numel(v) + out
         dims_ = {"B": b, "H": h, "Lq": lq, "Lk": lk, "D": d}
         note = "no causal mask assumed (a causal kernel does half the work)"
-        if bwd:   # recomputes Q K^T, then dV, dP, dQ, dK: 2.5x the forward; reads q, k, v, out, dO, writes dq, dk, dv
+        if bwd:  # recomputes Q K^T, then dV, dP, dQ, dK: 2.5x the forward; reads q, k, v, out, dO, writes dq, dk, dv
             return Work(ATTENTION, 2.5 * fwd, float(es) * (2 * io + out), dt, dims_, _shape(ts), note)
         return Work(ATTENTION, fwd, float(es) * io, dt, dims_, _shape(ts), note)
     if op in _EW:
@@ -203,9 +286,9 @@ def _work(op: str, dims, types, conv_out: dict) -> Work | None:
         n = max(_numel(d) for d, _, _ in ts)
         if op in _WRITE_ONLY:
             byts = float(_numel(ts[0][0]) * ts[0][2])
-        elif op == "aten::copy_":                                # (dst, src): src read, dst written
+        elif op == "aten::copy_":  # (dst, src): src read, dst written
             byts = float(sum(_numel(d) * e for d, _, e in ts[:2]))
-        else:                                                    # inputs read once, the result written once
+        else:  # inputs read once, the result written once
             byts = float(sum(_numel(d) * e for d, _, e in ts) + n * ts[0][2])
         return Work(ELEMENTWISE, float(_EW[op] * n), byts, dt, {}, _shape(ts))
     if op in _NORM:
@@ -226,11 +309,11 @@ def _work(op: str, dims, types, conv_out: dict) -> Work | None:
 
 
 def _conv(op: str, ts, conv_out: dict) -> Work | None:
-    if op == _CONV_BWD:                   # (grad_out [N,K,*P], input [N,C,*S], weight [K,C/g,*R], ...)
+    if op == _CONV_BWD:  # (grad_out [N,K,*P], input [N,C,*S], weight [K,C/g,*R], ...)
         if len(ts) < 3:
             return None
         (go, dt, es), (x, _, _), (w, _, _) = ts[:3]
-    else:                                 # (input [N,C,*S], weight [K,C/g,*R], bias, ...)
+    else:  # (input [N,C,*S], weight [K,C/g,*R], bias, ...)
         if len(ts) < 2:
             return None
         (x, dt, es), (w, _, _) = ts[:2]
@@ -249,14 +332,22 @@ def _conv(op: str, ts, conv_out: dict) -> Work | None:
     if go is None:
         # the output size needs stride and padding, which Input Dims does not carry; only a backward
         # call with the same input and weight shapes (which does carry the output gradient) tells it
-        return Work(CONV, float("nan"), float("nan"), dt, dims, shape,
-                    "output size unknown (stride/padding not in Input Dims, no backward call of this shape)")
+        return Work(
+            CONV,
+            float("nan"),
+            float("nan"),
+            dt,
+            dims,
+            shape,
+            "output size unknown (stride/padding not in Input Dims, no backward call of this shape)",
+        )
     dims["output"] = _fmt(go[2:])
     flops = 2.0 * n * k * math.prod(go[2:]) * cg * math.prod(w[2:])
     io = _numel(x) + _numel(w) + _numel(go)
-    if op == _CONV_BWD:                   # grad_input and grad_weight (output_mask is not in Input Dims)
-        return Work(CONV, 2 * flops, float(es) * 2 * io, dt, dims, shape,
-                    "grad_input and grad_weight both assumed computed")
+    if op == _CONV_BWD:  # grad_input and grad_weight (output_mask is not in Input Dims)
+        return Work(
+            CONV, 2 * flops, float(es) * 2 * io, dt, dims, shape, "grad_input and grad_weight both assumed computed"
+        )
     return Work(CONV, flops, float(es) * io, dt, dims, shape)
 
 

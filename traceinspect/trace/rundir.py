@@ -3,6 +3,7 @@
 Reads only the head of each file (and the tail, where the head does not say which rank it is), never
 the events. Raises UsageError when the folder holds several runs; analyses nothing.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,9 +17,9 @@ from pathlib import Path
 from ..errors import TraceError, UsageError
 from . import load as _load
 
-HEAD_BYTES = 1 << 20         # Kineto writes distributedInfo before the events: within the first KiBs
-TAIL_BYTES = 64 << 10        # metadata written after the events (other writers) sits in the last KiBs
-WALK_MAX_DIRS = 2000         # when PATH holds no trace itself: how many folders below it are looked at
+HEAD_BYTES = 1 << 20  # Kineto writes distributedInfo before the events: within the first KiBs
+TAIL_BYTES = 64 << 10  # metadata written after the events (other writers) sits in the last KiBs
+WALK_MAX_DIRS = 2000  # when PATH holds no trace itself: how many folders below it are looked at
 WALK_MAX_DEPTH = 4
 TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
 JSON_SUFFIXES = (".json", ".json.gz")
@@ -37,10 +38,10 @@ class RankFile:
     """What the head and tail of one file say about it, without parsing its events."""
 
     path: Path
-    rank: int                  # from distributedInfo, else the file name, else 0 (as the loader assumes)
-    rank_source: str           # "distributedInfo" | "file name" | "default"
+    rank: int  # from distributedInfo, else the file name, else 0 (as the loader assumes)
+    rank_source: str  # "distributedInfo" | "file name" | "default"
     world_size: int | None
-    worker: str | None         # tensorboard_trace_handler's worker name, when the name has its shape
+    worker: str | None  # tensorboard_trace_handler's worker name, when the name has its shape
     problem: str | None = None  # the file could not be sniffed: the loader will say what is wrong
     looks_like_trace: bool = True  # a JSON array, or an object with "traceEvents" in its head
 
@@ -56,8 +57,9 @@ def find_trace_files(directory: str | os.PathLike) -> list[Path]:
     try:
         entries = sorted(d.iterdir())
     except OSError as e:
-        raise TraceError(str(d), f"cannot list the directory ({e.strerror or e})",
-                         hint="check the path and its permissions") from None
+        raise TraceError(
+            str(d), f"cannot list the directory ({e.strerror or e})", hint="check the path and its permissions"
+        ) from None
     regular = [p for p in entries if _is_regular(p)]
     files = [p for p in regular if p.name.endswith(TRACE_SUFFIXES)]
     return files or [p for p in regular if p.name.endswith(JSON_SUFFIXES)]
@@ -87,19 +89,27 @@ def one_run_below(d: Path) -> list[RankFile]:
     """PATH holds no trace itself: name the folders below it that do, so the user can pick one."""
     runs = _folders_with_traces(d)
     if runs:
-        shown = ", ".join(f"{_shown(d, r)}/" for r in runs[:5]) + (f" and {len(runs) - 5} more" if len(runs) > 5 else "")
+        shown = ", ".join(f"{_shown(d, r)}/" for r in runs[:5]) + (
+            f" and {len(runs) - 5} more" if len(runs) > 5 else ""
+        )
         raise UsageError(
             f"{d}: holds no trace file itself; {len(runs)} folder(s) below it do ({shown})",
             hint=f"pass one run's folder (e.g. {_shown(d, runs[0])}) or one trace file; "
-                 "rank files are only taken from the folder given")
-    raise TraceError(str(d), "is a directory with no *.pt.trace.json[.gz] or *.json[.gz] trace files",
-                     hint="pass the directory that tensorboard_trace_handler wrote, or one trace file")
+            "rank files are only taken from the folder given",
+        )
+    raise TraceError(
+        str(d),
+        "is a directory with no *.pt.trace.json[.gz] or *.json[.gz] trace files",
+        hint="pass the directory that tensorboard_trace_handler wrote, or one trace file",
+    )
 
 
 def check_one_run(infos: list[RankFile], where: str) -> None:
     """The one rule for 'these files are the ranks of one run', also applied after the full parse."""
-    hint = ("pass one run's folder (one trace per rank, all from the same run), or one trace file; "
-            "put the traces of each run, or of each profiling cycle, in a folder of their own")
+    hint = (
+        "pass one run's folder (one trace per rank, all from the same run), or one trace file; "
+        "put the traces of each run, or of each profiling cycle, in a folder of their own"
+    )
     sizes: dict[int, list[RankFile]] = {}
     for i in infos:
         if i.world_size is not None:
@@ -115,11 +125,15 @@ def check_one_run(infos: list[RankFile], where: str) -> None:
             continue
         workers = {i.worker for i in group}
         if len(workers) == 1 and None not in workers:
-            why = (f" (all written by one process, tensorboard_trace_handler worker {next(iter(workers))!r}: "
-                   "one file per profiling cycle, or one per run)")
+            why = (
+                f" (all written by one process, tensorboard_trace_handler worker {next(iter(workers))!r}: "
+                "one file per profiling cycle, or one per run)"
+            )
         elif {i.rank_source for i in group} == {"default"}:
-            why = (" (none names its rank: no distributedInfo and no rank in the file name, so each was "
-                   "assumed to be rank 0)")
+            why = (
+                " (none names its rank: no distributedInfo and no rank in the file name, so each was "
+                "assumed to be rank 0)"
+            )
         else:
             why = ""
         raise UsageError(f"{where}: {len(group)} files claim rank {rank}{why}: {_names(group)}", hint=hint)
@@ -128,6 +142,7 @@ def check_one_run(infos: list[RankFile], where: str) -> None:
 def sniff(path: Path) -> RankFile:
     """Rank, world size and worker name of one file, from its head (and tail if need be)."""
     from .model import _rank
+
     m = _HANDLER_NAME.match(path.name)
     worker = m.group("worker") if m else None
     try:
@@ -141,16 +156,14 @@ def sniff(path: Path) -> RankFile:
             info = info or _distributed_info(tail, last=True)
             looks = looks or _EVENTS_KEY in tail
     except (OSError, ValueError, TraceError, zlib.error, MemoryError) as e:
-        return RankFile(path=path, rank=0, rank_source="default", world_size=None, worker=worker,
-                        problem=str(e))
+        return RankFile(path=path, rank=0, rank_source="default", world_size=None, worker=worker, problem=str(e))
     rank, source, world = _rank(_load.Document(distributedInfo=info), str(path), [], False)
-    return RankFile(path=path, rank=rank, rank_source=source, world_size=world, worker=worker,
-                    looks_like_trace=looks)
+    return RankFile(path=path, rank=rank, rank_source=source, world_size=world, worker=worker, looks_like_trace=looks)
 
 
 def _head(path: Path) -> tuple[str, bool]:
     """Up to HEAD_BYTES of the file's JSON text (gzip inflated, bounded), and whether it is gzip."""
-    with _load.open_regular(path) as f:   # a FIFO or device: TraceError, never a blocking open
+    with _load.open_regular(path) as f:  # a FIFO or device: TraceError, never a blocking open
         raw = f.read(HEAD_BYTES)
         if raw[:2] != _load.GZIP_MAGIC:
             return raw.decode("utf-8", "replace"), False

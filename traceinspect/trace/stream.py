@@ -7,6 +7,7 @@ overlaps with parsing. Anything this path cannot handle cleanly (a false boundar
 malformed tail, fields of unexpected types) falls back to load.decode's careful whole-buffer logic
 on the affected piece only, so the result is the same as the whole-file path.
 """
+
 from __future__ import annotations
 
 import gc
@@ -34,7 +35,8 @@ def native_enabled() -> bool:
     """True when chunks are decoded by the native scanner (TRACEINSPECT_NATIVE=0 turns it off)."""
     return _scan is not None and os.environ.get("TRACEINSPECT_NATIVE", "1") != "0"
 
-CHUNK_BYTES = 24 << 20         # events decoded per chunk
+
+CHUNK_BYTES = 24 << 20  # events decoded per chunk
 # `}, {"`: the quote after the brace cannot occur unescaped inside a JSON string, so this only matches
 # between objects (between events, or rarely between objects nested in one event's args: then the
 # chunk fails to parse and the file is read in one piece)
@@ -108,7 +110,7 @@ def _parse_chunk(data) -> dict:
         part = extract(events)
         del events  # releases the views into the caller's buffer before it is resized
         part["dropped"] = dropped
-        part["partial"] = partial   # events kept without the fields that did not fit
+        part["partial"] = partial  # events kept without the fields that did not fit
         return part
     finally:
         if was:
@@ -140,8 +142,11 @@ def load_streaming(path: str | os.PathLike, jobs: int = 1, progress=None) -> L.L
     with L.open_regular(p) as f:  # a FIFO, device or socket is refused here, before any read
         size = os.fstat(f.fileno()).st_size
     if size == 0:
-        raise TraceError(str(p), "the file is empty (0 bytes)",
-                         hint="the profiler probably crashed before writing; capture the trace again")
+        raise TraceError(
+            str(p),
+            "the file is empty (0 bytes)",
+            hint="the profiler probably crashed before writing; capture the trace again",
+        )
     warnings: list[str] = []
     state = L.ReadState()
     lim = L.limits()
@@ -157,12 +162,15 @@ def load_streaming(path: str | os.PathLike, jobs: int = 1, progress=None) -> L.L
 
 
 def _no_boundary(p: Path, lim: L.Limits, where: str) -> TraceError:
-    return TraceError(str(p), f"{where} holds more than {L.human_bytes(lim.max_event_bytes)} with no event "
-                      f"boundary: one event (or a run of whitespace or garbage) beyond the bound "
-                      f"TRACEINSPECT_MAX_EVENT_BYTES={int(lim.max_event_bytes)}",
-                      hint="no real event comes near this (the largest seen are kilobytes): the file is corrupt or "
-                           "hostile; if it really is a trace, raise the bound, e.g. TRACEINSPECT_MAX_EVENT_BYTES=0 "
-                           "turns it off")
+    return TraceError(
+        str(p),
+        f"{where} holds more than {L.human_bytes(lim.max_event_bytes)} with no event "
+        f"boundary: one event (or a run of whitespace or garbage) beyond the bound "
+        f"TRACEINSPECT_MAX_EVENT_BYTES={int(lim.max_event_bytes)}",
+        hint="no real event comes near this (the largest seen are kilobytes): the file is corrupt or "
+        "hostile; if it really is a trace, raise the bound, e.g. TRACEINSPECT_MAX_EVENT_BYTES=0 "
+        "turns it off",
+    )
 
 
 def _load(p: Path, size: int, blocks, warnings: list[str], jobs: int, lim: L.Limits) -> L.Loaded:
@@ -171,8 +179,8 @@ def _load(p: Path, size: int, blocks, warnings: list[str], jobs: int, lim: L.Lim
     # byte that cannot start JSON stops the read at once, so neither is ever accumulated; the
     # metadata before the events is bounded like one event.
     start = None
-    json_bytes = 0   # bytes of JSON consumed so far (offsets in messages)
-    lead = 0         # leading whitespace dropped
+    json_bytes = 0  # bytes of JSON consumed so far (offsets in messages)
+    lead = 0  # leading whitespace dropped
     for b in blocks:
         json_bytes += len(b)
         if not head:
@@ -233,7 +241,7 @@ def _load(p: Path, size: int, blocks, warnings: list[str], jobs: int, lim: L.Lim
                 continue
             want = chunk_bytes
             end, rest = cut
-            buf[0] = 0x5B   # '['
+            buf[0] = 0x5B  # '['
             buf[end] = 0x5D  # ']' over the separator after the chunk's last event
             if pool is None:
                 with memoryview(buf) as mv:
@@ -262,7 +270,7 @@ def _load(p: Path, size: int, blocks, warnings: list[str], jobs: int, lim: L.Lim
                 return L.load_file(p)  # a second "traceEvents" follows: its array wins, as in one piece
             prefix = b"[" if is_array else b'{"traceEvents":['
             tail = prefix + bytes(buf[1:])
-            origin = json_bytes - (len(buf) - 1) - len(prefix)   # where tail[0] would sit in the file
+            origin = json_bytes - (len(buf) - 1) - len(prefix)  # where tail[0] would sit in the file
             del buf
             last = _decode_tail(p, tail, size, warnings, cut_ok=bool(parts), origin=origin)
             last.partials = [extract(last.events)]
@@ -284,9 +292,17 @@ def _load(p: Path, size: int, blocks, warnings: list[str], jobs: int, lim: L.Lim
     L.note_dropped(warnings, dropped)
     L.note_partial(warnings, partial)
     lost = last.lost_bytes
-    loaded = L.Loaded(path=str(p), events=[], doc=doc, file_bytes=size, json_bytes=0,
-                      warnings=last.warnings, lost_bytes=lost, dropped_events=dropped + last.dropped_events,
-                      truncated=last.truncated)
+    loaded = L.Loaded(
+        path=str(p),
+        events=[],
+        doc=doc,
+        file_bytes=size,
+        json_bytes=0,
+        warnings=last.warnings,
+        lost_bytes=lost,
+        dropped_events=dropped + last.dropped_events,
+        truncated=last.truncated,
+    )
     loaded.partials = parts
     return loaded
 
@@ -306,8 +322,7 @@ def _too_deep_so_far(p: Path, buf: bytearray, json_bytes: int, is_array: bool, p
     raise L._too_deep(str(p), json_bytes - len(buf) + deep)
 
 
-def _decode_tail(p: Path, tail: bytes, size: int, warnings: list[str], cut_ok: bool,
-                 origin: int = 0) -> L.Loaded:
+def _decode_tail(p: Path, tail: bytes, size: int, warnings: list[str], cut_ok: bool, origin: int = 0) -> L.Loaded:
     """The tail by the whole-buffer decoder. A file cut inside its last event leaves a tail with no
     complete event: with complete chunks before it, that is a truncation like any other (the whole
     tail is the incomplete event), not an unreadable file."""
@@ -320,10 +335,21 @@ def _decode_tail(p: Path, tail: bytes, size: int, warnings: list[str], cut_ok: b
             msgspec.json.decode(tail)
         except msgspec.DecodeError as e:
             if "truncated" not in str(e):
-                raise TraceError(str(p), f"is not valid JSON ({e})",
-                                 hint="the file is corrupt; re-copy it or capture the trace again") from None
-        return L.Loaded(path=str(p), events=[], doc=L.Document(), file_bytes=size, json_bytes=0,
-                        warnings=warnings, lost_bytes=len(tail) - len(b'{"traceEvents":['), truncated=True)
+                raise TraceError(
+                    str(p),
+                    f"is not valid JSON ({e})",
+                    hint="the file is corrupt; re-copy it or capture the trace again",
+                ) from None
+        return L.Loaded(
+            path=str(p),
+            events=[],
+            doc=L.Document(),
+            file_bytes=size,
+            json_bytes=0,
+            warnings=warnings,
+            lost_bytes=len(tail) - len(b'{"traceEvents":['),
+            truncated=True,
+        )
 
 
 def _chunk_pool(jobs: int) -> tuple[Executor | None, int]:
@@ -348,7 +374,7 @@ def _native_tail(p: Path, buf: bytearray, is_array: bool, size: int, warnings: l
         part = _native_chunk(mv, whole=False)
     if part is None:
         return None
-    rest = bytes(buf[part.pop("end"):])
+    rest = bytes(buf[part.pop("end") :])
     try:
         if is_array:
             if rest.strip():
@@ -362,8 +388,16 @@ def _native_tail(p: Path, buf: bytearray, is_array: bool, size: int, warnings: l
             doc = L._DOC_DECODER.decode(b'{"traceEvents":[]' + rest)
     except (msgspec.DecodeError, RecursionError):
         return None
-    loaded = L.Loaded(path=str(p), events=[], doc=doc, file_bytes=size, json_bytes=len(buf),
-                      warnings=warnings, dropped_events=0, top_keys=None if is_array else keys)
+    loaded = L.Loaded(
+        path=str(p),
+        events=[],
+        doc=doc,
+        file_bytes=size,
+        json_bytes=len(buf),
+        warnings=warnings,
+        dropped_events=0,
+        top_keys=None if is_array else keys,
+    )
     loaded.partials = [part]
     return loaded
 

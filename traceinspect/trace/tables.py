@@ -3,6 +3,7 @@
 Owns category normalisation across Kineto eras and the kernel -> launch -> CPU-op links.
 Must not analyse: no busy/idle, no steps (timeline.py), no findings.
 """
+
 from __future__ import annotations
 
 import re
@@ -18,19 +19,36 @@ from .load import Event
 # Category names across Kineto eras (SIGNATURES.md 1.3) -> one canonical kind.
 CATEGORY = {
     "kernel": "kernel",
-    "gpu_memcpy": "memcpy", "memcpy": "memcpy",
-    "gpu_memset": "memset", "memset": "memset",
-    "cpu_op": "cpu_op", "operator": "cpu_op",
-    "user_annotation": "annotation", "user": "annotation",
+    "gpu_memcpy": "memcpy",
+    "memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "memset": "memset",
+    "cpu_op": "cpu_op",
+    "operator": "cpu_op",
+    "user_annotation": "annotation",
+    "user": "annotation",
     "gpu_user_annotation": "gpu_annotation",
-    "cuda_runtime": "runtime", "runtime": "runtime", "cuda_driver": "runtime",
-    "hip_runtime": "runtime", "mtia_runtime": "runtime", "xpu_runtime": "runtime",
-    "privateuse1_runtime": "runtime", "privateuse1_driver": "runtime", "xpu_driver": "runtime",
-    "python_function": "python", "python": "python",
-    "cuda_sync": "sync", "xpu_sync": "sync",
+    "cuda_runtime": "runtime",
+    "runtime": "runtime",
+    "cuda_driver": "runtime",
+    "hip_runtime": "runtime",
+    "mtia_runtime": "runtime",
+    "xpu_runtime": "runtime",
+    "privateuse1_runtime": "runtime",
+    "privateuse1_driver": "runtime",
+    "xpu_driver": "runtime",
+    "python_function": "python",
+    "python": "python",
+    "cuda_sync": "sync",
+    "xpu_sync": "sync",
     "trace": "span",
-    "ac2g": "flow", "async": "flow", "async_cpu_to_gpu": "flow", "async_gpu": "flow",
-    "fwdbwd": "flow_fwdbwd", "forward_backward": "flow_fwdbwd", "fwd_bwd": "flow_fwdbwd",
+    "ac2g": "flow",
+    "async": "flow",
+    "async_cpu_to_gpu": "flow",
+    "async_gpu": "flow",
+    "fwdbwd": "flow_fwdbwd",
+    "forward_backward": "flow_fwdbwd",
+    "fwd_bwd": "flow_fwdbwd",
     "cpu_instant_event": "instant",
     "overhead": "overhead",
     # the tracks `traceinspect annotate` adds: known, and dropped like the profiler's overhead events, so
@@ -44,16 +62,16 @@ _MEMCPY_NAME = re.compile(r"Memcpy (\w+) \(([\w ]+) -> ([\w ]+)\)")
 @dataclass
 class Tables:
     kernels: pd.DataFrame
-    memcpy: pd.DataFrame      # memcpy and memset; `is_memset`
+    memcpy: pd.DataFrame  # memcpy and memset; `is_memset`
     runtime: pd.DataFrame
-    cpu_ops: pd.DataFrame     # cpu_op and CPU user annotations; `is_annotation`
+    cpu_ops: pd.DataFrame  # cpu_op and CPU user annotations; `is_annotation`
     gpu_annotations: pd.DataFrame
     python: pd.DataFrame
     sync: pd.DataFrame
     memory: pd.DataFrame
-    flows: pd.DataFrame       # ac2g launch flows (ph s at the runtime call, f at the GPU op); same ids as correlation
+    flows: pd.DataFrame  # ac2g launch flows (ph s at the runtime call, f at the GPU op); same ids as correlation
     thread_names: dict
-    origin_us: float          # absolute ts of the earliest event; every *_us column is relative to it
+    origin_us: float  # absolute ts of the earliest event; every *_us column is relative to it
     n_events: int
     warnings: list
 
@@ -103,9 +121,17 @@ def _opt(values: list, fallback: np.ndarray | None = None, default: int = -1) ->
 
 
 def _ext(args: list) -> np.ndarray:
-    return np.array([-1 if a is None else (a.external_id if a.external_id is not None else
-                                           (-1 if a.external_id_old is None else a.external_id_old))
-                     for a in args], dtype=np.int64)
+    return np.array(
+        [
+            -1
+            if a is None
+            else (
+                a.external_id if a.external_id is not None else (-1 if a.external_id_old is None else a.external_id_old)
+            )
+            for a in args
+        ],
+        dtype=np.int64,
+    )
 
 
 def _grid_product(lists: list) -> np.ndarray:
@@ -120,9 +146,13 @@ def _grid_product(lists: list) -> np.ndarray:
 
 def _no_collectives(n: int) -> dict:
     """The collective columns of n kernels none of which is a collective."""
-    return {"collective": np.full(n, None, dtype=object), "in_msg_nelems": np.full(n, -1, dtype=np.int64),
-            "out_msg_nelems": np.full(n, -1, dtype=np.int64), "group_size": np.full(n, -1, dtype=np.int64),
-            "comm_dtype": np.full(n, None, dtype=object)}
+    return {
+        "collective": np.full(n, None, dtype=object),
+        "in_msg_nelems": np.full(n, -1, dtype=np.int64),
+        "out_msg_nelems": np.full(n, -1, dtype=np.int64),
+        "group_size": np.full(n, -1, dtype=np.int64),
+        "comm_dtype": np.full(n, None, dtype=object),
+    }
 
 
 def _collective_columns(ka: list) -> dict:
@@ -131,16 +161,19 @@ def _collective_columns(ka: list) -> dict:
     coll = [a.collective if a is not None else None for a in ka]
     if all(c is None for c in coll):
         return _no_collectives(len(ka))
-    return {"collective": np.array(coll, dtype=object),
-            "in_msg_nelems": _opt([a.in_msg_nelems if a is not None else None for a in ka]),
-            "out_msg_nelems": _opt([a.out_msg_nelems if a is not None else None for a in ka]),
-            "group_size": _opt([a.group_size if a is not None else None for a in ka]),
-            "comm_dtype": np.array([a.dtype if a is not None else None for a in ka], dtype=object)}
+    return {
+        "collective": np.array(coll, dtype=object),
+        "in_msg_nelems": _opt([a.in_msg_nelems if a is not None else None for a in ka]),
+        "out_msg_nelems": _opt([a.out_msg_nelems if a is not None else None for a in ka]),
+        "group_size": _opt([a.group_size if a is not None else None for a in ka]),
+        "comm_dtype": np.array([a.dtype if a is not None else None for a in ka], dtype=object),
+    }
 
 
 # A "partial" holds the columns of one chunk of events: {kind: {column: array}} plus counters. Chunks
 # are extracted independently (possibly in worker processes) and assembled once; names are factorised
 # per chunk as (codes, uniques) so that only compact arrays cross process boundaries.
+
 
 def _factor(values: list[str]) -> tuple[np.ndarray, list]:
     codes, uniques = pd.factorize(np.array(values, dtype=object), use_na_sentinel=False)
@@ -186,21 +219,30 @@ def extract(events: list[Event]) -> dict:
             thread_meta.append(e)
 
     def base(evs: list[Event]) -> dict:
-        return {"ts_us": np.array([e.ts for e in evs], dtype=np.float64),
-                "dur_us": np.array([e.dur for e in evs], dtype=np.float64),
-                "name": _factor([e.name for e in evs])}
+        return {
+            "ts_us": np.array([e.ts for e in evs], dtype=np.float64),
+            "dur_us": np.array([e.dur for e in evs], dtype=np.float64),
+            "name": _factor([e.name for e in evs]),
+        }
 
     def gpu(evs: list[Event], args: list) -> dict:
         dev = [a.device if a is not None else None for a in args]
         stream = [a.stream if a is not None else None for a in args]
         # device/stream come from args; the pid/tid fallback is built only when an arg is missing
-        dev_col = (_opt(dev, _id_column([e.pid if isinstance(e.pid, int) else 0 for e in evs]))
-                   if None in dev else np.array(dev, dtype=np.int64))
-        stream_col = (_opt(stream, _id_column([e.tid for e in evs]))
-                      if None in stream else np.array(stream, dtype=np.int64))
-        return {"device": dev_col, "stream": stream_col,
-                "correlation": _opt([a.correlation if a is not None else None for a in args]),
-                "external_id": _ext(args)}
+        dev_col = (
+            _opt(dev, _id_column([e.pid if isinstance(e.pid, int) else 0 for e in evs]))
+            if None in dev
+            else np.array(dev, dtype=np.int64)
+        )
+        stream_col = (
+            _opt(stream, _id_column([e.tid for e in evs])) if None in stream else np.array(stream, dtype=np.int64)
+        )
+        return {
+            "device": dev_col,
+            "stream": stream_col,
+            "correlation": _opt([a.correlation if a is not None else None for a in args]),
+            "external_id": _ext(args),
+        }
 
     def host(evs: list[Event]) -> dict:
         return {"tid": _id_column([e.tid for e in evs])}
@@ -208,39 +250,61 @@ def extract(events: list[Event]) -> dict:
     out: dict = {}
     kev = buckets["kernel"]
     ka = [e.args for e in kev]
-    out["kernel"] = {**base(kev), **gpu(kev, ka),
-                     "grid_blocks": _grid_product([a.grid if a is not None else None for a in ka]),
-                     "block_threads": _grid_product([a.block if a is not None else None for a in ka]),
-                     **_collective_columns(ka)}
+    out["kernel"] = {
+        **base(kev),
+        **gpu(kev, ka),
+        "grid_blocks": _grid_product([a.grid if a is not None else None for a in ka]),
+        "block_threads": _grid_product([a.block if a is not None else None for a in ka]),
+        **_collective_columns(ka),
+    }
     mev = buckets["memcpy"] + buckets["memset"]
     ma = [e.args for e in mev]
-    out["memcpy"] = {**base(mev), **gpu(mev, ma),
-                     "size_bytes": np.array([(a.nbytes or 0) if a is not None else 0 for a in ma], dtype=np.float64),
-                     "is_memset": np.arange(len(mev)) >= len(buckets["memcpy"])}
+    out["memcpy"] = {
+        **base(mev),
+        **gpu(mev, ma),
+        "size_bytes": np.array([(a.nbytes or 0) if a is not None else 0 for a in ma], dtype=np.float64),
+        "is_memset": np.arange(len(mev)) >= len(buckets["memcpy"]),
+    }
     gev = buckets["gpu_annotation"]
     out["gpu_annotation"] = {**base(gev), **gpu(gev, [e.args for e in gev])}
     sev = buckets["sync"]
     out["sync"] = {**base(sev), **gpu(sev, [e.args for e in sev])}
     rev = buckets["runtime"]
     ra = [e.args for e in rev]
-    out["runtime"] = {**base(rev), **host(rev),
-                      "correlation": _opt([a.correlation if a is not None else None for a in ra]),
-                      "external_id": _ext(ra),
-                      "cbid": _opt([(a.cbid if a.cbid is not None else a.cid) if a is not None else None for a in ra])}
+    out["runtime"] = {
+        **base(rev),
+        **host(rev),
+        "correlation": _opt([a.correlation if a is not None else None for a in ra]),
+        "external_id": _ext(ra),
+        "cbid": _opt([(a.cbid if a.cbid is not None else a.cid) if a is not None else None for a in ra]),
+    }
     cev = buckets["cpu_op"] + buckets["annotation"]
     ca = [e.args for e in cev]
-    out["cpu_op"] = {**base(cev), **host(cev), "external_id": _ext(ca),
-                     "is_annotation": np.arange(len(cev)) >= len(buckets["cpu_op"]),
-                     # shapes stay undecoded bytes; Trace.shapes decodes one op's on demand
-                     "input_dims_raw": np.array(
-                         [None if a is None else (bytes(a.input_dims) if len(a.input_dims) else
-                                                  (bytes(a.input_dims_old) if len(a.input_dims_old) else None))
-                          for a in ca], dtype=object),
-                     "input_type_raw": np.array(
-                         [None if a is None or not len(a.input_type) else bytes(a.input_type) for a in ca],
-                         dtype=object),
-                     # with_flops: None -> NaN where the op has no `flops` arg (0 is a recorded value)
-                     "flops": np.array([None if a is None else a.flops for a in ca], dtype=np.float64)}
+    out["cpu_op"] = {
+        **base(cev),
+        **host(cev),
+        "external_id": _ext(ca),
+        "is_annotation": np.arange(len(cev)) >= len(buckets["cpu_op"]),
+        # shapes stay undecoded bytes; Trace.shapes decodes one op's on demand
+        "input_dims_raw": np.array(
+            [
+                None
+                if a is None
+                else (
+                    bytes(a.input_dims)
+                    if len(a.input_dims)
+                    else (bytes(a.input_dims_old) if len(a.input_dims_old) else None)
+                )
+                for a in ca
+            ],
+            dtype=object,
+        ),
+        "input_type_raw": np.array(
+            [None if a is None or not len(a.input_type) else bytes(a.input_type) for a in ca], dtype=object
+        ),
+        # with_flops: None -> NaN where the op has no `flops` arg (0 is a recorded value)
+        "flops": np.array([None if a is None else a.flops for a in ca], dtype=np.float64),
+    }
     pev = buckets["python"]
     out["python"] = {**base(pev), **host(pev)}
     iev = buckets["instant"]
@@ -248,32 +312,41 @@ def extract(events: list[Event]) -> dict:
     out["memory"] = {
         "ts_us": np.array([e.ts for e in iev], dtype=np.float64),
         "alloc_bytes": np.array([(a.mem_bytes or 0) if a is not None else 0 for a in ia], dtype=np.float64),
-        "total_allocated_bytes": np.array([(a.total_allocated or 0) if a is not None else 0 for a in ia],
-                                          dtype=np.float64),
-        "total_reserved_bytes": np.array([(a.total_reserved or 0) if a is not None else 0 for a in ia],
-                                         dtype=np.float64),
+        "total_allocated_bytes": np.array(
+            [(a.total_allocated or 0) if a is not None else 0 for a in ia], dtype=np.float64
+        ),
+        "total_reserved_bytes": np.array(
+            [(a.total_reserved or 0) if a is not None else 0 for a in ia], dtype=np.float64
+        ),
         "device_type": _opt([a.device_type if a is not None else None for a in ia]),
         "device_id": _opt([a.device_id if a is not None else None for a in ia]),
     }
     fev = buckets["flow"]
-    out["flow"] = {"id": _id_column([e.id if e.id is not None else -1 for e in fev]),
-                   "is_start": np.array([e.ph == "s" for e in fev], dtype=bool),
-                   "ts_us": np.array([e.ts for e in fev], dtype=np.float64),
-                   "tid": _id_column([e.tid for e in fev])}
+    out["flow"] = {
+        "id": _id_column([e.id if e.id is not None else -1 for e in fev]),
+        "is_start": np.array([e.ph == "s" for e in fev], dtype=bool),
+        "ts_us": np.array([e.ts for e in fev], dtype=np.float64),
+        "tid": _id_column([e.tid for e in fev]),
+    }
     threads = {}
     for e in thread_meta:
         if e.args is not None and e.args.name:
             threads[(_tid(e.pid), _tid(e.tid))] = e.args.name
-    return {"tables": out, "threads": threads, "unknown": unknown, "no_dur": no_dur, "neg_dur": neg_dur,
-            "n_events": len(events)}
-
+    return {
+        "tables": out,
+        "threads": threads,
+        "unknown": unknown,
+        "no_dur": no_dur,
+        "neg_dur": neg_dur,
+        "n_events": len(events),
+    }
 
 
 # ---- the native path: traceinspect.trace._scan columns -> the same partial as extract() ----
 
-_NONE = np.iinfo(np.int64).min   # the value _scan gives an absent int; absence is a `present` bit
+_NONE = np.iinfo(np.int64).min  # the value _scan gives an absent int; absence is a `present` bit
 # bit k of the scan's `present` column: the k-th int64 column below holds a value (not absent or null)
-_PRESENT_BIT = _fields.PRESENT_BIT   # bit k of the scan's `present` column (trace/fields.py)
+_PRESENT_BIT = _fields.PRESENT_BIT  # bit k of the scan's `present` column (trace/fields.py)
 
 
 def _strings(raw: list[bytes]) -> list[str]:
@@ -285,8 +358,14 @@ def _strings(raw: list[bytes]) -> list[str]:
     return out
 
 
-_SCAN_DTYPES = {"ph": np.uint8, "has_args": np.uint8, "present": np.uint32, "ts": np.float64, "dur": np.float64,
-                **{f: np.float64 for f in _fields.SCAN_FLOAT_FIELDS}}
+_SCAN_DTYPES = {
+    "ph": np.uint8,
+    "has_args": np.uint8,
+    "present": np.uint32,
+    "ts": np.float64,
+    "dur": np.float64,
+    **{f: np.float64 for f in _fields.SCAN_FLOAT_FIELDS},
+}
 # Args attributes that are columns of the same name in the scan (int64 / float64), from trace/fields.py
 _SCAN_INT_FIELDS = _fields.SCAN_INT_FIELDS
 _SCAN_FLOAT_FIELDS = _fields.SCAN_FLOAT_FIELDS
@@ -300,6 +379,7 @@ def _scan_dtype(name: str):
 
 def _fill_row(a: dict, i: int, ev: Event, strings: list, raws: list) -> None:
     """Write one event decoded by the Python path into row i of the scanner's columns."""
+
     def sid(v):
         if v is None:
             return -1
@@ -350,8 +430,13 @@ def _fill_row(a: dict, i: int, ev: Event, strings: list, raws: list) -> None:
     a["collective_idx"][i] = sid(g.collective) if g is not None else -1
     a["dtype_idx"][i] = sid(g.dtype) if g is not None else -1
     a["arg_name_idx"][i] = sid(g.name) if g is not None else -1
-    a["dims_idx"][i] = rid(None if g is None else (bytes(g.input_dims) if len(g.input_dims) else
-                                                   (bytes(g.input_dims_old) if len(g.input_dims_old) else None)))
+    a["dims_idx"][i] = rid(
+        None
+        if g is None
+        else (
+            bytes(g.input_dims) if len(g.input_dims) else (bytes(g.input_dims_old) if len(g.input_dims_old) else None)
+        )
+    )
     a["type_idx"][i] = rid(None if g is None or not len(g.input_type) else bytes(g.input_type))
     a["present"][i] = present
 
@@ -375,7 +460,7 @@ def extract_scanned(scanned) -> dict:
         for row, raw in deferred:
             try:
                 ev, part = _EVENT_DECODER.decode(raw), False
-            except msgspec.ValidationError:   # fields of unexpected types: as the Python path does
+            except msgspec.ValidationError:  # fields of unexpected types: as the Python path does
                 ev, part = lenient_event(raw)
                 partial += part
             if ev is None:
@@ -386,7 +471,7 @@ def extract_scanned(scanned) -> dict:
         if dropped:
             arrays = {k: v[keep] for k, v in arrays.items()}
             n = int(keep.sum())
-    strings.append("")                                         # id -1 ("absent") -> ""
+    strings.append("")  # id -1 ("absent") -> ""
     # two raw spans can decode to one string (an escape): one canonical id per distinct string
     canon, uniq = pd.factorize(np.array(strings, dtype=object), use_na_sentinel=False)
     uniq = list(uniq)
@@ -453,14 +538,13 @@ def extract_scanned(scanned) -> dict:
             v = np.where(given(name_, idx), v, absent)
         if (s_ >= 0).any():
             ustr = np.unique(s_[s_ >= 0])
-            for u in ustr:   # v is already a copy (fancy indexing)
+            for u in ustr:  # v is already a copy (fancy indexing)
                 v[s_ == u] = _tid(strings[u])
         return v
 
     def base(idx):
         codes, u = pd.factorize(name[idx], use_na_sentinel=False)
-        return {"ts_us": ts[idx], "dur_us": dur[idx],
-                "name": (codes.astype(np.int64), [uniq[c] for c in u])}
+        return {"ts_us": ts[idx], "dur_us": dur[idx], "name": (codes.astype(np.int64), [uniq[c] for c in u])}
 
     def ext(idx):
         e = col("external_id")[idx]
@@ -471,11 +555,14 @@ def extract_scanned(scanned) -> dict:
     def gpu(idx):
         dev = col("device")[idx]
         stream = col("stream")[idx]
-        pid0 = col("pid")[idx]   # string pids are 0 here, as in extract()
+        pid0 = col("pid")[idx]  # string pids are 0 here, as in extract()
         has_stream = given("stream", idx)
-        return {"device": np.where(given("device", idx), dev, pid0),
-                "stream": np.where(has_stream, stream, ids("tid", idx)) if not has_stream.all() else stream,
-                "correlation": opt("correlation", idx), "external_id": ext(idx)}
+        return {
+            "device": np.where(given("device", idx), dev, pid0),
+            "stream": np.where(has_stream, stream, ids("tid", idx)) if not has_stream.all() else stream,
+            "correlation": opt("correlation", idx),
+            "external_id": ext(idx),
+        }
 
     def strs(name_, idx):
         v = col(name_)[idx]
@@ -490,32 +577,53 @@ def extract_scanned(scanned) -> dict:
     if (coll < 0).all():
         kern.update(_no_collectives(len(k)))
     else:
-        kern.update({"collective": strs("collective_idx", k), "in_msg_nelems": opt("in_msg_nelems", k),
-                     "out_msg_nelems": opt("out_msg_nelems", k), "group_size": opt("group_size", k),
-                     "comm_dtype": strs("dtype_idx", k)})
+        kern.update(
+            {
+                "collective": strs("collective_idx", k),
+                "in_msg_nelems": opt("in_msg_nelems", k),
+                "out_msg_nelems": opt("out_msg_nelems", k),
+                "group_size": opt("group_size", k),
+                "comm_dtype": strs("dtype_idx", k),
+            }
+        )
     out["kernel"] = kern
     mc, ms = sel("memcpy"), sel("memset")
     m = np.concatenate([mc, ms])
     nb = col("nbytes")[m]
-    out["memcpy"] = {**base(m), **gpu(m), "size_bytes": np.where(np.isnan(nb), 0.0, nb),
-                     "is_memset": np.arange(len(m)) >= len(mc)}
+    out["memcpy"] = {
+        **base(m),
+        **gpu(m),
+        "size_bytes": np.where(np.isnan(nb), 0.0, nb),
+        "is_memset": np.arange(len(m)) >= len(mc),
+    }
     g = sel("gpu_annotation")
     out["gpu_annotation"] = {**base(g), **gpu(g)}
     sy = sel("sync")
     out["sync"] = {**base(sy), **gpu(sy)}
     r = sel("runtime")
     cb = np.where(given("cbid", r), col("cbid")[r], np.where(given("cid", r), col("cid")[r], -1))
-    out["runtime"] = {**base(r), "tid": ids("tid", r), "correlation": opt("correlation", r),
-                      "external_id": ext(r), "cbid": cb}
+    out["runtime"] = {
+        **base(r),
+        "tid": ids("tid", r),
+        "correlation": opt("correlation", r),
+        "external_id": ext(r),
+        "cbid": cb,
+    }
     co, an = sel("cpu_op"), sel("annotation")
     c = np.concatenate([co, an])
-    raw_obj = np.empty(len(raws) + 1, dtype=object)   # shared bytes objects; id -1 -> None (last)
-    raw_obj[:len(raws)] = raws
+    raw_obj = np.empty(len(raws) + 1, dtype=object)  # shared bytes objects; id -1 -> None (last)
+    raw_obj[: len(raws)] = raws
     dims = raw_obj[col("dims_idx")[c]]
     types = raw_obj[col("type_idx")[c]]
-    out["cpu_op"] = {**base(c), "tid": ids("tid", c), "external_id": ext(c),
-                     "is_annotation": np.arange(len(c)) >= len(co),
-                     "input_dims_raw": dims, "input_type_raw": types, "flops": col("flops")[c]}
+    out["cpu_op"] = {
+        **base(c),
+        "tid": ids("tid", c),
+        "external_id": ext(c),
+        "is_annotation": np.arange(len(c)) >= len(co),
+        "input_dims_raw": dims,
+        "input_type_raw": types,
+        "flops": col("flops")[c],
+    }
     p = sel("python")
     out["python"] = {**base(p), "tid": ids("tid", p)}
     i = sel("instant")
@@ -524,13 +632,16 @@ def extract_scanned(scanned) -> dict:
         v = col(name_)[i]
         return np.where(np.isnan(v), 0.0, v)
 
-    out["memory"] = {"ts_us": ts[i], "alloc_bytes": zero_nan("mem_bytes"),
-                     "total_allocated_bytes": zero_nan("total_allocated"),
-                     "total_reserved_bytes": zero_nan("total_reserved"),
-                     "device_type": opt("device_type", i), "device_id": opt("device_id", i)}
+    out["memory"] = {
+        "ts_us": ts[i],
+        "alloc_bytes": zero_nan("mem_bytes"),
+        "total_allocated_bytes": zero_nan("total_allocated"),
+        "total_reserved_bytes": zero_nan("total_reserved"),
+        "device_type": opt("device_type", i),
+        "device_id": opt("device_id", i),
+    }
     f = sel("flow")
-    out["flow"] = {"id": ids("id", f, absent=-1), "is_start": ph[f] == ord("s"), "ts_us": ts[f],
-                   "tid": ids("tid", f)}
+    out["flow"] = {"id": ids("id", f, absent=-1), "is_start": ph[f] == ord("s"), "ts_us": ts[f], "tid": ids("tid", f)}
     threads = {}
     tm = np.flatnonzero((ph == ord("M")) & (name == thread_name))
     if len(tm):
@@ -539,8 +650,16 @@ def extract_scanned(scanned) -> dict:
         for a, pv, tv in zip(an_.tolist(), pids.tolist(), tids.tolist()):
             if a >= 0 and strings[a]:
                 threads[(pv, tv)] = strings[a]
-    return {"tables": out, "threads": threads, "unknown": unknown, "no_dur": no_dur, "neg_dur": neg_dur,
-            "n_events": int(n), "dropped": dropped, "partial": partial}
+    return {
+        "tables": out,
+        "threads": threads,
+        "unknown": unknown,
+        "no_dur": no_dur,
+        "neg_dur": neg_dur,
+        "n_events": int(n),
+        "dropped": dropped,
+        "partial": partial,
+    }
 
 
 _TIMED = ("kernel", "memcpy", "cpu_op", "runtime", "gpu_annotation", "python")
@@ -560,8 +679,7 @@ def assemble(partials: list[dict]) -> Tables:
     """Chunk columns -> Tables: concatenate, shift times to the earliest event, link, warn."""
     if not partials:
         partials = [extract([])]
-    firsts = [float(p["tables"][k]["ts_us"].min()) for p in partials for k in _TIMED
-              if len(p["tables"][k]["ts_us"])]
+    firsts = [float(p["tables"][k]["ts_us"].min()) for p in partials for k in _TIMED if len(p["tables"][k]["ts_us"])]
     origin = min(firsts) if firsts else 0.0
     merged: dict[str, pd.DataFrame] = {}
     for kind in _KINDS:
@@ -581,8 +699,11 @@ def assemble(partials: list[dict]) -> Tables:
         parsed = []
         for n in cats:
             mt = _MEMCPY_NAME.match(n)
-            parsed.append((mt.group(1), mt.group(2), mt.group(3)) if mt else
-                          ("memset" if n.startswith("Memset") else "unknown", "", ""))
+            parsed.append(
+                (mt.group(1), mt.group(2), mt.group(3))
+                if mt
+                else ("memset" if n.startswith("Memset") else "unknown", "", "")
+            )
         codes = m["name"].cat.codes.to_numpy()
         for i, col in enumerate(("kind", "src_kind", "dst_kind")):
             per_cat = np.array([p[i] for p in parsed], dtype=object)
@@ -609,13 +730,25 @@ def assemble(partials: list[dict]) -> Tables:
         warnings.append(f"events of unrecognised categories were ignored: {top}")
 
     kernels, memcpy, runtime, cpu_ops, gpu_annotations, python, sync = (
-        _sorted(merged[k]) for k in ("kernel", "memcpy", "runtime", "cpu_op", "gpu_annotation", "python", "sync"))
+        _sorted(merged[k]) for k in ("kernel", "memcpy", "runtime", "cpu_op", "gpu_annotation", "python", "sync")
+    )
     _link(kernels, runtime, cpu_ops)
     _link(memcpy, runtime, cpu_ops)
-    return Tables(kernels=kernels, memcpy=memcpy, runtime=runtime, cpu_ops=cpu_ops,
-                  gpu_annotations=gpu_annotations, python=python, sync=sync, memory=merged["memory"],
-                  flows=merged["flow"], thread_names=threads, origin_us=origin,
-                  n_events=sum(p["n_events"] for p in partials), warnings=warnings)
+    return Tables(
+        kernels=kernels,
+        memcpy=memcpy,
+        runtime=runtime,
+        cpu_ops=cpu_ops,
+        gpu_annotations=gpu_annotations,
+        python=python,
+        sync=sync,
+        memory=merged["memory"],
+        flows=merged["flow"],
+        thread_names=threads,
+        origin_us=origin,
+        n_events=sum(p["n_events"] for p in partials),
+        warnings=warnings,
+    )
 
 
 def _sorted(df: pd.DataFrame) -> pd.DataFrame:
@@ -649,8 +782,12 @@ def _link(gpu: pd.DataFrame, runtime: pd.DataFrame, cpu_ops: pd.DataFrame) -> No
         launch_idx = m.reindex(gpu["correlation"].values).fillna(-1).to_numpy(dtype=np.int64)
     ok = launch_idx >= 0
     gpu["launch_idx"] = launch_idx
-    gpu["launch_ts_us"] = np.where(ok, runtime["ts_us"].to_numpy()[np.maximum(launch_idx, 0)] if len(runtime) else np.nan, np.nan)
-    gpu["launch_dur_us"] = np.where(ok, runtime["dur_us"].to_numpy()[np.maximum(launch_idx, 0)] if len(runtime) else np.nan, np.nan)
+    gpu["launch_ts_us"] = np.where(
+        ok, runtime["ts_us"].to_numpy()[np.maximum(launch_idx, 0)] if len(runtime) else np.nan, np.nan
+    )
+    gpu["launch_dur_us"] = np.where(
+        ok, runtime["dur_us"].to_numpy()[np.maximum(launch_idx, 0)] if len(runtime) else np.nan, np.nan
+    )
     ext = gpu["external_id"].to_numpy().copy()
     if len(runtime):
         rext = runtime["external_id"].to_numpy()[np.maximum(launch_idx, 0)]

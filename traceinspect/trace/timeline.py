@@ -21,6 +21,7 @@ Idle attribution, for each idle gap of the device (unknown is decided first, the
               call returned), when the GPU then still idles over QUEUED_WAIT_US: it waits on a
               dependency, not on the host.
 """
+
 from __future__ import annotations
 
 import re
@@ -32,22 +33,37 @@ import pandas as pd
 from . import intervals as iv
 from .tables import name_flags
 
-LAUNCH_GAP_MAX_US = 100.0     # HTA's launch-delay cutoff; longer host-late gaps are "cpu"
+LAUNCH_GAP_MAX_US = 100.0  # HTA's launch-delay cutoff; longer host-late gaps are "cpu"
 SYNC_RELAUNCH_US = LAUNCH_GAP_MAX_US  # after a sync returns, this much idle is the drain's relaunch cost
-QUEUED_WAIT_US = LAUNCH_GAP_MAX_US    # idle longer than this after the op was issued is a dependency wait
+QUEUED_WAIT_US = LAUNCH_GAP_MAX_US  # idle longer than this after the op was issued is a dependency wait
 
 BUSY_PARTS = ("compute", "comm", "memcpy")
 IDLE_PARTS = ("idle_dataloader", "idle_sync", "idle_launch", "idle_cpu", "idle_unknown")
 PARTS = BUSY_PARTS + IDLE_PARTS
 
 SYNC_CALLS = {
-    "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
-    "cudaMemcpy2D", "cudaMemset", "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize",
-    "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize", "hipMemcpy",
-    "hipMemcpyWithStream", "hipMemset", "hipCtxSynchronize",
+    "cudaStreamSynchronize",
+    "cudaDeviceSynchronize",
+    "cudaEventSynchronize",
+    "cudaMemcpy",
+    "cudaMemcpy2D",
+    "cudaMemset",
+    "cuStreamSynchronize",
+    "cuCtxSynchronize",
+    "cuEventSynchronize",
+    "hipStreamSynchronize",
+    "hipDeviceSynchronize",
+    "hipEventSynchronize",
+    "hipMemcpy",
+    "hipMemcpyWithStream",
+    "hipMemset",
+    "hipCtxSynchronize",
 }
-_COMM = re.compile(r"nccl|rccl|cross_device_reduce|all_reduce|allreduce|all_gather|allgather|"
-                   r"reduce_scatter|alltoall|all_to_all|SendRecv", re.IGNORECASE)
+_COMM = re.compile(
+    r"nccl|rccl|cross_device_reduce|all_reduce|allreduce|all_gather|allgather|"
+    r"reduce_scatter|alltoall|all_to_all|SendRecv",
+    re.IGNORECASE,
+)
 _DATALOADER = re.compile(r"^enumerate\((DataLoader|DataPipe)\)#")
 
 
@@ -64,9 +80,9 @@ class Timeline:
     device: int | None
     lo_us: float
     hi_us: float
-    sets: dict = field(default_factory=dict)         # part -> interval set
-    per_step: pd.DataFrame = None                      # one row per step, *_us columns per part
-    gaps: pd.DataFrame = None                          # idle pieces: start_us, end_us, dur_us, cause
+    sets: dict = field(default_factory=dict)  # part -> interval set
+    per_step: pd.DataFrame = None  # one row per step, *_us columns per part
+    gaps: pd.DataFrame = None  # idle pieces: start_us, end_us, dur_us, cause
 
     def total(self, part: str) -> float:
         return iv.total(self.sets[part])
@@ -97,8 +113,12 @@ def build_timeline(tables, steps: pd.DataFrame, device: int | None) -> Timeline:
     tl.sets = {"compute": compute, "comm": comm, "memcpy": mem, **idle}
 
     st = steps.reset_index(drop=True)
-    out = {"step": st["step"].to_numpy(), "start_us": st["start_us"].to_numpy(),
-           "end_us": st["end_us"].to_numpy(), "dur_us": st["dur_us"].to_numpy()}
+    out = {
+        "step": st["step"].to_numpy(),
+        "start_us": st["start_us"].to_numpy(),
+        "end_us": st["end_us"].to_numpy(),
+        "dur_us": st["dur_us"].to_numpy(),
+    }
     for part in PARTS:
         out[f"{part}_us"] = iv.per_window(tl.sets[part], st["start_us"].to_numpy(), st["end_us"].to_numpy())
     tl.per_step = pd.DataFrame(out)
@@ -141,7 +161,10 @@ def _classify_gaps(tables, gaps, k, m, lo, hi, has_gpu) -> dict:
     # then on the GPU waited on a dependency (an event, another stream or process), not on the host.
     waited = ~queued & ~np.isnan(issued) & (gaps[1] - issued > QUEUED_WAIT_US) & (issued > gaps[0])
     w_start = issued[waited]
-    out["idle_unknown"] = (np.concatenate((gaps[0][queued], w_start)), np.concatenate((gaps[1][queued], gaps[1][waited])))
+    out["idle_unknown"] = (
+        np.concatenate((gaps[0][queued], w_start)),
+        np.concatenate((gaps[1][queued], gaps[1][waited])),
+    )
     order_u = np.argsort(out["idle_unknown"][0], kind="stable")
     out["idle_unknown"] = (out["idle_unknown"][0][order_u], out["idle_unknown"][1][order_u])
     rest_end = gaps[1].copy()

@@ -4,6 +4,7 @@ critical path, the floor the fixes leave and the speed of light.
 Owns the prediction and its provenance (which model made each number). Must not render. Detectors own
 their transformations (`Detector.whatif(graph, finding) -> str`); this module only looks them up.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -21,17 +22,17 @@ from .graph import Graph, build
 from .replay import critical_path, replay
 
 MODEL_REPLAY = "replay"
-MIN_SOL_COVERAGE = 0.5   # share of kernel time with modelled shapes below which no speed of light is given
+MIN_SOL_COVERAGE = 0.5  # share of kernel time with modelled shapes below which no speed of light is given
 
 
 @dataclass
 class Prediction:
     fixes: tuple[str, ...]
-    step_us: np.ndarray              # predicted, per analysed step
-    replay_us: np.ndarray            # the replay before the GPU-work floor
-    floor_us: np.ndarray             # per step: the busiest stream's GPU work left after the fixes
-    models: dict                     # fix name -> the transformation's stated model
-    path: dict                       # critical path composition (us over the window)
+    step_us: np.ndarray  # predicted, per analysed step
+    replay_us: np.ndarray  # the replay before the GPU-work floor
+    floor_us: np.ndarray  # per step: the busiest stream's GPU work left after the fixes
+    models: dict  # fix name -> the transformation's stated model
+    path: dict  # critical path composition (us over the window)
     notes: list = field(default_factory=list)
 
     @property
@@ -55,8 +56,12 @@ def identity(trace: Trace) -> dict:
     if len(r.step_us) != len(meas) or not len(meas):
         return {}
     err = np.abs(r.step_us - meas) / np.where(meas > 0, meas, 1.0)
-    return {"median_error_frac": float(np.median(err)), "max_error_frac": float(err.max()),
-            "replayed_median_us": float(np.median(r.step_us)), "measured_median_us": float(np.median(meas))}
+    return {
+        "median_error_frac": float(np.median(err)),
+        "max_error_frac": float(err.max()),
+        "replayed_median_us": float(np.median(r.step_us)),
+        "measured_median_us": float(np.median(meas)),
+    }
 
 
 def _floor(g: Graph, r, step_starts: np.ndarray) -> np.ndarray:
@@ -85,8 +90,9 @@ def valid_fix(name: str) -> bool:
     return cls is not None and (not variant or variant in getattr(cls, "variants", ()))
 
 
-def predict(trace: Trace, findings: list[Finding], fixes: tuple[str, ...], *, with_path: bool = True,
-            recommended: bool = True) -> Prediction:
+def predict(
+    trace: Trace, findings: list[Finding], fixes: tuple[str, ...], *, with_path: bool = True, recommended: bool = True
+) -> Prediction:
     """Apply the named fixes (in order) to the measured graph and replay. A fix whose detector did not
     fire has nothing to change (its finding is what the transformation scales). NAME:VARIANT selects a
     variant; a plain NAME gets the variant its finding's fix recommends (`recommended_variant`) unless
@@ -106,20 +112,45 @@ def predict(trace: Trace, findings: list[Finding], fixes: tuple[str, ...], *, wi
         if not variant and recommended and hasattr(cls, "recommended_variant"):
             variant = cls.recommended_variant(finding)
         models[name] = cls().whatif(g, finding, variant) if variant else cls().whatif(g, finding)
-    same = g is base or _same_replay_inputs(g, base)   # fixes that change nothing replay as the identity
+    same = g is base or _same_replay_inputs(g, base)  # fixes that change nothing replay as the identity
     r = trace.memo("whatif identity replay", lambda: replay(base)) if same else replay(g)
     starts = r.h_start[g.markers] if len(g.markers) else np.zeros(0)
     floor = _floor(g, r, starts)
     steps = np.maximum(r.step_us, floor)
     if (floor > r.step_us + 1.0).any():
         notes.append("the host would run ahead of the GPU: those steps are held at the GPU work they keep")
-    return Prediction(fixes=tuple(fixes), step_us=steps, replay_us=r.step_us, floor_us=floor, models=models,
-                      path=critical_path(g, r) if with_path else {}, notes=notes)
+    return Prediction(
+        fixes=tuple(fixes),
+        step_us=steps,
+        replay_us=r.step_us,
+        floor_us=floor,
+        models=models,
+        path=critical_path(g, r) if with_path else {},
+        notes=notes,
+    )
 
 
 # what replay() reads off a graph: a fix set that leaves all of them equal replays as the unmodified graph
-_REPLAY_INPUTS = ("h_ts", "h_end", "g_ts", "g_end", "h_prev", "h_gap", "h_xprev", "h_xgap", "h_own", "h_wait",
-                  "h_resid", "g_launch", "g_prev", "g_xprev", "g_slack", "g_dur", "markers", "m_end")
+_REPLAY_INPUTS = (
+    "h_ts",
+    "h_end",
+    "g_ts",
+    "g_end",
+    "h_prev",
+    "h_gap",
+    "h_xprev",
+    "h_xgap",
+    "h_own",
+    "h_wait",
+    "h_resid",
+    "g_launch",
+    "g_prev",
+    "g_xprev",
+    "g_slack",
+    "g_dur",
+    "markers",
+    "m_end",
+)
 
 
 def _same_replay_inputs(g: Graph, base: Graph) -> bool:
@@ -140,26 +171,52 @@ def speed_of_light(trace: Trace) -> dict:
         return {"sol_us": None, "why": "the GPU's peak throughput is unknown (no deviceProperties or unknown model)"}
     rows = [r for r in shape_table(trace) if r.family in MATRIX_FAMILIES]
     flops = sum(r.gflops_per_call * 1e9 * r.calls_per_step for r in rows if r.gflops_per_call is not None)
-    sol = sum(r.gflops_per_call * 1e9 * r.calls_per_step / (r.peak_tflops * 1e12) * 1e6
-              for r in rows if r.gflops_per_call is not None and r.peak_tflops)
+    sol = sum(
+        r.gflops_per_call * 1e9 * r.calls_per_step / (r.peak_tflops * 1e12) * 1e6
+        for r in rows
+        if r.gflops_per_call is not None and r.peak_tflops
+    )
     if not rows or flops <= 0:
-        return {"sol_us": None, "why": "no GEMM, convolution or attention op with recorded shapes "
-                                       "(capture with record_shapes=True)"}
+        return {
+            "sol_us": None,
+            "why": "no GEMM, convolution or attention op with recorded shapes (capture with record_shapes=True)",
+        }
     median = float(trace.steps["dur_us"].median())
     cov = coverage(trace).get("modelled_frac", 0.0)
-    if cov < MIN_SOL_COVERAGE:   # most kernel time has no shapes: a floor from the rest would be a guess
-        return {"sol_us": None, "matrix_flops_per_step": flops, "modelled_kernel_frac": cov,
-                "why": f"only {100 * cov:.0f}% of the kernel time has recorded shapes the model knows; "
-                       "capture with record_shapes=True (and with_flops=True)"}
-    return {"sol_us": sol, "matrix_flops_per_step": flops, "achieved_tflops": flops / median / 1e6,
-            "mfu": sol / median if median else None, "modelled_kernel_frac": cov, "why": "",
-            **_flops_cross_check(trace, flops)}
+    if cov < MIN_SOL_COVERAGE:  # most kernel time has no shapes: a floor from the rest would be a guess
+        return {
+            "sol_us": None,
+            "matrix_flops_per_step": flops,
+            "modelled_kernel_frac": cov,
+            "why": f"only {100 * cov:.0f}% of the kernel time has recorded shapes the model knows; "
+            "capture with record_shapes=True (and with_flops=True)",
+        }
+    return {
+        "sol_us": sol,
+        "matrix_flops_per_step": flops,
+        "achieved_tflops": flops / median / 1e6,
+        "mfu": sol / median if median else None,
+        "modelled_kernel_frac": cov,
+        "why": "",
+        **_flops_cross_check(trace, flops),
+    }
 
 
 # ops on which torch.profiler(with_flops=True) records a `flops` arg for matrix math (GEMM, batched GEMM,
 # convolution: torch/autograd/profiler_util.py and torch/csrc/profiler/util.cpp computeFlops)
-RECORDED_MATRIX_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::conv1d",
-                                 "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution"})
+RECORDED_MATRIX_OPS = frozenset(
+    {
+        "aten::mm",
+        "aten::addmm",
+        "aten::bmm",
+        "aten::baddbmm",
+        "aten::conv1d",
+        "aten::conv2d",
+        "aten::conv3d",
+        "aten::convolution",
+        "aten::_convolution",
+    }
+)
 
 
 def recorded_flops(trace: Trace) -> pd.DataFrame | None:
@@ -192,8 +249,10 @@ def _flops_cross_check(trace: Trace, model_flops: float) -> dict:
     per_step = total / max(len(st), 1)
     if per_step <= 0:
         return {}
-    return {"recorded_flops_per_step": per_step,
-            "recorded_vs_model": per_step / model_flops if model_flops > 0 else None}
+    return {
+        "recorded_flops_per_step": per_step,
+        "recorded_vs_model": per_step / model_flops if model_flops > 0 else None,
+    }
 
 
 def path(trace: Trace, findings: list[Finding], order: list[str]) -> list[dict]:
@@ -214,12 +273,18 @@ def summary(trace: Trace, findings: list[Finding], fixes: tuple[str, ...]) -> di
     meas = trace.steps["dur_us"].to_numpy(float)
     fired = {f.name for f in findings}
     return {
-        "fixes": list(fixes), "models": p.models, "model": MODEL_REPLAY,
+        "fixes": list(fixes),
+        "models": p.models,
+        "model": MODEL_REPLAY,
         "not_found": [n for n in fixes if n.partition(":")[0] not in fired],
-        "steps": [{"step": int(s), "measured_us": float(m), "predicted_us": float(q), "gpu_floor_us": float(fl)}
-                  for s, m, q, fl in zip(trace.steps["step"], meas, p.step_us, p.floor_us)],
+        "steps": [
+            {"step": int(s), "measured_us": float(m), "predicted_us": float(q), "gpu_floor_us": float(fl)}
+            for s, m, q, fl in zip(trace.steps["step"], meas, p.step_us, p.floor_us)
+        ],
         "measured_median_us": float(np.median(meas)) if len(meas) else 0.0,
         "predicted_median_us": p.median_us,
         "critical_path_us": {k: float(v) for k, v in p.path.items()},
-        "identity": identity(trace), "speed_of_light": speed_of_light(trace), "notes": p.notes,
+        "identity": identity(trace),
+        "speed_of_light": speed_of_light(trace),
+        "notes": p.notes,
     }

@@ -4,6 +4,7 @@ discrete-event replay (Daydream-style; docs/whatif.md).
 Owns the graph, the edges it infers and the replay. Must not judge (detectors do) and must not render.
 Every array is indexed by node; transformations edit durations, gaps and edges, never the measured times.
 """
+
 from __future__ import annotations
 
 import re
@@ -43,31 +44,31 @@ class Graph:
     h_ts: np.ndarray
     h_end: np.ndarray
     h_tid: np.ndarray
-    h_name: np.ndarray           # object array of str ("" for markers)
-    h_rt: np.ndarray             # row in trace.runtime, -1 for a step marker
-    h_prev: np.ndarray           # same-thread predecessor node, -1 none
-    h_gap: np.ndarray            # ts - predecessor end (measured; transformations shrink it)
-    h_xprev: np.ndarray          # cross-thread predecessor node (binding when the thread idled), -1 none
+    h_name: np.ndarray  # object array of str ("" for markers)
+    h_rt: np.ndarray  # row in trace.runtime, -1 for a step marker
+    h_prev: np.ndarray  # same-thread predecessor node, -1 none
+    h_gap: np.ndarray  # ts - predecessor end (measured; transformations shrink it)
+    h_xprev: np.ndarray  # cross-thread predecessor node (binding when the thread idled), -1 none
     h_xgap: np.ndarray
-    h_own: np.ndarray            # the call's own host cost
-    h_wait: np.ndarray           # GPU node the call waited for, -1 none
-    h_resid: np.ndarray          # time from the awaited op's end to the call's return
+    h_own: np.ndarray  # the call's own host cost
+    h_wait: np.ndarray  # GPU node the call waited for, -1 none
+    h_resid: np.ndarray  # time from the awaited op's end to the call's return
     # GPU nodes
     g_ts: np.ndarray
     g_end: np.ndarray
     g_dur: np.ndarray
     g_name: pd.Series
-    g_kind: np.ndarray           # "kernel" | "memcpy"
-    g_row: np.ndarray            # row in trace.kernels / trace.memcpy
-    g_launch: np.ndarray         # host node of the launch, -1 none
-    g_lat: np.ndarray            # start - launch start (when the launch binds)
-    g_prev: np.ndarray           # stream predecessor, -1 none
-    g_xprev: np.ndarray          # cross-stream predecessor (inferred wait), -1 none
-    g_slack: np.ndarray          # start - max(every ready time), >= 0
+    g_kind: np.ndarray  # "kernel" | "memcpy"
+    g_row: np.ndarray  # row in trace.kernels / trace.memcpy
+    g_launch: np.ndarray  # host node of the launch, -1 none
+    g_lat: np.ndarray  # start - launch start (when the launch binds)
+    g_prev: np.ndarray  # stream predecessor, -1 none
+    g_xprev: np.ndarray  # cross-stream predecessor (inferred wait), -1 none
+    g_slack: np.ndarray  # start - max(every ready time), >= 0
     g_stream: np.ndarray
     g_device: np.ndarray
-    markers: np.ndarray          # host node of each step start, then of the last step's end: n_steps + 1
-    m_end: np.ndarray            # host node of each step's end (a step is measured from its start to its end)
+    markers: np.ndarray  # host node of each step start, then of the last step's end: n_steps + 1
+    m_end: np.ndarray  # host node of each step's end (a step is measured from its start to its end)
     notes: list = field(default_factory=list)
 
     def copy(self) -> "Graph":
@@ -173,7 +174,7 @@ class Graph:
             gpu_mask = gpu_mask & ~shared[np.maximum(self.g_launch, 0)]
         self.remove_launches(gpu_mask)
         h = self.g_launch[gpu_mask & (self.g_launch >= 0)]
-        self.h_wait[h] = -1          # a launch that no longer runs cannot wait for a full queue
+        self.h_wait[h] = -1  # a launch that no longer runs cannot wait for a full queue
 
     def scale_gpu(self, gpu_mask: np.ndarray, factor) -> None:
         """Durations of these GPU ops times `factor` (a scalar or one value per node)."""
@@ -189,7 +190,7 @@ class Graph:
 def _covered(s: np.ndarray, e: np.ndarray, x: np.ndarray) -> np.ndarray:
     """Length of the (disjoint, sorted) interval set inside (-inf, x], for each x."""
     cum = np.concatenate([[0.0], np.cumsum(e - s)])
-    i = np.searchsorted(s, x, side="right")          # intervals starting at or before x
+    i = np.searchsorted(s, x, side="right")  # intervals starting at or before x
     j = np.maximum(i - 1, 0)
     part = np.where(i > 0, np.clip(x - s[j], 0.0, e[j] - s[j]), 0.0)
     return cum[j] + part if len(s) else np.zeros_like(x)
@@ -216,12 +217,27 @@ def build(trace: Trace) -> Graph:
             continue
         keep = np.ones(len(t), bool) if dev is None else t["device"].to_numpy() == dev
         rows = np.flatnonzero(keep)
-        parts.append(pd.DataFrame({"ts": t["ts_us"].to_numpy()[rows], "dur": t["dur_us"].to_numpy()[rows],
-                                   "stream": t["stream"].to_numpy()[rows], "device": t["device"].to_numpy()[rows],
-                                   "launch_rt": t["launch_idx"].to_numpy()[rows], "row": rows,
-                                   "kind": kind, "name": t["name"].astype(str).to_numpy()[rows]}))
-    g = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
-        {"ts": [], "dur": [], "stream": [], "device": [], "launch_rt": [], "row": [], "kind": [], "name": []})
+        parts.append(
+            pd.DataFrame(
+                {
+                    "ts": t["ts_us"].to_numpy()[rows],
+                    "dur": t["dur_us"].to_numpy()[rows],
+                    "stream": t["stream"].to_numpy()[rows],
+                    "device": t["device"].to_numpy()[rows],
+                    "launch_rt": t["launch_idx"].to_numpy()[rows],
+                    "row": rows,
+                    "kind": kind,
+                    "name": t["name"].astype(str).to_numpy()[rows],
+                }
+            )
+        )
+    g = (
+        pd.concat(parts, ignore_index=True)
+        if parts
+        else pd.DataFrame(
+            {"ts": [], "dur": [], "stream": [], "device": [], "launch_rt": [], "row": [], "kind": [], "name": []}
+        )
+    )
     g = g.sort_values("ts", kind="stable").reset_index(drop=True)
     g_ts = g["ts"].to_numpy(float)
     g_dur = np.maximum(g["dur"].to_numpy(float), 0.0)
@@ -254,13 +270,26 @@ def build(trace: Trace) -> Graph:
         main_tid = tids[np.argmax(counts)]
     else:
         main_tid = -1
-    mk = np.unique(np.concatenate([st["start_us"].to_numpy(float), st["end_us"].to_numpy(float)])) if len(st) else np.zeros(0)
-    h = pd.DataFrame({
-        "ts": np.concatenate([r_ts[rows_rt], mk]), "end": np.concatenate([r_end[rows_rt], mk]),
-        "tid": np.concatenate([r_tid[rows_rt], np.full(len(mk), main_tid)]),
-        "rt": np.concatenate([rows_rt, np.full(len(mk), -1)]).astype(np.int64)})
+    mk = (
+        np.unique(np.concatenate([st["start_us"].to_numpy(float), st["end_us"].to_numpy(float)]))
+        if len(st)
+        else np.zeros(0)
+    )
+    h = pd.DataFrame(
+        {
+            "ts": np.concatenate([r_ts[rows_rt], mk]),
+            "end": np.concatenate([r_end[rows_rt], mk]),
+            "tid": np.concatenate([r_tid[rows_rt], np.full(len(mk), main_tid)]),
+            "rt": np.concatenate([rows_rt, np.full(len(mk), -1)]).astype(np.int64),
+        }
+    )
     h = h.sort_values(["tid", "ts", "end"], kind="stable").reset_index(drop=True)
-    h_ts, h_end, h_tid, h_rt = h["ts"].to_numpy(float), h["end"].to_numpy(float), h["tid"].to_numpy(), h["rt"].to_numpy()
+    h_ts, h_end, h_tid, h_rt = (
+        h["ts"].to_numpy(float),
+        h["end"].to_numpy(float),
+        h["tid"].to_numpy(),
+        h["rt"].to_numpy(),
+    )
     n_h = len(h)
     h_name = np.array([""] * n_h, dtype=object)
     if len(rt):
@@ -278,8 +307,12 @@ def build(trace: Trace) -> Graph:
         j = np.searchsorted(h_end[by_end], h_ts, side="right") - 1
         cand = np.where(j >= 0, by_end[np.maximum(j, 0)], -1)
         own_end = np.where(h_prev >= 0, h_end[np.maximum(h_prev, 0)], -np.inf)
-        ok = (cand >= 0) & (h_tid[np.maximum(cand, 0)] != h_tid) & (h_gap >= CROSS_THREAD_MIN_GAP_US) \
+        ok = (
+            (cand >= 0)
+            & (h_tid[np.maximum(cand, 0)] != h_tid)
+            & (h_gap >= CROSS_THREAD_MIN_GAP_US)
             & (h_end[np.maximum(cand, 0)] > own_end)
+        )
         h_xprev[ok] = cand[ok]
     h_xgap = np.where(h_xprev >= 0, h_ts - h_end[np.maximum(h_xprev, 0)], 0.0)
     h_own = h_end - h_ts
@@ -307,7 +340,7 @@ def build(trace: Trace) -> Graph:
     g_prev = _prev_in_group(skey, so)
     launch_start = np.where(g_launch >= 0, h_ts[np.maximum(g_launch, 0)] if n_h else 0.0, -np.inf)
     prev_end = np.where(g_prev >= 0, g_end[np.maximum(g_prev, 0)], -np.inf)
-    g_lat = np.zeros(n_g)   # the launch latency is part of the slack below
+    g_lat = np.zeros(n_g)  # the launch latency is part of the slack below
     ready = np.maximum(launch_start, prev_end)
     g_xprev = np.full(n_g, -1, dtype=np.int64)
     if n_g:
@@ -350,9 +383,34 @@ def build(trace: Trace) -> Graph:
         bounds = list(st["start_us"].to_numpy(float)) + [float(st["end_us"].iloc[-1])]
         markers = np.array([pos[float(b)] for b in bounds], dtype=np.int64)
         m_end = np.array([pos[float(b)] for b in st["end_us"].to_numpy(float)], dtype=np.int64)
-    return Graph(trace=trace, h_ts=h_ts, h_end=h_end, h_tid=h_tid, h_name=h_name, h_rt=h_rt, h_prev=h_prev,
-                 h_gap=h_gap, h_xprev=h_xprev, h_xgap=h_xgap, h_own=h_own, h_wait=h_wait, h_resid=h_resid,
-                 g_ts=g_ts, g_end=g_end, g_dur=g_dur, g_name=g["name"], g_kind=g["kind"].to_numpy(),
-                 g_row=g["row"].to_numpy().astype(np.int64), g_launch=g_launch, g_lat=g_lat, g_prev=g_prev,
-                 g_xprev=g_xprev, g_slack=g_slack, g_stream=g["stream"].to_numpy(), g_device=g["device"].to_numpy(),
-                 markers=markers, m_end=m_end, notes=[n for n in notes if n])
+    return Graph(
+        trace=trace,
+        h_ts=h_ts,
+        h_end=h_end,
+        h_tid=h_tid,
+        h_name=h_name,
+        h_rt=h_rt,
+        h_prev=h_prev,
+        h_gap=h_gap,
+        h_xprev=h_xprev,
+        h_xgap=h_xgap,
+        h_own=h_own,
+        h_wait=h_wait,
+        h_resid=h_resid,
+        g_ts=g_ts,
+        g_end=g_end,
+        g_dur=g_dur,
+        g_name=g["name"],
+        g_kind=g["kind"].to_numpy(),
+        g_row=g["row"].to_numpy().astype(np.int64),
+        g_launch=g_launch,
+        g_lat=g_lat,
+        g_prev=g_prev,
+        g_xprev=g_xprev,
+        g_slack=g_slack,
+        g_stream=g["stream"].to_numpy(),
+        g_device=g["device"].to_numpy(),
+        markers=markers,
+        m_end=m_end,
+        notes=[n for n in notes if n],
+    )

@@ -2,6 +2,7 @@
 
 Owns the simulation and the critical path read off it. Must not build graphs or know about detectors.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,7 +26,7 @@ class Replay:
     h_bind: np.ndarray
     h_end_bind: np.ndarray
     g_bind: np.ndarray
-    step_us: np.ndarray          # one per analysed step, from its start marker to its end marker
+    step_us: np.ndarray  # one per analysed step, from its start marker to its end marker
 
 
 def event_order(g: Graph) -> tuple[np.ndarray, np.ndarray]:
@@ -60,10 +61,10 @@ def _event_order(g: Graph) -> tuple[np.ndarray, np.ndarray]:
     h_key = g.h_ts.copy()
     hp = g.h_prev
     has = hp >= 0
-    h_key[has] = np.maximum(h_key[has], g.h_end[hp[has]])            # a call overlapping its predecessor
+    h_key[has] = np.maximum(h_key[has], g.h_end[hp[has]])  # a call overlapping its predecessor
     g_key = g.g_ts.copy()
     gl = g.g_launch >= 0
-    g_key[gl] = np.maximum(g_key[gl], h_key[g.g_launch[gl]])       # GPU clock ahead of the host's
+    g_key[gl] = np.maximum(g_key[gl], h_key[g.g_launch[gl]])  # GPU clock ahead of the host's
     w = np.flatnonzero(g.h_wait >= 0)
     w_key = np.maximum(g.h_end[w], g_key[g.h_wait[w]])
     keys = np.concatenate([w_key, h_key, g_key])
@@ -89,20 +90,41 @@ def replay(g: Graph) -> Replay:
     kinds, idxs = event_order(g)
     native = _native()
     if native is not None:
-        f8 = lambda a: np.ascontiguousarray(a, dtype=np.float64)   # noqa: E731
-        i8 = lambda a: np.ascontiguousarray(a, dtype=np.int64)     # noqa: E731
+        f8 = lambda a: np.ascontiguousarray(a, dtype=np.float64)  # noqa: E731
+        i8 = lambda a: np.ascontiguousarray(a, dtype=np.int64)  # noqa: E731
         n_h, n_g = len(g.h_ts), len(g.g_ts)
         h_start, h_end = np.array(g.h_ts, dtype=np.float64), np.array(g.h_end, dtype=np.float64)
         g_start, g_end = np.array(g.g_ts, dtype=np.float64), np.array(g.g_end, dtype=np.float64)
         hb, heb, gb = np.full(n_h, FIXED, np.int64), np.full(n_h, OWN, np.int64), np.full(n_g, FIXED, np.int64)
-        native(kinds, idxs, i8(g.h_prev), f8(g.h_gap), i8(g.h_xprev), f8(g.h_xgap), f8(g.h_own), i8(g.h_wait),
-               f8(g.h_resid), i8(g.g_launch), i8(g.g_prev), i8(g.g_xprev), f8(g.g_slack), f8(g.g_dur),
-               h_start, h_end, g_start, g_end, hb, heb, gb)
+        native(
+            kinds,
+            idxs,
+            i8(g.h_prev),
+            f8(g.h_gap),
+            i8(g.h_xprev),
+            f8(g.h_xgap),
+            f8(g.h_own),
+            i8(g.h_wait),
+            f8(g.h_resid),
+            i8(g.g_launch),
+            i8(g.g_prev),
+            i8(g.g_xprev),
+            f8(g.g_slack),
+            f8(g.g_dur),
+            h_start,
+            h_end,
+            g_start,
+            g_end,
+            hb,
+            heb,
+            gb,
+        )
     else:
         h_start, h_end, g_start, g_end, hb, heb, gb = _replay_py(g, kinds, idxs)
     step = h_start[g.m_end] - h_start[g.markers[:-1]] if len(g.markers) > 1 else np.zeros(0)
-    return Replay(h_start=h_start, h_end=h_end, g_start=g_start, g_end=g_end,
-                  h_bind=hb, h_end_bind=heb, g_bind=gb, step_us=step)
+    return Replay(
+        h_start=h_start, h_end=h_end, g_start=g_start, g_end=g_end, h_bind=hb, h_end_bind=heb, g_bind=gb, step_us=step
+    )
 
 
 def _replay_py(g: Graph, kinds: np.ndarray, idxs: np.ndarray) -> tuple:
@@ -112,7 +134,13 @@ def _replay_py(g: Graph, kinds: np.ndarray, idxs: np.ndarray) -> tuple:
     gs, ge = g.g_ts.astype(float).tolist(), g.g_end.astype(float).tolist()
     h_prev, h_gap, h_x, h_xgap = g.h_prev.tolist(), g.h_gap.tolist(), g.h_xprev.tolist(), g.h_xgap.tolist()
     h_own, h_wait, h_res = g.h_own.tolist(), g.h_wait.tolist(), g.h_resid.tolist()
-    g_l, g_p, g_x, g_sl, g_d = g.g_launch.tolist(), g.g_prev.tolist(), g.g_xprev.tolist(), g.g_slack.tolist(), g.g_dur.tolist()
+    g_l, g_p, g_x, g_sl, g_d = (
+        g.g_launch.tolist(),
+        g.g_prev.tolist(),
+        g.g_xprev.tolist(),
+        g.g_slack.tolist(),
+        g.g_dur.tolist(),
+    )
     hb, heb, gb = [FIXED] * n_h, [OWN] * n_h, [FIXED] * n_g
     for k, i in zip(kinds.tolist(), idxs.tolist()):
         if k == 1:
@@ -147,9 +175,15 @@ def _replay_py(g: Graph, kinds: np.ndarray, idxs: np.ndarray) -> tuple:
                 if t > he[i]:
                     he[i] = t
                     heb[i] = WAIT
-    return (np.array(hs, dtype=np.float64), np.array(he, dtype=np.float64), np.array(gs, dtype=np.float64),
-            np.array(ge, dtype=np.float64), np.array(hb, dtype=np.int64), np.array(heb, dtype=np.int64),
-            np.array(gb, dtype=np.int64))
+    return (
+        np.array(hs, dtype=np.float64),
+        np.array(he, dtype=np.float64),
+        np.array(gs, dtype=np.float64),
+        np.array(ge, dtype=np.float64),
+        np.array(hb, dtype=np.int64),
+        np.array(heb, dtype=np.int64),
+        np.array(gb, dtype=np.int64),
+    )
 
 
 def critical_path(g: Graph, r: Replay) -> dict:
