@@ -1,13 +1,15 @@
 """Render every trace under a folder in all four formats, to compare reports before and after a change.
 
-    python bench/snapshot.py OUT_DIR [--traces ../shared/traces] [--builders]
+    python bench/snapshot.py OUT_DIR [--traces ../shared/traces] [--builders [--diffs]]
     diff -r BEFORE_DIR AFTER_DIR           # or: python bench/snapshot.py --compare BEFORE_DIR AFTER_DIR
 
 Each trace file (and each directory of rank files) gives OUT_DIR/<relative path>.{txt,md,json,html}, rendered
 as `traceinspect analyze --no-cache -o FILE` would (width 100). With --builders it also renders the
-golden builders (tests/test_goldens.py's inputs). A trace the CLI refuses gives a `.error` file holding
-the one-line message and exit code, so a change in refusal is a change too. Deterministic: no wall-clock
-time and no absolute path reaches the output (paths are printed relative to the traces folder).
+golden builders (tests/test_goldens.py's inputs), and with --diffs the `diff` of each builder report
+against the next (both ways; the before side fresh and read back from its saved JSON). A trace the CLI
+refuses gives a `.error` file holding the one-line message and exit code, so a change in refusal is a
+change too. Deterministic: no wall-clock time and no absolute path reaches the output (paths are printed
+relative to the traces folder).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ def _render_all(report, dest: Path) -> None:
         Path(str(dest) + ext).write_text(render(report, width=100), encoding="utf-8")
 
 
-def snapshot(out: Path, traces: Path | None, builders: bool) -> int:
+def snapshot(out: Path, traces: Path | None, builders: bool, diffs: bool = False) -> int:
     try:  # the library API; the default settings (no pyproject.toml lookup), no cache
         from traceinspect.api import analyze as _analyze
         from traceinspect.config import Config
@@ -86,6 +88,7 @@ def snapshot(out: Path, traces: Path | None, builders: bool) -> int:
         from traceinspect.analyze import analyze
         from traceinspect.trace.model import load_trace
 
+        made = []  # (label, report) in a fixed order, for --diffs
         for mod_path in sorted((REPO / "tests").glob("builders*.py")):
             mod = importlib.import_module(mod_path.stem)
             for name, make in sorted(vars(mod).items()):
@@ -103,6 +106,31 @@ def snapshot(out: Path, traces: Path | None, builders: bool) -> int:
                         (out / "builders" / f"{mod_path.stem}.{name}.error").write_text(f"{type(e).__name__}\n")
                         continue
                 _render_all(report, out / "builders" / f"{mod_path.stem}.{name}")
+                made.append((f"{mod_path.stem}.{name}", report))
+                n += 1
+        if diffs:
+            n += _diffs(out / "diffs", made)
+    return n
+
+
+def _diffs(out: Path, made: list) -> int:
+    """`traceinspect diff` of each builder report against the next one, both ways, with the before side
+    fresh and read back from its saved JSON (Report.from_dict), in the four formats."""
+    import json
+
+    from traceinspect.diff import diff
+    from traceinspect.render.diff import DIFF_RENDERERS
+    from traceinspect.report import Report
+
+    out.mkdir(parents=True, exist_ok=True)
+    n = 0
+    for (la, ra), (lb, rb) in zip(made, made[1:]):
+        for (x, lx), (y, ly) in (((ra, la), (rb, lb)), ((rb, lb), (ra, la))):
+            saved = Report.from_dict(json.loads(json.dumps(x.to_dict(), default=float)))
+            for before, tag in ((x, ""), (saved, ".saved")):
+                d = diff(before, y)
+                for render, ext in DIFF_RENDERERS.values():
+                    (out / f"{lx}__{ly}{tag}{ext}").write_text(render(d, width=100), encoding="utf-8")
                 n += 1
     return n
 
@@ -142,14 +170,15 @@ def main() -> int:
     ap.add_argument("out", nargs="?")
     ap.add_argument("--traces", default=str(REPO.parent / "shared" / "traces"))
     ap.add_argument("--builders", action="store_true")
+    ap.add_argument("--diffs", action="store_true", help="with --builders: also diffs of consecutive builder reports")
     ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
     a = ap.parse_args()
     if a.compare:
         return compare(Path(a.compare[0]), Path(a.compare[1]))
     if not a.out:
         ap.error("OUT_DIR is required")
-    n = snapshot(Path(a.out).resolve(), Path(a.traces).resolve(), a.builders)
-    print(f"{n} reports rendered in 4 formats into {a.out}")
+    n = snapshot(Path(a.out).resolve(), Path(a.traces).resolve(), a.builders, a.diffs)
+    print(f"{n} reports and diffs rendered in 4 formats into {a.out}")
     return 0
 
 
