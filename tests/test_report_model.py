@@ -37,10 +37,16 @@ def _builders():
 
 
 def _round_trip(rep: Report) -> None:
+    """Through the saved JSON text (sorted keys, as `--format json` writes it): the same dict, the same
+    JSON and the same text and Markdown as the fresh report."""
+    import json
+
     d = rep.to_dict()
-    back = Report.from_dict(d)
-    assert back.to_dict() == d
+    back = Report.from_dict(json.loads(rep.to_json()))
+    assert back.to_dict() == json.loads(json.dumps(d, default=float))
     assert isinstance(back.trace, TraceInfo) and isinstance(back.steps, Steps)
+    assert back.to_json() == rep.to_json()
+    assert back.to_text() == rep.to_text() and back.to_markdown() == rep.to_markdown()
 
 
 @pytest.mark.parametrize("make", _builders())

@@ -104,12 +104,11 @@ BREAKDOWN_ORDER = (
 )
 
 
-def run_config_items(trace: dict) -> list[tuple[str, str]]:
-    """The run's recorded settings (traceinspect.capture metadata), known values only."""
+def run_config_items(trace) -> list[tuple[str, str]]:
+    """The run's recorded settings (traceinspect.capture metadata), known values only, by name: the
+    JSON form sorts its keys, so a report read back from it renders them in the same order."""
     cfg = known(trace.run_config) or {}
-    if not isinstance(cfg, dict):
-        return []
-    return [(str(k), str(v)) for k, v in cfg.items() if v is not None]
+    return sorted((str(k), str(v)) for k, v in cfg.items() if v is not None)
 
 
 def sig(x, digits: int = 3) -> str:
