@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from .errors import DetectorFailed, TraceError, UsageError
 
 if TYPE_CHECKING:  # the heavy modules load on first call, not on `import traceinspect`
     from .config import Config
     from .diff import ReportDiff
-    from .report import Report
+    from .report import Report, WhatIfRun
     from .trace.model import Trace
 
 PROGRESS_MIN_BYTES = 50 << 20  # smaller traces read in about a second: no progress calls
@@ -329,10 +329,11 @@ def annotate(
     return report
 
 
-def whatif(path: str | Path, fixes: str | tuple[str, ...] | list[str], *, steps: str | None = None) -> dict[str, Any]:
+def whatif(path: str | Path, fixes: str | tuple[str, ...] | list[str], *, steps: str | None = None) -> "WhatIfRun":
     """Predict the step time after `fixes` (detector names, applied in order) by replaying one trace
-    file (docs/whatif.md) -> the prediction as a dict."""
+    file (docs/whatif.md) -> a typed WhatIfRun (`.to_dict()` is the `whatif -f json` form)."""
     from .analyze import analyze as run
+    from .report import WhatIfRun, typed
     from .whatif.engine import summary, transforms, valid_fix
 
     names = tuple(n.strip() for n in (fixes.split(",") if isinstance(fixes, str) else fixes) if n.strip())
@@ -354,4 +355,4 @@ def whatif(path: str | Path, fixes: str | tuple[str, ...] | list[str], *, steps:
     trace = load(paths[0], steps=steps)
     if not trace.has_gpu or not len(trace.steps):
         raise UsageError(f"{paths[0]}: no GPU activity or no steps to replay; capture with ProfilerActivity.CUDA")
-    return summary(trace, run(trace).findings, names)
+    return typed(WhatIfRun, summary(trace, run(trace).findings, names))

@@ -388,7 +388,7 @@ def whatif(path, fixes, fmt, steps):
     from .render.text import render_whatif
 
     d = predict(path, fixes, steps=steps)
-    _echo(json.dumps(d, sort_keys=True, indent=1) if fmt == "json" else render_whatif(d))
+    _echo(json.dumps(d.to_dict(), sort_keys=True, indent=1) if fmt == "json" else render_whatif(d))
 
 
 @cli.command()

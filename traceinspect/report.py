@@ -477,6 +477,35 @@ class TimelineSample(Section, frozen=True):
     dropped: Union[int, _U] = UNSET
 
 
+# --- `traceinspect whatif`: one replay of a trace with the named fixes (api.whatif) --------------------
+
+
+class WhatIfStep(Section, frozen=True):
+    required, allow_empty = ("step", "measured_us", "predicted_us"), False
+    step: Union[int, _U] = UNSET
+    measured_us: Union[Num, _U] = UNSET
+    predicted_us: Union[Num, _U] = UNSET
+    gpu_floor_us: Union[Num, _U] = UNSET  # the GPU work the fixes leave: no prediction goes below it
+
+
+class WhatIfRun(Section, frozen=True):
+    """Measured against predicted step times after the fixes, the predicted run's critical path, the
+    replay's own error on the unmodified trace (identity) and the speed of light (docs/whatif.md)."""
+
+    required = ("fixes", "steps", "measured_median_us", "predicted_median_us")
+    fixes: Union[list[str], _U] = UNSET
+    models: Union[dict[str, str], _U] = UNSET  # fix -> the transformation's stated model
+    model: Union[str, _U] = UNSET
+    not_found: Union[list[str], _U] = UNSET  # fixes whose detector did not fire on this trace
+    steps: Union[list[WhatIfStep], _U] = UNSET
+    measured_median_us: Union[Num, _U] = UNSET
+    predicted_median_us: Union[Num, _U] = UNSET
+    critical_path_us: Union[dict[str, Num], _U] = UNSET  # part -> us over the window
+    identity: Union[Identity, _U] = UNSET
+    speed_of_light: Union[SpeedOfLight, _U] = UNSET
+    notes: Union[list[str], _U] = UNSET
+
+
 Setting = Union[str, int, float, bool, list[str]]
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import textwrap
 
 from ..inert import document
-from ..report import Part, known
+from ..report import Part, SpeedOfLight, known
 from .common import (
     BREAKDOWN_ORDER,
     efficiency_peaks,
@@ -260,44 +260,40 @@ def next_bottleneck_lines(report, wrap) -> list[str]:
     return out
 
 
-def render_whatif(d: dict) -> str:
-    """`traceinspect whatif`'s text: predicted steps, the critical path's composition, the floor."""
-    out = [f"What-if (replay): {', '.join(plain(n) for n in d.get('fixes', []))}"]
-    for name, model in (d.get("models") or {}).items():
+def render_whatif(d) -> str:
+    """`traceinspect whatif`'s text (a report.WhatIfRun): predicted steps, the critical path's composition,
+    the floor."""
+    out = [f"What-if (replay): {', '.join(plain(n) for n in known(d.fixes, []))}"]
+    for name, model in known(d.models, {}).items():
         out.append(f"  {plain(name)}: {plain(model)}")
-    for n in d.get("not_found", []):
+    for n in known(d.not_found, []):
         out.append(f"  note: {plain(n)} did not fire on this trace; its transformation changes only what it finds")
-    ident = d.get("identity") or {}
+    ident = known(d.identity)
     if ident:
-        out.append(
-            f"Identity replay error: median {pct(ident.get('median_error_frac'))}, "
-            f"max {pct(ident.get('max_error_frac'))}"
-        )
+        out.append(f"Identity replay error: median {pct(ident.median_error_frac)}, max {pct(ident.max_error_frac)}")
     out.append("")
     out.append(f"{'step':>8} {'measured':>12} {'predicted':>12} {'GPU floor':>12}")
-    for r in d.get("steps", []):
+    for r in known(d.steps, []):
         out.append(
-            f"{plain(r.get('step')):>8} {ms(r.get('measured_us')):>12} {ms(r.get('predicted_us')):>12} "
-            f"{ms(r.get('gpu_floor_us')):>12}"
+            f"{plain(r.step):>8} {ms(r.measured_us):>12} {ms(r.predicted_us):>12} {ms(known(r.gpu_floor_us)):>12}"
         )
-    out.append(f"{'median':>8} {ms(d.get('measured_median_us')):>12} {ms(d.get('predicted_median_us')):>12}")
-    sol = d.get("speed_of_light") or {}
+    out.append(f"{'median':>8} {ms(d.measured_median_us):>12} {ms(d.predicted_median_us):>12}")
     out.append("")
-    out.append(_light(sol))
-    path = d.get("critical_path_us") or {}
-    tot = sum(v for v in path.values() if isinstance(v, (int, float))) or 1.0
+    out.append(_light(known(d.speed_of_light) or SpeedOfLight()))
+    path = known(d.critical_path_us, {})
+    tot = sum(path.values()) or 1.0
     out.append("Critical path of the predicted run (share of the analysed window):")
     for k, v in path.items():
         out.append(f"  {plain(k):<20} {ms(v):>12} {pct(v / tot):>7}")
-    for n in d.get("notes", []):
+    for n in known(d.notes, []):
         out.append(f"note: {plain(n)}")
     return "\n".join(out) + "\n"
 
 
-def _light(sol: dict) -> str:
-    if not sol.get("sol_us"):
-        return f"Speed of light: unknown ({plain(sol.get('why', 'no model'))})"
+def _light(sol: SpeedOfLight) -> str:
+    if not known(sol.sol_us):
+        return f"Speed of light: unknown ({plain(known(sol.why, 'no model'))})"
     return (
-        f"Speed of light: {ms(sol.get('sol_us'))} per step; achieved {plain(round(num(sol.get('achieved_tflops')) or 0, 1))}"
-        f" TFLOP/s of GEMM/conv/attention, MFU {pct(sol.get('mfu'))}"
+        f"Speed of light: {ms(sol.sol_us)} per step; achieved {plain(round(num(sol.achieved_tflops) or 0, 1))}"
+        f" TFLOP/s of GEMM/conv/attention, MFU {pct(sol.mfu)}"
     )
