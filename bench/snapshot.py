@@ -1,12 +1,13 @@
 """Render every trace under a folder in all four formats, to compare reports before and after a change.
 
-    python bench/snapshot.py OUT_DIR [--traces ../shared/traces] [--builders [--diffs]]
+    python bench/snapshot.py OUT_DIR [--traces ../shared/traces] [--builders [--diffs] [--whatif]]
     diff -r BEFORE_DIR AFTER_DIR           # or: python bench/snapshot.py --compare BEFORE_DIR AFTER_DIR
 
 Each trace file (and each directory of rank files) gives OUT_DIR/<relative path>.{txt,md,json,html}, rendered
 as `traceinspect analyze --no-cache -o FILE` would (width 100). With --builders it also renders the
 golden builders (tests/test_goldens.py's inputs), and with --diffs the `diff` of each builder report
-against the next (both ways; the before side fresh and read back from its saved JSON). A trace the CLI
+against the next (both ways; the before side fresh and read back from its saved JSON), and with --whatif
+`traceinspect whatif` on each builder (every transformation, three at a time). A trace the CLI
 refuses gives a `.error` file holding the one-line message and exit code, so a change in refusal is a
 change too. Deterministic: no wall-clock time and no absolute path reaches the output (paths are printed
 relative to the traces folder).
@@ -40,7 +41,7 @@ def _render_all(report, dest: Path) -> None:
         Path(str(dest) + ext).write_text(render(report, width=100), encoding="utf-8")
 
 
-def snapshot(out: Path, traces: Path | None, builders: bool, diffs: bool = False) -> int:
+def snapshot(out: Path, traces: Path | None, builders: bool, diffs: bool = False, whatifs: bool = False) -> int:
     try:  # the library API; the default settings (no pyproject.toml lookup), no cache
         from traceinspect.api import analyze as _analyze
         from traceinspect.config import Config
@@ -105,11 +106,41 @@ def snapshot(out: Path, traces: Path | None, builders: bool, diffs: bool = False
                         (out / "builders").mkdir(parents=True, exist_ok=True)
                         (out / "builders" / f"{mod_path.stem}.{name}.error").write_text(f"{type(e).__name__}\n")
                         continue
+                    if whatifs:
+                        n += _whatifs(out / "whatif", f"{mod_path.stem}.{name}", path)
                 _render_all(report, out / "builders" / f"{mod_path.stem}.{name}")
                 made.append((f"{mod_path.stem}.{name}", report))
                 n += 1
         if diffs:
             n += _diffs(out / "diffs", made)
+    return n
+
+
+def _whatifs(out: Path, label: str, path: Path) -> int:
+    """`traceinspect whatif` on one builder trace with every fix that has a transformation (and the
+    launch-bound batch variant), three fixes at a time, as text and JSON (a refusal as its message)."""
+    import json
+
+    from traceinspect.api import whatif
+    from traceinspect.errors import TraceinspectError
+    from traceinspect.render.text import render_whatif
+    from traceinspect.whatif.engine import transforms
+
+    out.mkdir(parents=True, exist_ok=True)
+    fixes = sorted(transforms()) + ["launch-bound:batch"]
+    n = 0
+    for i in range(0, len(fixes), 3):
+        key = out / f"{label}.{'+'.join(fixes[i : i + 3])}"
+        try:
+            d = whatif(str(path), fixes[i : i + 3])
+        except TraceinspectError as e:
+            msg = str(e).replace(str(path), path.name)  # no temporary path in the output
+            Path(str(key) + ".error").write_text(f"{type(e).__name__}: {msg}\n", encoding="utf-8")
+            continue
+        doc = d.to_dict() if hasattr(d, "to_dict") else d  # a checkout from before the typed WhatIfRun
+        Path(str(key) + ".json").write_text(json.dumps(doc, sort_keys=True, indent=1), encoding="utf-8")
+        Path(str(key) + ".txt").write_text(render_whatif(d), encoding="utf-8")
+        n += 1
     return n
 
 
@@ -171,14 +202,15 @@ def main() -> int:
     ap.add_argument("--traces", default=str(REPO.parent / "shared" / "traces"))
     ap.add_argument("--builders", action="store_true")
     ap.add_argument("--diffs", action="store_true", help="with --builders: also diffs of consecutive builder reports")
+    ap.add_argument("--whatif", action="store_true", help="with --builders: also `whatif` runs on every builder")
     ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
     a = ap.parse_args()
     if a.compare:
         return compare(Path(a.compare[0]), Path(a.compare[1]))
     if not a.out:
         ap.error("OUT_DIR is required")
-    n = snapshot(Path(a.out).resolve(), Path(a.traces).resolve(), a.builders, a.diffs)
-    print(f"{n} reports and diffs rendered in 4 formats into {a.out}")
+    n = snapshot(Path(a.out).resolve(), Path(a.traces).resolve(), a.builders, a.diffs, a.whatif)
+    print(f"{n} reports, diffs and whatif runs rendered into {a.out}")
     return 0
 
 
