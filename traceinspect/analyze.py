@@ -727,7 +727,7 @@ def reduce_ranks(results: list[dict]) -> Report:
             ),
         )
 
-    lead = msgspec.structs.replace(lead, ranks=typed(list[RankSummary], [summary(i, r) for i, r in enumerate(reps)]))
+    lead = msgspec.structs.replace(lead, ranks=[summary(i, r) for i, r in enumerate(reps)])
     warnings = []
     if cross:
         cross["gating_rank"] = gate
@@ -741,9 +741,7 @@ def reduce_ranks(results: list[dict]) -> Report:
             )
         warnings += cross["notes"]
     if gate is not None:
-        lead = msgspec.structs.replace(
-            lead, verdict=typed(Verdict, _straggler_verdict(lead, cross, reps[lead_i], med[lead_i]))
-        )
+        lead = msgspec.structs.replace(lead, verdict=_straggler_verdict(lead, cross, reps[lead_i], med[lead_i]))
     elif len(reps) > 1:
         warnings.insert(
             0,
@@ -792,7 +790,7 @@ def _gating_rank(cross: dict, reps: list[Report]) -> int | None:
     return s if median and p["job_cost_us_per_step"] >= STRAGGLER_MIN_FRAC * median else None
 
 
-def _straggler_verdict(lead: Report, cross: dict, rep: Report, median_us: float) -> dict:
+def _straggler_verdict(lead: Report, cross: dict, rep: Report, median_us: float) -> Verdict:
     """The job's headline: the gating rank, the wait it costs, and its own top cause as the reason."""
     s = cross["straggler"]
     p = next(p for p in cross["per_rank"] if p["rank"] == s)
@@ -814,11 +812,11 @@ def _straggler_verdict(lead: Report, cross: dict, rep: Report, median_us: float)
         f"the job loses {fmt_us(p['job_cost_us_per_step'])} per step to it. {cause}. The other ranks' "
         f"collective time is waiting for rank {s}, not communication to tune."
     )
-    return {
-        **v.to_dict(),
-        "headline": headline,
-        "gating_rank": s,
-        "gating_cost_per_step_us": p["job_cost_us_per_step"],
-        "gating_caused_wait_per_step_us": p["caused_wait_us_per_step"],
-        "rank_headline": known(v.headline, ""),
-    }
+    return msgspec.structs.replace(
+        v,
+        headline=headline,
+        gating_rank=s,
+        gating_cost_per_step_us=p["job_cost_us_per_step"],
+        gating_caused_wait_per_step_us=p["caused_wait_us_per_step"],
+        rank_headline=known(v.headline, ""),
+    )

@@ -16,7 +16,7 @@ import msgspec
 import numpy as np
 
 from .errors import TraceError
-from .report import UNSET, Gpu, Part, Report, WhatIf, known
+from .report import Gpu, Part, Report, WhatIf, known
 from .trace.load import GZIP_MAGIC
 from .trace.timeline import PARTS
 
@@ -42,7 +42,7 @@ class StepStats:
     @staticmethod
     def of(report: Report) -> "StepStats":
         st = report.steps
-        d = np.array([float(r.dur_us) for r in known(st.per_step, []) if r.dur_us is not UNSET])
+        d = np.array([float(r.dur_us) for r in known(st.per_step, [])])  # dur_us is required in a row
         if d.size == 0:
             med = float(known(st.median_us, 0.0))
             n = int(known(st.count, 0))
@@ -309,8 +309,8 @@ def _num(v) -> float | None:
 
 def _prediction(before: Report, resolved: list[str], after_us: float) -> Prediction | None:
     """What the before-report's replay predicted for fixing exactly the resolved findings: one fix alone
-    (its replay saved_alone), or a prefix of the verdict's cumulative path. Saved reports are untrusted:
-    anything that is not a number is no prediction."""
+    (its replay saved_alone), or a prefix of the verdict's cumulative path. A saved report's types are checked on
+    read; a value that is not finite (NaN, inf) is no prediction."""
     v = before.verdict
     alone = known((known(v.whatif) or WhatIf()).saved_alone_per_step_us, {})
     path = known(v.path, [])

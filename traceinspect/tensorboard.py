@@ -12,7 +12,7 @@ from pathlib import Path
 from .errors import UsageError
 from .inert import md_code, md_text, num
 from .inert import text as inert_text
-from .report import Gpu, Part, known
+from .report import Part, known
 
 PREFIX = "traceinspect"
 INSTALL_HINT = "needs the optional extra: pip install 'traceinspect[tensorboard]'"
@@ -110,8 +110,7 @@ def summary_markdown(report) -> str:
     """
     t, st, v, bd = report.trace, report.steps, report.verdict, report.breakdown
     g = known(t.gpu)
-    gpu = known(g.name) if isinstance(g, Gpu) else g
-    line = f"{md_text(gpu or 'no GPU activity')}, rank {md_text(known(t.rank, 0))}; {md_text(known(t.window, ''))}"
+    line = f"{md_text(g.name if g else 'no GPU activity')}, rank {md_text(known(t.rank, 0))}; {md_text(known(t.window, ''))}"
     if st.count:
         line += f"; median step **{_ms(known(st.median_us))} ms** over {md_text(st.count)} steps"
     o = [f"## traceinspect: {md_text(known(t.file, '?'))}", "", line, ""]
@@ -130,7 +129,7 @@ def summary_markdown(report) -> str:
         o += [
             f"| {md_text(known(b.label, p))} | {_ms(known(b.per_step_us), 2)} | {_pct(known(b.frac))} |"
             for p, b in bd.items()
-            if isinstance(b, Part) and b.us
+            if b.us
         ]
         o.append("")
     for i, f in enumerate(report.findings, 1):

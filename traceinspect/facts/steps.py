@@ -20,12 +20,17 @@ def idle_in_steps(trace: Trace, part: str) -> iv.Set:
     return trace.memo(("facts: idle in steps", part), lambda: iv.intersect(trace.timeline.sets[part], step_set(trace)))
 
 
+def in_steps_mask(trace: Trace, ts: np.ndarray) -> np.ndarray:
+    """Over the timestamps `ts`: inside one of the analysed steps (steps do not overlap)."""
+    st = trace.steps
+    if not len(st):
+        return np.zeros(len(ts), dtype=bool)
+    i = np.searchsorted(st["start_us"].to_numpy(), ts, side="right") - 1
+    return (i >= 0) & (ts < st["end_us"].to_numpy()[np.maximum(i, 0)])
+
+
 def in_steps(df: pd.DataFrame, trace: Trace, col: str = "ts_us") -> pd.DataFrame:
     """Rows whose timestamp falls inside one of the analysed steps."""
     if len(df) == 0:
         return df
-    st = trace.steps
-    ts = df[col].to_numpy()
-    i = np.searchsorted(st["start_us"].to_numpy(), ts, side="right") - 1
-    ok = (i >= 0) & (ts < st["end_us"].to_numpy()[np.maximum(i, 0)])
-    return df[ok]
+    return df[in_steps_mask(trace, df[col].to_numpy())]

@@ -11,7 +11,7 @@ import math
 
 from ..inert import md_code, md_text, num
 from ..inert import text as plain
-from ..report import UNSET, Gpu, Memory, SpeedOfLight, WhatIf, known, severity
+from ..report import Memory, SpeedOfLight, WhatIf, known, severity
 
 __all__ = [
     "BREAKDOWN_ORDER",
@@ -72,10 +72,8 @@ def gpu_line(trace) -> str:
     g = trace.gpu
     if not g:
         return "no GPU activity"
-    if not isinstance(g, Gpu):
-        return str(g)
     cc = f", {g.arch}" if g.arch and g.arch != "unknown" else ""
-    return f"{'?' if g.name is UNSET else g.name}{cc}"
+    return f"{g.name}{cc}"  # a Gpu has a name (required)
 
 
 def speed_of_light(verdict) -> SpeedOfLight:

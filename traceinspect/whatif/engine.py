@@ -14,6 +14,7 @@ import pandas as pd
 
 from .. import detectors as registry
 from ..facts.efficiency import coverage, shape_table
+from ..facts.steps import in_steps
 from ..findings import Finding
 from ..trace.model import Trace
 from ..trace.roofline import MATRIX_FAMILIES
@@ -239,14 +240,10 @@ def _flops_cross_check(trace: Trace, model_flops: float) -> dict:
     rec = recorded_flops(trace)
     if rec is None or not len(rec):
         return {}
-    st = trace.steps
-    ts = rec["ts_us"].to_numpy()
-    i = np.searchsorted(st["start_us"].to_numpy(), ts, side="right") - 1
-    inside = (i >= 0) & (ts < st["end_us"].to_numpy()[np.maximum(i, 0)])
     # summed one by one in table order (not numpy's pairwise sum): the same float as before the
     # column existed, when the ops were added up in this order
-    total = sum(rec["flops"].to_numpy()[inside].tolist())
-    per_step = total / max(len(st), 1)
+    total = sum(in_steps(rec, trace)["flops"].tolist())
+    per_step = total / max(len(trace.steps), 1)
     if per_step <= 0:
         return {}
     return {

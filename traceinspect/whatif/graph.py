@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..facts.steps import in_steps_mask
 from ..trace import intervals as iv
 from ..trace.model import Trace
 from ..trace.tables import name_flags
@@ -109,9 +110,7 @@ class Graph:
         return (self.h_ts >= lo) & (self.h_ts < hi)
 
     def gpu_in_steps(self) -> np.ndarray:
-        st = self.trace.steps
-        i = np.searchsorted(st["start_us"].to_numpy(), self.g_ts, side="right") - 1
-        return (i >= 0) & (self.g_ts < st["end_us"].to_numpy()[np.maximum(i, 0)])
+        return in_steps_mask(self.trace, self.g_ts)
 
     def kernel_mask(self, rows: np.ndarray) -> np.ndarray:
         """GPU nodes that are the given rows of trace.kernels."""
