@@ -17,7 +17,7 @@ import msgspec
 
 from . import detectors as registry
 from .detectors.base import Context
-from .errors import TraceError, UsageError
+from .errors import TraceError
 from .trace.load import read_bytes
 from .trace.timeline import PARTS
 
@@ -173,14 +173,9 @@ def annotate_file(src: str, out: str, trace, report) -> int:
         else:
             doc["traceEvents"] = extra + list(doc["traceEvents"])
         body = _encode(doc)
-    try:
-        if out.endswith(".gz"):
-            with gzip.open(out, "wb", compresslevel=6) as fh:
-                fh.write(body)
-        else:
-            Path(out).write_bytes(body)
-    except OSError as e:
-        raise UsageError(f"cannot write {out}: {e.strerror or e}") from None
+    from .safeio import write_atomic
+
+    write_atomic(out, gzip.compress(body, compresslevel=6) if out.endswith(".gz") else body)
     return len(extra)
 
 

@@ -316,8 +316,9 @@ def annotate(
     paths = trace_paths(path)
     if len(paths) != 1:
         raise UsageError(f"{path}: annotate takes one trace file, not a directory of {len(paths)} traces")
-    if Path(out).resolve() == Path(paths[0]).resolve():
-        raise UsageError(f"{out}: the annotated trace must not overwrite its source; choose another output")
+    from .safeio import refuse_inputs
+
+    refuse_inputs([out], [paths[0]])  # by (st_dev, st_ino): a hard link or symlink of the source too
     trace = load(paths[0], steps=steps, jobs=jobs)
     cfg = Config() if config is None else make_config(config)
     report = _analyze_trace(trace, cfg, steps=None, rank=None, strict=strict)

@@ -95,10 +95,9 @@ def _write(text: str, output: str | None) -> None:
 
     text = document(text)
     if output and output != "-":
-        try:
-            Path(output).write_text(text, encoding="utf-8")
-        except OSError as e:
-            raise UsageError(f"cannot write {output}: {e.strerror or e}") from None
+        from .safeio import write_atomic
+
+        write_atomic(output, text.encode("utf-8"))
     else:
         _echo(text)
 
@@ -257,6 +256,9 @@ def analyze(
     if fail_on is not None and not 0 <= fail_on <= 1:
         raise UsageError("--fail-on takes a fraction between 0 and 1, e.g. 0.1 for 10%")
     fmt = _choose_format(fmt, output)  # a bad -o name fails before the analysis, not after
+    from .safeio import refuse_inputs
+
+    refuse_inputs([output, annotate_out], [path, config_file])  # before any work: never write over an input
     if annotate_out:
         report = api.annotate(path, annotate_out, steps=steps, strict=strict, jobs=jobs)
     else:
@@ -339,6 +341,9 @@ def diff(before, after, fmt, output, steps, fail_pct):
     if fail_pct is not None and not 0 <= fail_pct < float("inf"):
         raise UsageError("--fail-on-regression takes a percentage >= 0, e.g. 5 for 5%")
     fmt = _choose_format(fmt, output, DIFF_RENDERERS)
+    from .safeio import refuse_inputs
+
+    refuse_inputs([output], [before, after])
     # each side with the default settings and the cache, as before configuration existed
     d = api.diff(before, after, steps=steps, config=Config(), cache=True)
     width = shutil.get_terminal_size((100, 24)).columns if not output else 100
