@@ -66,10 +66,15 @@ def test_config_forms_agree(traces, tmp_path):
     assert reports[0].to_dict() == reports[1].to_dict()
 
 
-def test_config_none_reads_the_pyproject_above_the_trace_and_config_defaults_does_not(tmp_path):
+def test_config_none_reads_the_working_directorys_pyproject_never_the_traces(tmp_path, monkeypatch):
     (tmp_path / "run").mkdir()
+    (tmp_path / "cwd" / ".git").mkdir(parents=True)
     p = build_dataloader_stall().write(tmp_path / "run" / "x.pt.trace.json")
-    (tmp_path / "pyproject.toml").write_text('[tool.traceinspect]\nignore = ["dataloader-stall"]\n')
+    stranger = '[tool.traceinspect]\nignore = ["dataloader-stall"]\n'
+    (tmp_path / "run" / "pyproject.toml").write_text(stranger)  # beside the trace: a stranger's file
+    monkeypatch.chdir(tmp_path / "cwd")
+    assert ti.analyze(p).findings[0].name == "dataloader-stall"
+    (tmp_path / "cwd" / "pyproject.toml").write_text(stranger)  # the user's own project
     assert "dataloader-stall" not in [f.name for f in ti.analyze(p).findings]
     assert ti.analyze(p, ti.Config()).findings[0].name == "dataloader-stall"
 

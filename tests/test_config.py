@@ -20,18 +20,52 @@ def _write(path, text):
     return path
 
 
-def test_found_by_walking_up_from_the_trace(tmp_path):
+def test_found_by_walking_up_from_the_working_directory_never_from_the_trace(tmp_path, monkeypatch):
     _write(tmp_path / "pyproject.toml", '[tool.traceinspect]\nignore = ["TI101"]\n')
-    trace = _write(tmp_path / "runs" / "a" / "t.json", "{}")
-    cfg = C.load(start=trace)
+    _write(tmp_path / "tickets" / "pyproject.toml", '[tool.traceinspect]\nignore = ["TI"]\n')
+    trace = _write(tmp_path / "tickets" / "t.json", "{}")
+    monkeypatch.chdir(_write(tmp_path / "work" / "src" / "x.py", "").parent)
+    assert trace.exists()
+    cfg = C.load()
     assert cfg.ignore == ("TI101",) and cfg.source == str(tmp_path / "pyproject.toml")
     assert LaunchBound not in cfg.detectors() and len(cfg.detectors()) == len(ALL) - 1
+
+
+def test_the_repository_root_ends_the_search(tmp_path, monkeypatch):
+    _write(tmp_path / "pyproject.toml", '[tool.traceinspect]\nignore = ["TI"]\n')
+    (tmp_path / "repo" / ".git").mkdir(parents=True)
+    monkeypatch.chdir(_write(tmp_path / "repo" / "sub" / "x.py", "").parent)
+    assert C.find_pyproject() is None and C.load() == C.Config()
+
+
+def test_cli_ignores_a_pyproject_beside_the_trace_and_isolated_ignores_the_users(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from builders import build_dataloader_stall
+    from traceinspect.cli import cli
+
+    (tmp_path / "cwd" / ".git").mkdir(parents=True)
+    trace = build_dataloader_stall().write(_write(tmp_path / "t" / "pyproject.toml", "").parent / "t.json")
+    stranger = '[tool.traceinspect]\nignore = ["TI"]\n'
+    (tmp_path / "t" / "pyproject.toml").write_text(stranger)
+    monkeypatch.chdir(tmp_path / "cwd")
+    out = CliRunner().invoke(cli, ["analyze", str(trace)]).output
+    assert "dataloader-stall" in out
+    (tmp_path / "cwd" / "pyproject.toml").write_text(stranger)
+    assert "dataloader-stall" not in CliRunner().invoke(cli, ["analyze", str(trace)]).output
+    assert "dataloader-stall" in CliRunner().invoke(cli, ["analyze", str(trace), "--isolated"]).output
+
+
+def test_a_deeply_nested_config_is_a_usage_error(tmp_path):
+    p = _write(tmp_path / "deep.toml", "x = " + "[" * 100000 + "]" * 100000 + "\n")
+    with pytest.raises(UsageError, match="nested too deeply|not valid TOML"):
+        C.load(p)
 
 
 def test_a_pyproject_without_the_table_is_skipped_and_none_means_defaults(tmp_path):
     _write(tmp_path / "pyproject.toml", '[tool.traceinspect]\nselect = ["launch-bound"]\n')
     _write(tmp_path / "sub" / "pyproject.toml", '[project]\nname = "x"\n')
-    assert C.load(start=tmp_path / "sub").select == ("launch-bound",)
+    assert C.load(start=tmp_path / "sub").select == ("launch-bound",)  # start: the walk's first directory
     assert C.find_pyproject(tmp_path / "sub") == tmp_path / "pyproject.toml"
     assert C.Config().detectors() == ALL and C.Config().non_default() == {}
 
@@ -109,9 +143,10 @@ def _cli(*args):
     return CliRunner().invoke(cli, ["analyze", *args, "--format", "json", "--no-cache"])
 
 
-def test_cli_set_select_ignore_and_the_discovered_pyproject(tmp_path):
+def test_cli_set_select_ignore_and_the_discovered_pyproject(tmp_path, monkeypatch):
     import json
 
+    monkeypatch.chdir(tmp_path)  # the search starts in the working directory
     (tmp_path / "run").mkdir()
     trace = build_launch_bound().write(tmp_path / "run" / "lb.json")
     names = lambda r: [f["name"] for f in json.loads(r.output)["findings"]]  # noqa: E731

@@ -88,7 +88,8 @@ def make_config(config: "Config | str | Path | Mapping | None", start: str | Pat
     """A Config from what analyze() accepts: a Config as it is; a path to a TOML file (a pyproject.toml
     with [tool.traceinspect], or the settings at its top level); a dict shaped like that table
     ({"select": [...], "ignore": [...], "launch-bound": {"min_idle_frac": 0.05}}); None: the nearest
-    pyproject.toml's [tool.traceinspect] above `start` (as the command line does), else the defaults."""
+    pyproject.toml's [tool.traceinspect] from the working directory up to the repository root (as the
+    command line does; never from the trace's directory, `start` is not used), else the defaults."""
     from . import config as _config
 
     if isinstance(config, _config.Config):
@@ -100,7 +101,7 @@ def make_config(config: "Config | str | Path | Mapping | None", start: str | Pat
     if isinstance(config, (str, Path)):
         return _config.load(config)
     if config is None:
-        return _config.load(None, start=start)
+        return _config.load(None)  # from the working directory, never from the trace
     raise UsageError(
         f"is of type {type(config).__name__}; expected a Config, a TOML file path or a dict",
         param="config",

@@ -213,8 +213,10 @@ _FORMATS = ["text", "md", "json", "html"]
     "config_file",
     default=None,
     type=click.Path(),
-    help="Settings file (default: [tool.traceinspect] of the nearest pyproject.toml above the trace).",
+    help="Settings file (default: [tool.traceinspect] of the nearest pyproject.toml from the working "
+    "directory up to the repository root; never from the trace's directory).",
 )
+@click.option("--isolated", is_flag=True, help="Ignore every configuration file (as ruff's --isolated).")
 @click.option(
     "--select", multiple=True, help="Run only these detectors: codes, code prefixes or names (comma-separated)."
 )
@@ -241,6 +243,7 @@ def analyze(
     no_cache,
     annotate_out,
     config_file,
+    isolated,
     select,
     ignore,
     settings,
@@ -262,7 +265,7 @@ def analyze(
     if annotate_out:
         report = api.annotate(path, annotate_out, steps=steps, strict=strict, jobs=jobs)
     else:
-        cfg = _config(path, config_file, select, ignore, settings)
+        cfg = _config(config_file, select, ignore, settings, isolated)
         bar = _Progress(f"reading {Path(path).name}", True)
         try:
             report = api.analyze(
@@ -300,13 +303,16 @@ def analyze(
         sys.exit(EXIT_FINDING)
 
 
-def _config(path, config_file, select, ignore, settings):
+def _config(config_file, select, ignore, settings, isolated=False):
     """The analyze command's settings: the file's, with --select / --ignore / --set on top."""
     from . import config
 
     split = lambda vs: [v for x in vs for v in x.split(",") if v.strip()]  # noqa: E731
     return config.override(
-        config.load(config_file, start=path), select=split(select), ignore=split(ignore), settings=settings
+        (config.Config() if isolated else config.load(config_file)),
+        select=split(select),
+        ignore=split(ignore),
+        settings=settings,
     )
 
 

@@ -1,5 +1,5 @@
 """Configuration as ruff does it: `[tool.traceinspect]` in a pyproject.toml, found by walking up from
-the trace (else the working directory), or an explicit file; detectors selected or ignored by code or
+the working directory to the repository root (never from the trace), or an explicit file; detectors selected or ignored by code or
 name; per-detector thresholds typed from the detector's declared options (detectors/base.py option()).
 
     [tool.traceinspect]
@@ -75,9 +75,11 @@ def _detector(name: str):
     return BY_KEY.get(name) or BY_KEY.get(name.upper())
 
 
-def find_pyproject(start: str | Path | None) -> Path | None:
-    """The nearest pyproject.toml with a [tool.traceinspect] table, walking up from `start` (a trace
-    file or a directory), else from the working directory."""
+def find_pyproject(start: str | Path | None = None) -> Path | None:
+    """The nearest pyproject.toml with a [tool.traceinspect] table, walking up from `start` (default:
+    the working directory) to the repository root (the first directory holding `.git`), as ruff does.
+    Never pass a trace's directory: traces come from strangers and tickets, and a pyproject.toml
+    beside one must not switch detectors off."""
     import tomllib
 
     here = Path(start).resolve() if start is not None else Path.cwd()
@@ -88,10 +90,12 @@ def find_pyproject(start: str | Path | None) -> Path | None:
         if p.is_file():
             try:
                 doc = tomllib.loads(p.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-                continue  # someone else's broken file is not our configuration
-            if isinstance(doc.get("tool"), dict) and "traceinspect" in doc["tool"]:
+            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError):
+                doc = None  # someone else's broken file is not our configuration
+            if isinstance(doc, dict) and isinstance(doc.get("tool"), dict) and "traceinspect" in doc["tool"]:
                 return p
+        if (d / ".git").exists():
+            return None  # the repository root ends the search
     return None
 
 
@@ -183,7 +187,8 @@ def from_table(table: Any, where: str) -> Config:
 
 def load(config_file: str | Path | None = None, start: str | Path | None = None) -> Config:
     """The configuration: the explicit file (a pyproject.toml or a TOML file whose [tool.traceinspect],
-    or top level, holds the settings), else the nearest pyproject.toml above `start`, else defaults."""
+    or top level, holds the settings), else the nearest pyproject.toml from `start` (default: the
+    working directory) up to the repository root, else defaults."""
     import tomllib
 
     path = Path(config_file) if config_file is not None else find_pyproject(start)
@@ -198,6 +203,8 @@ def load(config_file: str | Path | None = None, start: str | Path | None = None)
         raise UsageError(f"{where}: cannot read the configuration ({str(e)})") from None
     except tomllib.TOMLDecodeError as e:
         raise UsageError(f"{where}: not valid TOML ({str(e)})") from None
+    except RecursionError:
+        raise UsageError(f"{where}: nested too deeply to be a configuration") from None
     tool = doc.get("tool")
     if isinstance(tool, dict) and "traceinspect" in tool:
         table = tool["traceinspect"]
