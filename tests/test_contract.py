@@ -124,6 +124,7 @@ _LAYER_OF = {
     "annotate": 3,
     "tb_plugin": 5,
     "whatif": 1.5,
+    "safeio": 0,  # atomic writes and the output-is-not-an-input check: stdlib and errors only
     "inert": 0,  # whatif: above the detectors (it applies their fixes), below analyze
     "config": 1.5,
     "api": 4.5,
