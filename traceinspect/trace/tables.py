@@ -139,7 +139,7 @@ def _grid_product(lists: list) -> np.ndarray:
         arr = np.array([g if g is not None else (0, 0, 0) for g in lists], dtype=np.int64)
         if arr.ndim == 2 and arr.shape[0]:
             return arr.prod(axis=1)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         pass
     return np.array([_prod(g) for g in lists], dtype=np.int64)
 
@@ -758,16 +758,21 @@ def _sorted(df: pd.DataFrame) -> pd.DataFrame:
     return df.sort_values("ts_us", kind="stable").reset_index(drop=True)
 
 
+_INT64_MAX = (1 << 63) - 1
+
+
 def _prod(v) -> int:
+    """The product of a grid/block triple, 0 (absent) when a component is not an integer or the product
+    leaves int64 (CUDA caps a grid at 2^31-1 x 65535 x 65535, far inside it): never a crash, never a wrap."""
     if not v:
         return 0
     p = 1
     for x in v:
         try:
             p *= int(x)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             return 0
-    return p
+    return p if -_INT64_MAX <= p <= _INT64_MAX else 0
 
 
 def _link(gpu: pd.DataFrame, runtime: pd.DataFrame, cpu_ops: pd.DataFrame) -> None:

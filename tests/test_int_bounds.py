@@ -1,0 +1,29 @@
+"""Integers out of range in a trace are absent, never a crash or a wrap, and both readers agree (issue 28)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from builders import build_healthy
+from traceinspect.cli import cli
+
+
+@pytest.mark.parametrize("value", [2**63, 1e300, -(2**63) - 1, 2**200])
+def test_a_grid_or_block_component_outside_int64_is_read_as_absent_by_both_readers(tmp_path, value):
+    doc = json.loads(build_healthy().write(tmp_path / "ok.json").read_text())
+    kernel = next(e for e in doc["traceEvents"] if e.get("cat") == "kernel")
+    kernel["args"]["grid"] = [value, 1, 1]
+    kernel["args"]["block"] = [1, value, 1]
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(doc))
+    outs = []
+    for native in ("1", "0"):
+        r = CliRunner().invoke(
+            cli, ["analyze", str(p), "-f", "json", "--no-cache"], env={"TRACEINSPECT_NATIVE": native}
+        )
+        assert r.exit_code == 0, r.output
+        outs.append(r.output)
+    assert outs[0] == outs[1]
