@@ -88,14 +88,19 @@ def name_flags(names: pd.Series, match) -> np.ndarray:
     return np.where(codes >= 0, flags[np.maximum(codes, 0)] if flags.size else False, False)
 
 
+_INT64_MAX = (1 << 63) - 1
+
+
 def _tid(t) -> int:
-    if isinstance(t, int):
-        return t
-    try:
-        return int(t)
-    except ValueError:
-        m = re.search(r"(\d+)", t)
-        return int(m.group(1)) if m else -1
+    """A pid/tid/stream as an int64; -1 (absent) where it has no digits or leaves int64 (a string of 30
+    digits): never a crash, never a wrap."""
+    if not isinstance(t, int):
+        try:
+            t = int(t)
+        except (TypeError, ValueError, OverflowError):
+            m = re.search(r"(\d+)", t) if isinstance(t, str) else None
+            t = int(m.group(1)) if m else -1
+    return t if -_INT64_MAX <= t <= _INT64_MAX else -1
 
 
 def _id_column(values: list) -> np.ndarray:
@@ -756,9 +761,6 @@ def _sorted(df: pd.DataFrame) -> pd.DataFrame:
     if ts.size < 2 or bool(np.all(ts[1:] >= ts[:-1])):
         return df
     return df.sort_values("ts_us", kind="stable").reset_index(drop=True)
-
-
-_INT64_MAX = (1 << 63) - 1
 
 
 def _prod(v) -> int:
