@@ -525,6 +525,27 @@ def typed(cls: type, value: Any) -> Any:
     return msgspec.convert(msgspec.to_builtins(value, enc_hook=_np), cls)
 
 
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+_MAX_DEPTH = 32  # a report this version writes nests 6 deep
+
+
+def _check_bounds(doc: Any) -> None:
+    """Every integer of a saved report inside int64, and no deeper nesting than a report has: a ValueError
+    naming the place (`$.steps.count`), never an OverflowError deep inside a renderer. Iterative, so no
+    nesting can exhaust the stack."""
+    todo = [(doc, "$", 0)]
+    while todo:
+        o, where, depth = todo.pop()
+        if depth > _MAX_DEPTH:
+            raise ValueError(f"nested deeper than a report ({_MAX_DEPTH} levels) at `{where}`")
+        if isinstance(o, dict):
+            todo.extend((v, f"{where}.{k}", depth + 1) for k, v in o.items())
+        elif isinstance(o, list):
+            todo.extend((v, f"{where}[{i}]", depth + 1) for i, v in enumerate(o))
+        elif isinstance(o, int) and not isinstance(o, bool) and not _INT64[0] <= o <= _INT64[1]:
+            raise ValueError(f"an integer out of range (beyond 64 bits) at `{where}`")
+
+
 class Report(msgspec.Struct, frozen=True, kw_only=True):
     """The result of one analysis, immutable: change it with msgspec.structs.replace. Every section is
     typed; an optional section that is empty (falsy) is left out of the JSON."""
@@ -581,6 +602,7 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
         for key in REQUIRED_KEYS:
             if key not in d:
                 raise ValueError(f"Object missing required field `{key}`")
+        _check_bounds(d)
         # a section written as null reads as absent, as {} does
         d = {k: v for k, v in d.items() if not (v is None and k in SECTIONS)}
         try:
