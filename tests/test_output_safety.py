@@ -123,3 +123,26 @@ def test_a_new_report_gets_the_umask_mode_and_an_existing_one_keeps_its_mode(tra
 
 def test_dev_null_is_still_a_valid_output(trace):
     assert run("analyze", trace, "-o", "/dev/null")[0] == 0
+
+
+def test_two_outputs_naming_one_new_file_are_refused(trace, tmp_path):
+    x = tmp_path / "new.json"
+    code, out = run("analyze", trace, "--annotate", x, "-f", "json", "-o", tmp_path / "." / "new.json")
+    assert code == 2 and "also the output" in out and not x.exists()
+
+
+def test_a_symlinked_output_is_written_through_and_the_link_kept(trace, tmp_path):
+    real = tmp_path / "shared" / "report.json"
+    real.parent.mkdir()
+    real.write_text("old\n")
+    link = tmp_path / "report.json"
+    link.symlink_to(real)
+    assert run("analyze", trace, "-o", link)[0] == 0
+    assert link.is_symlink() and real.read_text().startswith("{")
+
+
+def test_isolated_with_an_explicit_config_is_a_usage_error(trace, tmp_path):
+    cfg = tmp_path / "ti.toml"
+    cfg.write_text('ignore = ["TI1"]\n')
+    code, out = run("analyze", trace, "--isolated", "--config", cfg)
+    assert code == 2 and "--isolated" in out

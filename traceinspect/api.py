@@ -84,12 +84,12 @@ def load(
     return trace
 
 
-def make_config(config: "Config | str | Path | Mapping | None", start: str | Path | None = None) -> "Config":
+def make_config(config: "Config | str | Path | Mapping | None") -> "Config":
     """A Config from what analyze() accepts: a Config as it is; a path to a TOML file (a pyproject.toml
     with [tool.traceinspect], or the settings at its top level); a dict shaped like that table
     ({"select": [...], "ignore": [...], "launch-bound": {"min_idle_frac": 0.05}}); None: the nearest
     pyproject.toml's [tool.traceinspect] from the working directory up to the repository root (as the
-    command line does; never from the trace's directory, `start` is not used), else the defaults."""
+    command line does; never from the trace's directory), else the defaults."""
     from . import config as _config
 
     if isinstance(config, _config.Config):
@@ -148,9 +148,9 @@ def analyze(
         parse_step_slice(steps)  # a bad slice fails before any file is read
     keep = _rank(rank)
     if isinstance(source, Trace):
-        return _analyze_trace(source, make_config(config, source.meta.path), steps=steps, rank=keep, strict=strict)
+        return _analyze_trace(source, make_config(config), steps=steps, rank=keep, strict=strict)
     paths = trace_paths(source)
-    cfg = make_config(config, source)
+    cfg = make_config(config)
     if len(paths) == 1:
         return _analyze_file(
             paths[0], cfg, steps=steps, rank=keep, strict=strict, jobs=jobs, cache=cache, progress=progress

@@ -307,6 +307,8 @@ def _config(config_file, select, ignore, settings, isolated=False):
     """The analyze command's settings: the file's, with --select / --ignore / --set on top."""
     from . import config
 
+    if isolated and config_file:
+        raise UsageError("--isolated ignores every configuration file; it cannot be given with --config")
     split = lambda vs: [v for x in vs for v in x.split(",") if v.strip()]  # noqa: E731
     return config.override(
         (config.Config() if isolated else config.load(config_file)),

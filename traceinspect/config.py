@@ -1,6 +1,7 @@
 """Configuration as ruff does it: `[tool.traceinspect]` in a pyproject.toml, found by walking up from
-the working directory to the repository root (never from the trace), or an explicit file; detectors selected or ignored by code or
-name; per-detector thresholds typed from the detector's declared options (detectors/base.py option()).
+the working directory to the repository root (never from the trace), or an explicit file; detectors
+selected or ignored by code or name; per-detector thresholds typed from the detector's declared
+options (detectors/base.py option()).
 
     [tool.traceinspect]
     select = ["TI1", "host-bound"]      # codes, code prefixes or names; default: all

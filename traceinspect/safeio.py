@@ -50,18 +50,17 @@ def refuse_inputs(outputs, inputs) -> None:
             key = _ident(f)
             if key is not None:
                 seen.setdefault(key, str(f))
-    outs: dict[tuple[int, int], str] = {}
+    outs: dict[object, str] = {}
     for o in outputs:
         if o is None or str(o) in ("", "-"):
             continue
-        key = _ident(o)
-        if key is None:
-            continue
         try:
-            if not stat.S_ISREG(os.stat(o).st_mode):
-                continue  # /dev/null and friends: nothing of the user's is kept there
-        except OSError:
-            continue
+            st = os.stat(o)
+        except (OSError, ValueError):
+            st = None  # not there yet: it cannot be an input, but two outputs can still name it
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            continue  # /dev/null and friends: nothing of the user's is kept there
+        key = (st.st_dev, st.st_ino) if st is not None else os.path.realpath(o)
         if key in seen:
             raise UsageError(
                 f"{o}: this output is the input {seen[key]} (the same file); writing it would destroy the input",
@@ -74,8 +73,9 @@ def refuse_inputs(outputs, inputs) -> None:
 
 def write_atomic(path: str | Path, data: bytes) -> None:
     """Write `data` to `path` so that `path` holds either its old bytes or all the new ones.
+    A symlink is written through, as open() would: its target is replaced and the link kept.
     Raises UsageError naming the path and the cause."""
-    p = Path(path)
+    p = Path(os.path.realpath(path))
     try:
         st = os.stat(p)
     except OSError:
@@ -89,7 +89,7 @@ def write_atomic(path: str | Path, data: bytes) -> None:
         return
     tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(dir=p.parent if str(p.parent) else ".", prefix=f".{p.name}.", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
