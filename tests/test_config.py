@@ -50,10 +50,15 @@ def test_cli_ignores_a_pyproject_beside_the_trace_and_isolated_ignores_the_users
     (tmp_path / "t" / "pyproject.toml").write_text(stranger)
     monkeypatch.chdir(tmp_path / "cwd")
     out = CliRunner().invoke(cli, ["analyze", str(trace)]).output
-    assert "dataloader-stall" in out
+    assert "dataloader-stall" in out and "Config:" not in out
     (tmp_path / "cwd" / "pyproject.toml").write_text(stranger)
-    assert "dataloader-stall" not in CliRunner().invoke(cli, ["analyze", str(trace)]).output
-    assert "dataloader-stall" in CliRunner().invoke(cli, ["analyze", str(trace), "--isolated"]).output
+    out = CliRunner().invoke(cli, ["analyze", str(trace)]).output
+    assert "VERDICT" not in out  # every detector off: no cause is named
+    # ... and the report says why, on one line near the top
+    line = f"Config: {tmp_path / 'cwd' / 'pyproject.toml'} (ignore: TI) - {len(ALL)} detectors off"
+    assert "".join(line.split()) in "".join(out.split())  # the text report wraps a long path
+    out = CliRunner().invoke(cli, ["analyze", str(trace), "--isolated"]).output
+    assert "dataloader-stall" in out and "Config:" not in out
 
 
 def test_a_deeply_nested_config_is_a_usage_error(tmp_path):
@@ -80,7 +85,7 @@ def test_thresholds_from_the_file_reach_the_detector(tmp_path):
     p = _write(tmp_path / "ti.toml", "[launch-bound]\nmin_idle_frac = 0.99\n")
     cfg = C.load(p)
     assert cfg.make(LaunchBound).min_idle_frac == 0.99
-    assert cfg.non_default() == {"launch-bound.min_idle_frac": 0.99, "source": str(p)}
+    assert cfg.non_default() == {"launch-bound.min_idle_frac": 0.99, "source": str(p)}  # none off: no list
     trace = load_trace(build_launch_bound().write(tmp_path / "lb.json"))
     assert "launch-bound" in [f.name for f in analyze(trace).findings]
     rep = analyze(trace, config=cfg)  # a threshold nobody can reach: the detector declines
@@ -170,8 +175,14 @@ def test_the_report_names_its_non_default_settings_in_every_format(tmp_path):
     cfg = C.override(C.Config(), settings=["launch-bound.min_idle_frac=0.5"], ignore=["host-sync"])
     rep = analyze(trace, config=cfg)
     d = json.loads(json.dumps(rep.to_dict()))
-    assert d["settings"] == {"ignore": ["host-sync"], "launch-bound.min_idle_frac": 0.5}
+    assert d["settings"] == {
+        "ignore": ["host-sync"],
+        "launch-bound.min_idle_frac": 0.5,
+        "detectors_off": ["TI201 host-sync"],  # the detectors that did not run, by code and name
+        "source": "command line",
+    }
     assert Report.from_dict(d).settings == d["settings"]
+    line = "Config: command line (ignore: host-sync; launch-bound.min_idle_frac=0.5) - 1 detector off"
     for fmt in ("text", "md", "html"):
         out = RENDERERS[fmt][0](rep)
-        assert "launch-bound.min_idle_frac" in out and "0.5" in out, fmt
+        assert line in out.replace("\\_", "_"), fmt  # Markdown escapes the underscores

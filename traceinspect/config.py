@@ -54,6 +54,12 @@ class Config:
         for det, opts in sorted(self.options.items()):
             for k, v in sorted(opts.items()):
                 out[f"{det}.{k}"] = v
+        from .detectors import ALL
+
+        on = set(self.detectors())
+        off = [f"{d.code} {d.name}" for d in ALL if d not in on]
+        if off:  # named, so a report that checked less says exactly what it did not check
+            out["detectors_off"] = off
         if out and self.source:
             out["source"] = self.source
         return out
@@ -229,8 +235,11 @@ def override(base: Config, *, select=None, ignore=None, settings=()) -> Config:
                 f"setting {repr(s)} is not detector.option=value", hint="for example launch-bound.min_idle_frac=0.05"
             )
         _option(where, det_key, opt.strip(), value.strip(), options)
+    given = bool(select or ignore or settings)
+    source = base.source if not given else "command line" if not base.source else f"{base.source} + command line"
     return dataclasses.replace(
         base,
+        source=source,
         select=_names(where, "select", list(select)) if select else base.select,
         ignore=_names(where, "ignore", list(ignore)) if ignore else base.ignore,
         options=options,

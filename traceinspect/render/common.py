@@ -15,6 +15,7 @@ from ..report import Memory, SpeedOfLight, WhatIf, known, severity
 
 __all__ = [
     "BREAKDOWN_ORDER",
+    "config_line",
     "count",
     "efficiency_peaks",
     "efficiency_rows",
@@ -39,6 +40,26 @@ def count(x) -> str:
     if v is None:
         return "n/a"
     return str(int(v)) if math.isfinite(v) and v == int(v) else f"{v:g}"
+
+
+def config_line(report) -> str:
+    """'Config: pyproject.toml (ignore: TI1) - 7 detectors off', or "" when the defaults were used:
+    the one line every format shows near the top, so a report that checked less, or judged with other
+    thresholds, says so where a reader looks first. Unescaped: the caller escapes for its format (the
+    settings of a saved report are untrusted)."""
+    s = dict(report.settings or {})
+    if not s:
+        return ""
+    source = s.pop("source", None)
+    off = s.pop("detectors_off", None)
+    show = lambda v: ", ".join(str(x) for x in v) if isinstance(v, list) else str(v)  # noqa: E731
+    items = "; ".join(f"{k}: {show(v)}" if k in ("select", "ignore") else f"{k}={show(v)}" for k, v in s.items())
+    n = len(off) if isinstance(off, list) else 0
+    return (
+        f"Config: {source if isinstance(source, str) and source else 'options given to the API'}"
+        + (f" ({items})" if items else "")
+        + (f" - {n} detector{'s' if n != 1 else ''} off" if n else "")
+    )
 
 
 def ms(us) -> str:

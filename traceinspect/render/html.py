@@ -15,6 +15,7 @@ from ..inert import valid_unicode
 from ..report import Gpu, Part, known
 from . import charts
 from .common import (
+    config_line,
     BREAKDOWN_ORDER,
     count,
     efficiency_peaks,
@@ -81,6 +82,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         f'<p class="sub">{esc(gpu_line(t))} · rank {esc(known(t.rank, 0))}'
         + (f" · {esc(known(t.window, ''))} · steps from {esc(known(st.source))}" if known(st.count) else "")
         + "</p>",
+        *([f'<p class="sub" id="config"><b>{esc(config_line(report))}</b></p>'] if config_line(report) else []),
         "</header>",
         _verdict(report),
     ] + _cross_rank(report)

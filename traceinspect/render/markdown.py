@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..report import Part, known
 from .common import (
+    config_line,
     BREAKDOWN_ORDER,
     count,
     efficiency_peaks,
@@ -39,6 +40,8 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
             f"- Window: {md_text(known(t.window, ''))}; step time median **{ms(known(st.median_us))}** "
             f"(mean {ms(known(st.mean_us))}, min {ms(known(st.min_us))}, max {ms(known(st.max_us))})"
         )
+    if config_line(report):
+        o.append(f"- **{md_text(config_line(report))}**")
     o.append("")
     if known(v.top):
         o.append(f"**Verdict:** {md_text(known(v.headline) or known(v.top_title, ''))}")
@@ -153,7 +156,6 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         for f in report.failures:
             o.append(f"- {md_code(f.name)}: {md_text(f.error)}")
         o.append("")
-    o += _settings(report)
     if report.warnings:
         o.append("### Data-quality warnings")
         for w in report.warnings:
@@ -326,12 +328,3 @@ def render_with_assets(report, assets_dir, *, relative_to: str | None = None) ->
     if not sep:  # no breakdown table: charts go at the end
         return text.rstrip() + "\n\n" + "\n\n".join(links) + "\n"
     return head + "\n" + "\n\n".join(links) + "\n" + sep + rest
-
-
-def _settings(report) -> list[str]:
-    """The non-default configuration the report was made with (none: nothing)."""
-    if not report.settings:
-        return []
-    return (
-        ["### Non-default settings", ""] + [f"- {md_code(k)} = {md_code(v)}" for k, v in report.settings.items()] + [""]
-    )

@@ -13,6 +13,7 @@ from ..inert import document
 from ..report import Part, SpeedOfLight, known
 from .common import (
     BREAKDOWN_ORDER,
+    config_line,
     efficiency_peaks,
     efficiency_rows,
     evidence_value,
@@ -45,6 +46,8 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
                 f"steps from {plain(known(st.source))}"
             )
         )
+    if config_line(report):
+        out.append(wrap(plain(config_line(report))))
     out.append("")
     if known(v.top):
         out.append(wrap(f"VERDICT: {plain(known(v.headline) or known(v.top_title, ''))}"))
@@ -135,11 +138,6 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         out.append("Detectors that failed (their causes were not checked)")
         for f in report.failures:
             out.append(wrap(f"- {plain(f.name)}: {plain(f.error)}", "  "))
-        out.append("")
-    if report.settings:
-        out.append(
-            wrap("Non-default settings: " + ", ".join(f"{plain(k)}={plain(v)}" for k, v in report.settings.items()))
-        )
         out.append("")
     if report.warnings:
         out.append("Data-quality warnings")
