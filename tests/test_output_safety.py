@@ -146,3 +146,31 @@ def test_isolated_with_an_explicit_config_is_a_usage_error(trace, tmp_path):
     cfg.write_text('ignore = ["TI1"]\n')
     code, out = run("analyze", trace, "--isolated", "--config", cfg)
     assert code == 2 and "--isolated" in out
+
+
+def test_a_chart_asset_onto_an_input_is_refused(tmp_path):
+    pytest.importorskip("matplotlib")
+    from traceinspect.render.markdown import ASSET_FILES
+
+    d = tmp_path / "charts"
+    d.mkdir()
+    victim = build_dataloader_stall().write(d / ASSET_FILES[0][0])  # a trace named like a chart
+    before = victim.read_bytes()
+    code, out = run("analyze", victim, "-f", "md", "-o", tmp_path / "r.md", "--assets", d)
+    assert code == 2 and "is the input" in out
+    _same(victim, before)
+
+
+def test_a_failed_chart_write_keeps_the_previous_chart(trace, tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from traceinspect.render.markdown import ASSET_FILES
+
+    d = tmp_path / "charts"
+    d.mkdir()
+    old = d / ASSET_FILES[0][0]
+    old.write_text("<svg>previous</svg>\n")
+    monkeypatch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(28, "No space left on device")))
+    code, msg = run("analyze", trace, "-f", "md", "-o", tmp_path / "r.md", "--assets", d)
+    assert code == 2 and "No space left" in msg and str(old) in msg
+    assert old.read_text() == "<svg>previous</svg>\n"
+    assert [p.name for p in d.iterdir()] == [old.name]  # no temporary file left behind

@@ -261,7 +261,13 @@ def analyze(
     fmt = _choose_format(fmt, output)  # a bad -o name fails before the analysis, not after
     from .safeio import refuse_inputs
 
-    refuse_inputs([output, annotate_out], [path, config_file])  # before any work: never write over an input
+    charts = []
+    if assets and fmt == "md":
+        from .render.markdown import ASSET_FILES
+
+        charts = [Path(assets) / name for name, _ in ASSET_FILES]
+    # before any work: never write over an input (the TensorBoard writer only creates new files)
+    refuse_inputs([output, annotate_out, *charts], [path, config_file])
     if annotate_out:
         report = api.annotate(path, annotate_out, steps=steps, strict=strict, jobs=jobs)
     else:

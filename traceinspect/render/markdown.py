@@ -309,10 +309,12 @@ def render_with_assets(report, assets_dir, *, relative_to: str | None = None) ->
     out = Path(assets_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        for name, svg in files.items():
-            (out / name).write_text(svg + "\n", encoding="utf-8")
     except OSError as e:
         raise UsageError(f"cannot write charts into {assets_dir}: {e.strerror or e}") from None
+    from ..safeio import write_atomic
+
+    for name, svg in files.items():  # atomic, as every output: a failed write keeps the previous chart
+        write_atomic(out / name, (svg + "\n").encode("utf-8"))
     text = render(report)
     if not files:
         return text
