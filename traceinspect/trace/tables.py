@@ -94,16 +94,31 @@ _INT64_MAX = (1 << 63) - 1
 def _tid(t) -> int:
     """A pid/tid/stream as an int64; -1 (absent) where it has no digits or leaves int64 (a string of 30
     digits): never a crash, never a wrap."""
+    return _tid_checked(t)[0]
+
+
+def _tid_checked(t) -> tuple[int, bool]:
+    """_tid's value, and whether it is absent because it left int64 (what the tables count and warn
+    about; a string without digits is simply not an id)."""
     if not isinstance(t, int):
         try:
             t = int(t)
         except (TypeError, ValueError, OverflowError):
             m = re.search(r"(\d+)", t) if isinstance(t, str) else None
             t = int(m.group(1)) if m else -1
-    return t if -_INT64_MAX <= t <= _INT64_MAX else -1
+    return (t, False) if -_INT64_MAX <= t <= _INT64_MAX else (-1, True)
 
 
-def _id_column(values: list) -> np.ndarray:
+class _Beyond:
+    """Counts id values (pid, tid, stream, flow id) read as absent because they left int64."""
+
+    __slots__ = ("n",)
+
+    def __init__(self) -> None:
+        self.n = 0
+
+
+def _id_column(values: list, beyond: _Beyond | None = None) -> np.ndarray:
     """pid/tid/stream columns: ints in current traces, strings ('25738', 'stream 7') in 2021 ones."""
     try:
         return np.array(values, dtype=np.int64)
@@ -113,8 +128,10 @@ def _id_column(values: list) -> np.ndarray:
         for v in values:
             r = memo.get(v)
             if r is None:
-                r = memo[v] = _tid(v)
-            out.append(r)
+                r = memo[v] = _tid_checked(v)
+            out.append(r[0])
+            if r[1] and beyond is not None:
+                beyond.n += 1
         return np.array(out, dtype=np.int64)
 
 
@@ -191,6 +208,7 @@ def extract(events: list[Event]) -> dict:
     thread_meta: list[Event] = []
     unknown: dict[str, int] = {}
     no_dur = neg_dur = 0
+    beyond = _Beyond()
     cat_of: dict[str, str | None] = {}
     for e in events:
         ph = e.ph
@@ -235,12 +253,14 @@ def extract(events: list[Event]) -> dict:
         stream = [a.stream if a is not None else None for a in args]
         # device/stream come from args; the pid/tid fallback is built only when an arg is missing
         dev_col = (
-            _opt(dev, _id_column([e.pid if isinstance(e.pid, int) else 0 for e in evs]))
+            _opt(dev, _id_column([e.pid if isinstance(e.pid, int) else 0 for e in evs], beyond))
             if None in dev
             else np.array(dev, dtype=np.int64)
         )
         stream_col = (
-            _opt(stream, _id_column([e.tid for e in evs])) if None in stream else np.array(stream, dtype=np.int64)
+            _opt(stream, _id_column([e.tid for e in evs], beyond))
+            if None in stream
+            else np.array(stream, dtype=np.int64)
         )
         return {
             "device": dev_col,
@@ -250,7 +270,7 @@ def extract(events: list[Event]) -> dict:
         }
 
     def host(evs: list[Event]) -> dict:
-        return {"tid": _id_column([e.tid for e in evs])}
+        return {"tid": _id_column([e.tid for e in evs], beyond)}
 
     out: dict = {}
     kev = buckets["kernel"]
@@ -328,10 +348,10 @@ def extract(events: list[Event]) -> dict:
     }
     fev = buckets["flow"]
     out["flow"] = {
-        "id": _id_column([e.id if e.id is not None else -1 for e in fev]),
+        "id": _id_column([e.id if e.id is not None else -1 for e in fev], beyond),
         "is_start": np.array([e.ph == "s" for e in fev], dtype=bool),
         "ts_us": np.array([e.ts for e in fev], dtype=np.float64),
-        "tid": _id_column([e.tid for e in fev]),
+        "tid": _id_column([e.tid for e in fev], beyond),
     }
     threads = {}
     for e in thread_meta:
@@ -343,6 +363,7 @@ def extract(events: list[Event]) -> dict:
         "unknown": unknown,
         "no_dur": no_dur,
         "neg_dur": neg_dur,
+        "ids_beyond_int64": beyond.n,
         "n_events": len(events),
     }
 
@@ -535,7 +556,9 @@ def extract_scanned(scanned) -> dict:
         v = col(name_)[idx]
         return np.where(given(name_, idx), v, default)
 
-    def ids(name_, idx, absent=None):
+    beyond = _Beyond()
+
+    def ids(name_, idx, absent=None, count=True):
         """pid/tid/id columns: ints as they are, strings through _tid (per distinct string)."""
         v = col(name_)[idx]
         s_ = col(name_ + "_str")[idx]
@@ -544,7 +567,11 @@ def extract_scanned(scanned) -> dict:
         if (s_ >= 0).any():
             ustr = np.unique(s_[s_ >= 0])
             for u in ustr:  # v is already a copy (fancy indexing)
-                v[s_ == u] = _tid(strings[u])
+                at = s_ == u
+                val, out_of_range = _tid_checked(strings[u])
+                v[at] = val
+                if out_of_range and count:
+                    beyond.n += int(np.count_nonzero(at))
         return v
 
     def base(idx):
@@ -651,7 +678,7 @@ def extract_scanned(scanned) -> dict:
     tm = np.flatnonzero((ph == ord("M")) & (name == thread_name))
     if len(tm):
         an_ = col("arg_name_idx")[tm]
-        pids, tids = ids("pid", tm), ids("tid", tm)
+        pids, tids = ids("pid", tm, count=False), ids("tid", tm, count=False)  # labels only
         for a, pv, tv in zip(an_.tolist(), pids.tolist(), tids.tolist()):
             if a >= 0 and strings[a]:
                 threads[(pv, tv)] = strings[a]
@@ -661,6 +688,7 @@ def extract_scanned(scanned) -> dict:
         "unknown": unknown,
         "no_dur": no_dur,
         "neg_dur": neg_dur,
+        "ids_beyond_int64": beyond.n,
         "n_events": int(n),
         "dropped": dropped,
         "partial": partial,
@@ -685,7 +713,9 @@ def assemble(partials: list[dict]) -> Tables:
     if not partials:
         partials = [extract([])]
     firsts = [float(p["tables"][k]["ts_us"].min()) for p in partials for k in _TIMED if len(p["tables"][k]["ts_us"])]
-    origin = min(firsts) if firsts else 0.0
+    # + 0.0 turns -0.0 into 0.0: JSON's integer -0 is -0.0 to the native reader's strtod and 0 to
+    # Python's int, and the readers must agree to the bit
+    origin = min(firsts) + 0.0 if firsts else 0.0
     merged: dict[str, pd.DataFrame] = {}
     for kind in _KINDS:
         cols = {}
@@ -693,7 +723,7 @@ def assemble(partials: list[dict]) -> Tables:
             vals = [p["tables"][kind][col] for p in partials]
             cols[col] = _concat_names(vals) if col == "name" else np.concatenate(vals)
         df = pd.DataFrame(cols)
-        df["ts_us"] = df["ts_us"] - origin
+        df["ts_us"] = (df["ts_us"] - origin) + 0.0  # -0.0 - 0.0 is -0.0; adding +0.0 makes it 0.0
         if "dur_us" in df:
             df.insert(2, "end_us", df["ts_us"] + df["dur_us"])
         merged[kind] = df
@@ -726,6 +756,12 @@ def assemble(partials: list[dict]) -> Tables:
         threads.update(p["threads"])
     no_dur = sum(p["no_dur"] for p in partials)
     neg_dur = sum(p["neg_dur"] for p in partials)
+    beyond = sum(p.get("ids_beyond_int64", 0) for p in partials)
+    if beyond:
+        warnings.append(
+            f"{beyond} pid/tid/stream/flow id values were numbers beyond int64 written as strings and were "
+            "read as absent (no thread, stream or flow link); the rest of each event was kept"
+        )
     if no_dur:
         warnings.append(f"{no_dur} complete events had no 'dur' and were left out of the timeline")
     if neg_dur:
