@@ -36,6 +36,9 @@ UNLAUNCHED_POOR_FRAC = 0.5
 # waiting on) work the trace does not hold: queued before the session started, or another process's.
 # Launch latency is 5-50 us on CUDA and ROCm; 1 ms is twenty times the slowest.
 QUEUE_WAIT_MIN_US = 1000.0
+# ... and the idle time inside such waits must cover 1% of the window to limit the report (below that it
+# moves no figure the report shows by more than its own rounding; it is still counted)
+QUEUE_WAIT_MIN_FRAC = 0.01
 # A training step launches the same kernels every iteration; a first step with fewer than half the
 # median kernel count of the others lost kernels at session start (Kineto's known behaviour: activity
 # is recorded only once the CUPTI/roctracer buffers are enabled, part-way through the first step).
@@ -46,10 +49,11 @@ FIRST_STEP_MIN_FRAC = 0.5
 WARMUP_DUR_RATIO = 1.5
 WARMUP_COUNT_FRAC = 0.25
 MIN_STEPS_FOR_OUTLIERS = 3  # an outlier needs at least two others to be compared with
-# Clock and ordering: a kernel cannot start before the runtime call that enqueued it, and two kernels on
-# one stream cannot overlap (a stream is in order). Either means the GPU timestamps were converted to
-# the host clock with an error; past 1% of kernels the time-based claims carry a warning, past 10% the
-# trace's gaps are not trustworthy ("poor").
+# Clock and ordering: a kernel cannot start before the runtime call that enqueued it: one that does
+# means the GPU timestamps were converted to the host clock with an error; past 1% of kernels the
+# time-based claims carry a warning, past 10% the trace's gaps are not trustworthy ("poor"). Kernels
+# overlapping their predecessor on one stream are counted but not judged: programmatic dependent launch
+# (sm90+) lets a kernel start before the previous one on its stream ends.
 ORDER_TOL_US = 0.01  # timestamps are rounded to the nanosecond (3 decimals of us)
 CLOCK_LIMITED_FRAC = 0.01
 CLOCK_POOR_FRAC = 0.10
@@ -186,10 +190,19 @@ def _graph_replays(trace: Trace, q: Quality, win: float) -> dict:
         if u_share >= UNLAUNCHED_MIN_FRAC:
             parts.append(f"{100 * u_share:.0f}% is in kernels with no recorded launch call")
         short = "; ".join(parts) + "; launch and host gaps inside them are not visible"
+        rc = rt["correlation"].to_numpy()
+        first = rc[rc >= 0].min() if (rc >= 0).any() else None
+        early = int((k["correlation"].to_numpy()[unlaunched] < first).sum()) if first is not None else 0
         summary = (
             f"{int(in_graph.sum())} of {len(k)} kernels ran inside {graph_calls} graph launch call(s) "
             f"({100 * g_share:.1f}% of kernel time); {int(unlaunched.sum())} kernels "
             f"({100 * u_share:.1f}% of kernel time) have no correlated runtime call"
+            + (
+                f", {early} of them with a correlation id below the first recorded runtime call's (host "
+                "activity not recorded at session start)"
+                if early
+                else ""
+            )
         )
     else:
         status, short = "ok", ""
@@ -267,8 +280,8 @@ def _missing_activity(trace: Trace, q: Quality, win: float) -> dict:
             f"others: kernels dropped at session start; median step {_fmt(med_all)} with it, "
             f"{_fmt(med_without)} without (analyse with --steps 1: to exclude it)"
         )
-    if wait_us > 0:
-        status = "poor" if win and wait_us / win >= POOR_WINDOW_FRAC else "limited"
+    if win and wait_us / win >= QUEUE_WAIT_MIN_FRAC:
+        status = "poor" if wait_us / win >= POOR_WINDOW_FRAC else "limited"
         notes.append(
             f"{_fmt(wait_us)} ({100 * wait_us / win:.0f}% of the window) the GPU waits with work queued on a "
             "stream that recorded nothing before it: work not in the trace"
@@ -278,7 +291,7 @@ def _missing_activity(trace: Trace, q: Quality, win: float) -> dict:
     if status == "ok":
         summary = (
             f"{lost_kernel} kernels without a launch call, {lost_launch} launch calls without a kernel in the "
-            "analysed steps; no queue wait at a stream's start"
+            f"analysed steps; GPU idle behind work not in the trace: {_fmt(wait_us)}"
         )
     else:
         summary = "; ".join(notes)
@@ -294,7 +307,8 @@ def _missing_activity(trace: Trace, q: Quality, win: float) -> dict:
         ),
         threshold=(
             f"first step under {100 * FIRST_STEP_MIN_FRAC:g}% of the others' median kernel count; a stream's "
-            f"first op starting more than {QUEUE_WAIT_MIN_US / 1e3:g} ms after its launch"
+            f"first op starting more than {QUEUE_WAIT_MIN_US / 1e3:g} ms after its launch, its idle time over "
+            f"{100 * QUEUE_WAIT_MIN_FRAC:g}% of the window ({100 * POOR_WINDOW_FRAC:g}%: poor)"
         ),
         kernels_without_launch=lost_kernel,
         launches_without_kernel=lost_launch,
@@ -354,7 +368,9 @@ def _warm_up(trace: Trace) -> dict:
     for i in range(n):
         others = np.delete(np.arange(n), i)
         md, mc = float(np.median(d[others])), float(np.median(counts[others]))
-        far = d[i] > WARMUP_DUR_RATIO * md or (mc > 0 and abs(counts[i] - mc) / mc > WARMUP_COUNT_FRAC)
+        # warm-up adds work (autotuning runs candidate kernels, the allocator calls the driver); a step with
+        # fewer kernels is missing-activity's (dropped kernels), not a warm-up
+        far = d[i] > WARMUP_DUR_RATIO * md or (mc > 0 and counts[i] > (1 + WARMUP_COUNT_FRAC) * mc)
         if not far:
             continue
         mallocs = tunes = 0
@@ -378,9 +394,10 @@ def _warm_up(trace: Trace) -> dict:
         f"{m} allocator call(s), {tn} autotuning event(s)"
         for i, ratio, c, mc, m, tn in found
     )
+    lead = len(found) if [f[0] for f in found] == list(range(len(found))) else 0  # warm-ups that open the window
     short = (
         f"{len(found)} warm-up step(s) in the window (median step {_fmt(med_all)} with, "
-        f"{_fmt(med_kept or 0.0)} without); capture with {SCHEDULE}"
+        f"{_fmt(med_kept or 0.0)} without{f'; --steps {lead}: excludes them' if lead else ''}); capture with {SCHEDULE}"
     )
     return _row(
         "warm-up",
@@ -435,14 +452,13 @@ def _clock_order(trace: Trace, q: Quality) -> dict:
     inside = iv.total(iv.intersect(iv.union(allk["ts_us"], allk["end_us"]), step_set(trace))) if len(allk) else 0.0
     busy = iv.total(iv.union(allk["ts_us"], allk["end_us"])) if len(allk) else 0.0
     outside = (busy - inside) / busy if busy else 0.0
-    bad = (early + neg) / n if n else 0.0
+    bad = early / n if n else 0.0
     status = "ok"
     notes = []
     if bad > CLOCK_LIMITED_FRAC:
         status = "poor" if bad > CLOCK_POOR_FRAC else "limited"
         notes.append(
-            f"{early} kernels start before their launch call and {neg} overlap the previous kernel on their "
-            f"stream ({100 * bad:.1f}% of {n}): GPU and host clocks disagree"
+            f"{early} of {n} kernels ({100 * bad:.1f}%) start before their launch call: GPU and host clocks disagree"
         )
         q.lower_confidence = notes[-1]
     if overlap_steps:
@@ -457,8 +473,14 @@ def _clock_order(trace: Trace, q: Quality) -> dict:
         "; ".join(notes),
         "; ".join(notes)
         or (
-            f"{early} kernels before their launch, {neg} same-stream overlaps among {n}; steps do not overlap; "
+            f"{early} kernels before their launch among {n}; steps do not overlap; "
             f"{100 * outside:.1f}% of GPU busy time outside the steps"
+        )
+        + (
+            f" ({neg} kernels overlap the previous one on their stream: counted, not judged, since programmatic "
+            "dependent launch lets a kernel start before its predecessor ends on Hopper and later)"
+            if neg
+            else ""
         ),
         effect="past the threshold every finding that claims idle time has its confidence lowered one level",
         threshold=(
