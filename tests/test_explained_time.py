@@ -28,9 +28,11 @@ def _assert_account_adds_up(rep):
     assert a["idle_us"] == pytest.approx(idle, rel=1e-9, abs=1e-6)
     claimed = sum(p["us"] for p in a["parts"])
     assert a["overlap_us"] == pytest.approx(0.0, abs=1e-6), "two findings claim the same idle time"
+    named = a.get("artifacts") or []  # idle time trace quality names (graph replays, work not in the trace)
+    claimed += sum(r["us"] for r in named)
     assert claimed + a["unexplained_us"] == pytest.approx(idle, rel=1e-9, abs=1e-6)
     for part in IDLE_PARTS:  # per idle part, claims never exceed the part
-        c = sum(p["by_part_us"].get(part, 0.0) for p in a["parts"])
+        c = sum(p["by_part_us"].get(part, 0.0) for p in list(a["parts"]) + list(named))
         assert c <= rep.breakdown[part]["us"] + 1e-6
         assert c + a["unexplained_by_part_us"][part] == pytest.approx(rep.breakdown[part]["us"], abs=1e-6)
     # per step: the step's idle time is its claims plus its unexplained part, and the steps add up
@@ -39,7 +41,8 @@ def _assert_account_adds_up(rep):
     for r, sr in zip(rows, rep.steps["per_step"]):
         assert r["idle_us"] == pytest.approx(sum(sr["breakdown_us"][p] for p in IDLE_PARTS), abs=1e-2)  # rounded
         assert sum(r["claims_us"].values()) <= r["idle_us"] + 1e-3
-        assert sum(r["claims_us"].values()) + r["unexplained_us"] == pytest.approx(r["idle_us"], abs=1e-3)
+        named_us = r.get("artifacts_us", 0.0)
+        assert sum(r["claims_us"].values()) + named_us + r["unexplained_us"] == pytest.approx(r["idle_us"], abs=1e-3)
     for p in a["parts"]:
         assert sum(r["claims_us"][p["name"]] for r in rows) == pytest.approx(p["us"], rel=1e-9, abs=1e-3)
     assert sum(r["unexplained_us"] for r in rows) == pytest.approx(a["unexplained_us"], rel=1e-9, abs=1e-3)

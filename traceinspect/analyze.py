@@ -19,11 +19,13 @@ import pandas as pd
 
 from . import detectors as registry
 from .facts import claims
+from .facts import trace_quality
 from .detectors.base import Context, Detector, fmt_us, in_steps, projected_step, window_label
 from .facts.efficiency import section as efficiency_section
+from .facts.steps import idle_in_steps
 from .facts.memory_fit import memory_section
 from .errors import DetectorFailed, TraceError, UsageError
-from .findings import Failure, Finding, Skipped
+from .findings import Evidence, Failure, Finding, Skipped
 from .report import (
     Account,
     CrossRank,
@@ -37,6 +39,7 @@ from .report import (
     TimelineSample,
     TopKernel,
     TraceInfo,
+    TraceQuality,
     Verdict,
     known,
     typed,
@@ -124,12 +127,35 @@ def run_detectors(
                     error=f"{type(e).__name__}: {e} (at {os.path.basename(tb.filename)}:{tb.lineno})",
                 )
             )
-    return rank(findings), skipped, failures
+    return rank(_trusted(trace, findings)), skipped, failures
+
+
+LOWER = {"high": "medium", "medium": "low", "low": "low"}
+
+
+def _trusted(trace: Trace, findings: list[Finding]) -> list[Finding]:
+    """Findings whose time rests on the trace's clocks carry the trace-quality warning: a finding that
+    claims idle time has its confidence lowered one level, with the reason in its evidence."""
+    why = trace_quality.quality(trace).lower_confidence
+    if not why:
+        return findings
+    return [
+        dataclasses.replace(
+            f,
+            confidence=LOWER.get(f.confidence, "low"),
+            evidence=f.evidence + (Evidence(label="confidence lowered (trace quality, clock-order)", value=why),),
+        )
+        if f.idle_claims_us
+        else f
+        for f in findings
+    ]
 
 
 def analyze(
     trace: Trace, *, strict: bool = False, detectors: Sequence[type[Detector]] | None = None, config=None
 ) -> Report:
+    judged = (trace.has_gpu or trace.has_cpu) and len(trace.steps) and trace.window_us >= MIN_WINDOW_US
+    quality = trace_quality.quality(trace) if judged else None  # before the detectors: they read its blind time
     findings, skipped, failures = (
         run_detectors(trace, detectors, strict=strict, config=config)
         if trace.has_gpu or trace.has_cpu
@@ -165,6 +191,10 @@ def analyze(
         ),
         memory=typed(Memory, memory_section(trace)),
         settings=typed(dict[str, Setting], config.non_default() if config is not None else {}),
+        trace_quality=typed(
+            TraceQuality,
+            {"status": quality.status, "line": quality.line, "checks": quality.checks} if quality else {},
+        ),
     )
 
 
@@ -299,6 +329,7 @@ def _account(trace: Trace, findings: list[Finding], skipped: list[Skipped], brea
             }
         )
     overlap = sum(-v for v in left.values() if v < 0)
+    artifacts, artifact_steps = _artifacts(trace, left, win, n)
     unexpl_by = {p: max(v, 0.0) for p, v in left.items()}
     unexplained = sum(unexpl_by.values())
     explained = idle - unexplained
@@ -317,7 +348,7 @@ def _account(trace: Trace, findings: list[Finding], skipped: list[Skipped], brea
                 }
             )
     reasons.sort(key=lambda r: -r["us"])
-    per_step = _account_per_step(trace, [f for f in findings if not f.masked_by and f.idle_claims_us])
+    per_step = _account_per_step(trace, [f for f in findings if not f.masked_by and f.idle_claims_us], artifact_steps)
     busy_causes = [
         {
             "name": f.name,
@@ -343,11 +374,47 @@ def _account(trace: Trace, findings: list[Finding], skipped: list[Skipped], brea
         "busy_causes": busy_causes,
         "overlap_us": overlap,
         "per_step": per_step,
+        **({"artifacts": artifacts} if artifacts else {}),
     }
 
 
-def _account_per_step(trace: Trace, claimers: list[Finding]) -> list[dict]:
-    """Each step's GPU idle time, what each finding claims of it, and the unexplained rest."""
+def _artifacts(trace: Trace, left: dict, win: float, n: int) -> tuple[list[dict], np.ndarray]:
+    """The idle time trace quality names (inside graph replays, queue waits for work not in the trace),
+    taken from what no finding claimed (`left`, per idle part, reduced in place), and its per-step share."""
+    q = trace_quality.quality(trace) if trace.window_us >= MIN_WINDOW_US else None
+    per = trace.timeline.per_step
+    s0, s1 = per["start_us"].to_numpy(), per["end_us"].to_numpy()
+    by_step = np.zeros(len(per))
+    out = []
+    for label, blind in q.blind.items() if q else ():
+        by_part = {}
+        for p in IDLE_PARTS:
+            inside = iv.intersect(idle_in_steps(trace, p), blind)
+            tot = iv.total(inside)
+            take = min(tot, max(left.get(p, 0.0), 0.0))
+            if take <= 0.0:
+                continue
+            left[p] -= take
+            by_part[p] = take
+            by_step += (take / tot) * iv.per_window(inside, s0, s1)
+        us = sum(by_part.values())
+        if us > 0.0:
+            out.append(
+                {
+                    "check": trace_quality.LABEL_CHECK[label],
+                    "label": label,
+                    "us": us,
+                    "per_step_us": us / n,
+                    "frac_of_step": us / win if win else 0.0,
+                    "by_part_us": by_part,
+                }
+            )
+    return out, by_step
+
+
+def _account_per_step(trace: Trace, claimers: list[Finding], artifacts: np.ndarray) -> list[dict]:
+    """Each step's GPU idle time, what each finding claims of it, and the unexplained rest (less the
+    idle time trace quality names, `artifacts` per step)."""
     per = trace.timeline.per_step
     s0, s1 = per["start_us"].to_numpy(), per["end_us"].to_numpy()
     idle = sum(per[f"{p}_us"].to_numpy() for p in IDLE_PARTS)
@@ -370,7 +437,8 @@ def _account_per_step(trace: Trace, claimers: list[Finding]) -> list[dict]:
                 "step": int(per["step"].iloc[i]),
                 "idle_us": float(idle[i]),
                 "claims_us": cl,
-                "unexplained_us": max(float(idle[i]) - sum(cl.values()), 0.0),
+                "unexplained_us": max(float(idle[i]) - sum(cl.values()) - float(artifacts[i]), 0.0),
+                **({"artifacts_us": float(artifacts[i])} if artifacts.any() else {}),
             }
         )
     return out
@@ -456,6 +524,11 @@ def _verdict(trace: Trace, findings: list[Finding], account: dict | None = None)
     unexpl = float(account.get("unexplained_frac_of_step", 0.0))
     causes = [f for f in findings if not f.masked_by and f.time_lost_us > 0 and f.time_lost_frac >= VERDICT_MIN_FRAC]
     latent = [f for f in findings if f.masked_by]
+    arts = [a for a in account.get("artifacts") or [] if a["frac_of_step"] >= 0.005]
+    art_frac = sum(a["frac_of_step"] for a in arts)
+    cannot = f"{100 * art_frac:.0f}% of the step is GPU idle time this trace cannot attribute: " + "; ".join(
+        f"{a['label']} ({fmt_us(a['per_step_us'])}/step)" for a in arts
+    )
     base = {
         "median_step_us": median,
         "unexplained_frac_of_step": unexpl,
@@ -472,6 +545,12 @@ def _verdict(trace: Trace, findings: list[Finding], account: dict | None = None)
             headline = (
                 "No GPU activity in this trace, so the GPU analyses could not run: capture with "
                 "ProfilerActivity.CUDA on a GPU machine."
+            )
+        elif art_frac > UNEXPLAINED_MAX_FRAC and art_frac >= unexpl:
+            headline = f"No cause found in what this trace shows: {cannot}." + (
+                f" A further {100 * unexpl:.0f}% of the step is GPU idle time no finding explains."
+                if unexpl > UNEXPLAINED_MAX_FRAC
+                else ""
             )
         elif unexpl > UNEXPLAINED_MAX_FRAC:
             why = "; ".join(r["why"] for r in account.get("unexplained_reasons", [])[:2])
@@ -492,6 +571,8 @@ def _verdict(trace: Trace, findings: list[Finding], account: dict | None = None)
     headline = top.title.rstrip(".") + (f". Also: {', '.join(also)}" if also else "")
     if unexpl > UNEXPLAINED_MAX_FRAC:
         headline += f". {100 * unexpl:.0f}% of the step is GPU idle time no finding explains"
+    if art_frac > UNEXPLAINED_MAX_FRAC:
+        headline += f". {cannot}"
     headline += "."
     path, models, whatif = _fix_path(trace, findings, fixable, median)
     expected = path[-1]["to_us"]

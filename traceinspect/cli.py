@@ -1,7 +1,8 @@
 """The command line: adapts arguments to the library, writes output, maps errors to exit codes.
 
 Exit codes: 0 ok; 1 a finding at or above --fail-on (or a diff regression); 2 usage; 3 the trace cannot
-be read; 4 a detector failed under --strict; 5 internal error (a bug: please report it).
+be read; 4 under --strict (or `strict = true` in the configuration) a detector failed or the trace quality
+is poor (docs/trace-quality.md); 5 internal error (a bug: please report it).
 Holds no analysis logic: it parses flags and calls traceinspect.api. Nothing imports this module.
 """
 
@@ -20,6 +21,7 @@ from .errors import TraceError, TraceinspectError, UsageError
 
 EXIT_FINDING = 1
 EXIT_INTERNAL = 5
+EXIT_STRICT = 4  # DetectorFailed's code too (errors.py)
 
 
 # library parameter -> the flag that sets it, where the two are not spelled alike (UsageError.param)
@@ -175,7 +177,11 @@ _FORMATS = ["text", "md", "json", "html"]
     default=None,
     help="Exit 1 if a finding loses at least this fraction of the step time (e.g. 0.1).",
 )
-@click.option("--strict", is_flag=True, help="Exit 4 if a detector fails instead of reporting the failure.")
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Exit 4 if a detector fails (instead of reporting the failure) or the trace quality is poor.",
+)
 @click.option(
     "-j",
     "--jobs",
@@ -272,6 +278,7 @@ def analyze(
         report = api.annotate(path, annotate_out, steps=steps, strict=strict, jobs=jobs)
     else:
         cfg = _config(config_file, select, ignore, settings, isolated)
+        strict = strict or cfg.strict
         bar = _Progress(f"reading {Path(path).name}", True)
         try:
             report = api.analyze(
@@ -300,6 +307,12 @@ def analyze(
         from .tensorboard import write_report
 
         write_report(report, tb_logdir)
+    if strict and report.trace_quality.get("status") == "poor":  # the report is written first, then refused
+        _fail(
+            f"error: {path}: {report.trace_quality.line}",
+            "the report says what this trace can show; capture again as docs/trace-quality.md says, or drop --strict",
+            EXIT_STRICT,
+        )
     if fail_on is not None and any(f.time_lost_frac >= fail_on for f in report.findings):
         worst = report.findings[0]
         _say(

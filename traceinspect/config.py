@@ -23,7 +23,7 @@ from typing import Any
 from .errors import UsageError
 
 TABLE = ("tool", "traceinspect")
-TOP_KEYS = ("select", "ignore")
+TOP_KEYS = ("select", "ignore", "strict")
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,7 @@ class Config:
     ignore: tuple[str, ...] = ()
     options: dict[str, dict[str, Any]] = field(default_factory=dict)  # detector name -> {option: value}
     source: str | None = None  # the file the settings came from, if any
+    strict: bool = False  # as --strict: exit 4 when a detector fails or the trace quality is poor
 
     def detectors(self) -> tuple:
         """The registry's detectors this configuration runs, in registry order."""
@@ -175,9 +176,14 @@ def from_table(table: Any, where: str) -> Config:
     if not isinstance(table, dict):
         raise UsageError(f"{where}: [tool.traceinspect] must be a table")
     select = ignore = ()
+    strict = False
     options: dict[str, dict[str, Any]] = {}
     for key, value in table.items():
-        if key == "select":
+        if key == "strict":
+            if not isinstance(value, bool):
+                raise UsageError(f"{where}: strict must be true or false, not {repr(value)}")
+            strict = value
+        elif key == "select":
             select = _names(where, key, value)
         elif key == "ignore":
             ignore = _names(where, key, value)
@@ -187,9 +193,9 @@ def from_table(table: Any, where: str) -> Config:
         else:
             raise UsageError(
                 f"{where}: unknown key {repr(key)} in [tool.traceinspect]",
-                hint="keys are select, ignore and one table per detector name",
+                hint="keys are select, ignore, strict and one table per detector name",
             )
-    return Config(select=select, ignore=ignore, options=options, source=where)
+    return Config(select=select, ignore=ignore, options=options, source=where, strict=strict)
 
 
 def load(config_file: str | Path | None = None, start: str | Path | None = None) -> Config:

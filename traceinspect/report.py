@@ -307,6 +307,19 @@ class AccountStep(Section, frozen=True):
     idle_us: Union[Num, _U] = UNSET
     claims_us: Union[dict[str, Num], _U] = UNSET
     unexplained_us: Union[Num, _U] = UNSET
+    artifacts_us: Union[Num, _U] = UNSET  # idle time trace quality names in this step (when the account has any)
+
+
+class AccountArtifact(Section, frozen=True):
+    """GPU idle time the trace cannot attribute (trace quality): named instead of "unexplained"."""
+
+    required, allow_empty = ("label", "us"), False
+    check: Union[str, _U] = UNSET  # the trace-quality check that names it
+    label: Union[str, _U] = UNSET
+    us: Union[Num, _U] = UNSET
+    per_step_us: Union[Num, _U] = UNSET
+    frac_of_step: Union[Num, _U] = UNSET
+    by_part_us: Union[dict[str, Num], _U] = UNSET
 
 
 class Account(Section, frozen=True):
@@ -328,6 +341,7 @@ class Account(Section, frozen=True):
     busy_causes: Union[list[BusyCause], _U] = UNSET
     overlap_us: Union[Num, _U] = UNSET
     per_step: Union[list[AccountStep], _U] = UNSET
+    artifacts: Union[list[AccountArtifact], _U] = UNSET  # idle time trace quality names (not unexplained)
 
 
 # --- device memory: capacity, peaks, headroom, and the batch that fits --------------------------------
@@ -546,6 +560,34 @@ def _check_bounds(doc: Any) -> None:
             raise ValueError(f"an integer out of range (beyond 64 bits) at `{where}`")
 
 
+# --- trace quality: what this trace can and cannot show (facts/trace_quality.py, docs/trace-quality.md) ----
+
+
+class QualityCheck(Section, frozen=True):
+    """One trace-quality check: its status (ok | limited | poor), what it measured over the analysed
+    steps, its threshold and what the report does about it. One more check is one more row."""
+
+    required, allow_empty = ("check", "status", "summary"), False
+    check: Union[str, _U] = UNSET
+    status: Union[str, _U] = UNSET
+    short: Union[str, _U] = UNSET  # the phrase the trust line uses ("" when ok)
+    summary: Union[str, _U] = UNSET
+    effect: Union[str, _U] = UNSET
+    threshold: Union[str, _U] = UNSET
+    values: Union[dict[str, Num], _U] = UNSET
+    steps: Union[list[int], _U] = UNSET  # the steps it names (warm-up, dropped kernels)
+
+
+class TraceQuality(Section, frozen=True):
+    """Can the numbers be trusted: the overall status (good | limited | poor), the trust line shown at the
+    top of the verdict, and the checks."""
+
+    required = ("status", "line")
+    status: Union[str, _U] = UNSET
+    line: Union[str, _U] = UNSET
+    checks: Union[list[QualityCheck], _U] = UNSET
+
+
 class Report(msgspec.Struct, frozen=True, kw_only=True):
     """The result of one analysis, immutable: change it with msgspec.structs.replace. Every section is
     typed; an optional section that is empty (falsy) is left out of the JSON."""
@@ -566,6 +608,7 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
     account: Account = msgspec.field(default_factory=Account)  # GPU idle time: claimed by findings + unexplained
     memory: Memory = msgspec.field(default_factory=Memory)  # device memory per step, headroom, batch fit
     cross_rank: CrossRank = msgspec.field(default_factory=CrossRank)  # collectives aligned across ranks
+    trace_quality: TraceQuality = msgspec.field(default_factory=TraceQuality)  # checked before the detectors
     settings: dict[str, Setting] = {}  # the non-default configuration used
     schema_version: int = SCHEMA_VERSION
 
@@ -639,7 +682,7 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
 
 _SECTION_TYPES = {c.__name__: c for c in Section.__subclasses__()}  # every typed section, by name
 REQUIRED_KEYS = ("breakdown", "findings", "schema_version")  # every report has these (the JSON Schema says so)
-OPTIONAL_SECTIONS = ("account", "timeline_sample", "efficiency", "memory", "cross_rank")
+OPTIONAL_SECTIONS = ("account", "timeline_sample", "efficiency", "memory", "cross_rank", "trace_quality")
 SECTIONS = ("trace", "steps", "verdict") + OPTIONAL_SECTIONS
 
 

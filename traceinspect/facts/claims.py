@@ -23,6 +23,7 @@ from typing import Callable
 
 from ..trace import intervals as iv
 from ..trace.model import Trace
+from . import trace_quality
 
 # per idle part, the claimers in the order they take it; a later one never claims what an earlier one
 # reserved (docs/time-lost.md). Parts with a single claimer need no entry.
@@ -30,6 +31,10 @@ ORDER: dict[str, tuple[str, ...]] = {
     "idle_launch": ("unfused-optimizer", "allocator-churn", "launch-bound", "host-bound"),
     "idle_cpu": ("allocator-churn", "cpu-offload", "host-bound"),
 }
+
+# the parts where trace quality's blind time (inside graph replays, before unlaunched kernels, queue waits
+# for work not in the trace) is taken out before anyone claims: a launch or host gap there is not visible
+BLIND_PARTS = ("idle_launch", "idle_cpu")
 
 # the detector that claims the rest of each idle part (the account says why a part stayed unexplained)
 PART_OWNER = {
@@ -87,8 +92,10 @@ def reserved(trace: Trace, name: str) -> iv.Set:
 
 
 def unclaimed(trace: Trace, name: str, part: str, s: iv.Set) -> iv.Set:
-    """`s` (intervals of idle part `part`) less what the detectors before `name` in ORDER[part] reserved,
-    subtracted in that order."""
+    """`s` (intervals of idle part `part`) less the trace-quality blind time (BLIND_PARTS) and what the
+    detectors before `name` in ORDER[part] reserved, subtracted in that order."""
+    if part in BLIND_PARTS:  # idle time the trace cannot attribute (trace quality) is nobody's to claim
+        s = iv.subtract(s, trace_quality.blind(trace))
     order = ORDER.get(part, ())
     for other in order[: order.index(name)] if name in order else ():
         if other in _CLASSES and part in _CLASSES[other].reserves:

@@ -248,3 +248,22 @@ def memory_rows(mem: Memory) -> list[tuple[str, str]]:
             if vals:
                 rows.append((label, "; ".join(str(v) for v in vals)))
     return rows
+
+
+def trust_line(report) -> str:
+    """The trace-quality line shown at the top of the verdict ("Trace quality: good", or what limits it)."""
+    return known(report.trace_quality.line, "")
+
+
+def quality_rows(report) -> list[tuple[str, str, str, str]]:
+    """(check, status, what it measured, what the report does about it) per trace-quality check; the
+    effect only where the check is not ok."""
+    return [
+        (
+            known(c.check, ""),
+            known(c.status, ""),
+            known(c.summary, ""),
+            known(c.effect, "") if known(c.status, "ok") != "ok" else "",
+        )
+        for c in known(report.trace_quality.checks, [])
+    ]

@@ -27,7 +27,9 @@ from .common import (
     num,
     pct,
     plain,
+    quality_rows,
     sev,
+    trust_line,
 )
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
@@ -94,6 +96,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
     body += _breakdown(report)
     body += _timeline(report)
     body += _account(report)
+    body += _quality(report)
     body += _findings(report)
     body += _next_bottlenecks(report)
     body += _kernels(report)
@@ -232,10 +235,12 @@ def render_diff(d, *, width: int = 100, color: bool = False) -> str:
 
 def _verdict(report) -> str:
     v, st = report.verdict, report.steps
+    trust = f'<p class="note" id="trust"><b>{esc(trust_line(report))}</b></p>' if trust_line(report) else ""
     if known(v.top):
         return "".join(
             [
                 '<section class="verdict" id="verdict">',
+                trust,
                 f'<p class="big">{esc(known(v.headline) or known(v.top_title))}</p>',
                 '<div class="nums">',
                 f"<div><span>top cause</span><b><code>{esc(v.top)}</code></b></div>",
@@ -250,7 +255,7 @@ def _verdict(report) -> str:
         )
     if v:
         return (
-            f'<section class="verdict ok" id="verdict"><p class="big">{esc(known(v.headline, ""))}</p>'
+            f'<section class="verdict ok" id="verdict">{trust}<p class="big">{esc(known(v.headline, ""))}</p>'
             f'<p class="note">median step {esc(ms(v.median_step_us))} over {count(known(st.count, 0))} steps</p>'
             "</section>"
         )
@@ -370,6 +375,24 @@ def _findings(report) -> list[str]:
     return o
 
 
+def _quality(report) -> list[str]:
+    """The trace-quality checks: status, what each measured, and what the report does about it."""
+    rows = quality_rows(report)
+    if not rows:
+        return []
+    o = [
+        f'<section id="trace-quality"><h2>Trace quality: {esc(known(report.trace_quality.status, ""))}</h2>',
+        "<table><tr><th>check</th><th>status</th><th>measured</th><th>so</th></tr>",
+    ]
+    for check, status, summary, effect in rows:
+        o.append(
+            f"<tr><td><code>{esc(check)}</code></td><td>{esc(status)}</td><td>{esc(summary)}</td>"
+            f"<td>{esc(effect)}</td></tr>"
+        )
+    o.append("</table></section>")
+    return o
+
+
 def _account(report) -> list[str]:
     """The explained-time account: GPU idle time per finding, the unexplained rest, and why."""
     a = report.account
@@ -388,7 +411,13 @@ def _account(report) -> list[str]:
         )
     o.append(
         f"<tr><td>unexplained</td><td class=n>{esc(ms(a.unexplained_per_step_us))}</td>"
-        f"<td class=n>{esc(pct(a.unexplained_frac_of_step))}</td></tr></table>"
+        f"<td class=n>{esc(pct(a.unexplained_frac_of_step))}</td></tr>"
+        + "".join(
+            f"<tr><td>not unexplained: {esc(r.label)}</td><td class=n>{esc(ms(r.per_step_us))}</td>"
+            f"<td class=n>{esc(pct(r.frac_of_step))}</td></tr>"
+            for r in known(a.artifacts, [])
+        )
+        + "</table>"
     )
     reasons = known(a.unexplained_reasons, [])
     if reasons:

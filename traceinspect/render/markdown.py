@@ -17,7 +17,9 @@ from .common import (
     ms,
     num,
     pct,
+    quality_rows,
     run_config_items,
+    trust_line,
     sev,
     speed_of_light,
 )
@@ -43,6 +45,9 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
     if config_line(report):
         o.append(f"- **{md_text(config_line(report))}**")
     o.append("")
+    if trust_line(report):
+        o.append(f"**{md_text(trust_line(report))}**")
+        o.append("")
     if known(v.top):
         o.append(f"**Verdict:** {md_text(known(v.headline) or known(v.top_title, ''))}")
         o.append("")
@@ -83,6 +88,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         o.append(f"| **GPU busy** | {ms(known(b.per_step_us))} | {pct(known(b.frac))} |")
         o.append("")
     o += account_md(report)
+    o += quality_md(report)
     active = [f for f in report.findings if not f.masked_by]
     if active:
         o.append("### Findings, ranked by time lost weighted by confidence")
@@ -224,6 +230,23 @@ def cross_rank_md(report) -> list[str]:
     return o + ([""] if known(c.notes) else [])
 
 
+def quality_md(report) -> list[str]:
+    """The trace-quality checks as a table: status, what each measured, what the report does about it."""
+    rows = quality_rows(report)
+    if not rows:
+        return []
+    o = [
+        f"### Trace quality: {md_text(known(report.trace_quality.status, ''))}",
+        "",
+        "| check | status | measured | so |",
+        "|---|---|---|---|",
+    ]
+    for check, status, summary, effect in rows:
+        o.append(f"| {md_code(check, in_table=True)} | {md_text(status)} | {md_text(summary)} | {md_text(effect)} |")
+    o.append("")
+    return o
+
+
 def account_md(report) -> list[str]:
     """The explained-time account as a table: GPU idle per finding, then the unexplained rest and why."""
     a = report.account
@@ -238,6 +261,8 @@ def account_md(report) -> list[str]:
     for p in known(a.parts, []):
         o.append(f"| {md_code(p.name, in_table=True)} | {ms(p.per_step_us)} | {pct(p.frac_of_step)} |")
     o.append(f"| unexplained | {ms(a.unexplained_per_step_us)} | {pct(a.unexplained_frac_of_step)} |")
+    for r in known(a.artifacts, []):
+        o.append(f"| not unexplained: {md_text(r.label)} | {ms(r.per_step_us)} | {pct(r.frac_of_step)} |")
     o.append(f"| **GPU idle** | {ms(a.idle_per_step_us)} | {pct(a.idle_frac_of_step)} |")
     o.append("")
     reasons = known(a.unexplained_reasons, [])

@@ -24,7 +24,9 @@ from .common import (
     num,
     pct,
     plain,
+    quality_rows,
     run_config_items,
+    trust_line,
     count,
     speed_of_light,
 )
@@ -49,6 +51,8 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
     if config_line(report):
         out.append(wrap(plain(config_line(report))))
     out.append("")
+    if trust_line(report):
+        out.append(wrap(plain(trust_line(report))))
     if known(v.top):
         out.append(wrap(f"VERDICT: {plain(known(v.headline) or known(v.top_title, ''))}"))
         if known(v.path):
@@ -90,6 +94,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         out.append(f"  {'GPU busy':<38} {ms(known(busy.per_step_us)):>10} {pct(known(busy.frac)):>7}")
         out.append("")
     out += account_lines(report, wrap)
+    out += quality_lines(report, wrap)
     active = [f for f in report.findings if not f.masked_by]
     if active:
         out.append("Findings, ranked by time lost weighted by confidence")
@@ -232,6 +237,22 @@ def account_lines(report, wrap) -> list[str]:
     )
     for r in known(a.unexplained_reasons, []):
         out.append(wrap(f"- unexplained {plain(r.part)} ({ms(r.per_step_us)}/step): {plain(r.why)}", "  "))
+    for r in known(a.artifacts, []):
+        out.append(wrap(f"- not unexplained, {plain(r.label)}: {ms(r.per_step_us)}/step ({pct(r.frac_of_step)})", "  "))
+    out.append("")
+    return out
+
+
+def quality_lines(report, wrap) -> list[str]:
+    """The trace-quality checks: what each measured, and what the report does about the ones not ok."""
+    rows = quality_rows(report)
+    if not rows:
+        return []
+    out = [f"Trace quality ({plain(known(report.trace_quality.status, ''))})"]
+    for check, status, summary, effect in rows:
+        out.append(wrap(f"- {plain(check)} ({plain(status)}): {plain(summary)}", "  "))
+        if effect:
+            out.append(wrap(f"so: {plain(effect)}", "    "))
     out.append("")
     return out
 
