@@ -246,3 +246,29 @@ def test_long_names_with_markup_survive(tmp_path):
         t.op("aten::add", kernels=[(name, 50.0)])
     p = t.write(tmp_path / "m.json")
     assert load_trace(p).kernels["name"].iloc[0] == name
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_a_field_that_does_not_fit_is_dropped_alone_not_with_its_neighbours(tmp_path, monkeypatch, native):
+    """ROCm 6.2 traces (HTA's mi250_minitoy) give hipLaunchKernel `"stream": "0x0"`, a pointer as a hex
+    string, in an int field. Dropping the whole args lost every launch's correlation id: every kernel
+    looked unlaunched. Only the field that does not fit is ignored; the event is counted once."""
+    monkeypatch.setenv("TRACEINSPECT_NATIVE", native)
+    doc = build_healthy(gpu="MI300X").build()
+    launches = [e for e in doc["traceEvents"] if e.get("name") == "hipLaunchKernel"]
+    assert launches
+    for e in launches:
+        e["args"]["stream"] = "0x0"
+    doc["traceEvents"][0]["pid"] = [1]  # a top-level field of the wrong type: the event stays, without it
+    p = tmp_path / "rocm.json"
+    p.write_text(json.dumps(doc))
+    tr = load_trace(p)
+    rt = tr.tables.runtime
+    launched = rt[rt["name"] == "hipLaunchKernel"]
+    assert len(launched) == len(launches) and (launched["correlation"] >= 0).all()
+    assert (tr.tables.kernels["launch_idx"] >= 0).all()  # every kernel finds its launch call
+    w = [x for x in tr.warnings if "unexpected types" in x]
+    assert w == [
+        f"{len(launches) + 1} events had fields of unexpected types (or integers beyond int64) that were "
+        "ignored; the rest of each event was kept"
+    ]

@@ -542,38 +542,50 @@ def decode_event_lenient(raw) -> Event | None:
     return lenient_event(raw)[0]
 
 
+def _fitting(obj: dict, typ) -> tuple[Any, bool]:
+    """obj as typ (lax coercion), and whether keys were left out: a key whose value does not fit
+    (a ROCm runtime call's `"stream": "0x0"` in an int field) is dropped alone, never its
+    neighbours (the call's correlation id). Every field of Event and Args has a default, so each key
+    can be tried on its own."""
+    _bad = (msgspec.ValidationError, TypeError, ValueError)
+    try:
+        return msgspec.convert(obj, typ, strict=False), False
+    except _bad:
+        pass
+    kept = {}
+    for k, v in obj.items():
+        try:
+            msgspec.convert({k: v}, typ, strict=False)
+        except _bad:
+            continue
+        kept[k] = v
+    return msgspec.convert(kept, typ, strict=False), True
+
+
 def lenient_event(raw) -> tuple[Event | None, bool]:
-    """decode_event_lenient, and whether a part of the event was ignored (its args, or all but the
-    timing fields) because it did not fit: the readers count those events in a warning."""
+    """decode_event_lenient, and whether a part of the event was ignored (the fields that did not
+    fit, each on its own) because it did not fit: the readers count those events in a warning."""
     try:
         return _EVENT_DECODER.decode(raw), False
     except msgspec.DecodeError:
         pass
     try:
         obj = _ANY_DECODER.decode(raw)
-        args = obj.pop("args", None) if isinstance(obj, dict) else None
-        ev = msgspec.convert(obj, Event, strict=False)
+        if not isinstance(obj, dict):
+            return Event(), True  # an entry that is not an object: counted as an event with nothing kept
+        args = obj.pop("args", None)
+        ev, part = _fitting(obj, Event)
         if isinstance(args, dict):
             for k in ("Input Dims", "Input dims", "Input type"):
                 if k in args:
                     args[k] = Raw(msgspec.json.encode(args[k]))
-            try:
-                ev.args = msgspec.convert(args, Args, strict=False)
-            except (msgspec.ValidationError, TypeError):
-                ev.args = None
-                return ev, True
-        return ev, False
-    except (msgspec.DecodeError, msgspec.ValidationError, TypeError, ValueError):
-        try:
-            obj = _ANY_DECODER.decode(raw)
-            slim = {
-                k: obj.get(k)
-                for k in ("ph", "cat", "name", "pid", "tid", "ts", "dur")
-                if isinstance(obj, dict) and obj.get(k) is not None
-            }
-            return msgspec.convert(slim, Event, strict=False), True
-        except Exception:
-            return None, False
+            ev.args, part_args = _fitting(args, Args)
+            part = part or part_args
+        elif args is not None:
+            part = True  # args that are not an object: ignored
+        return ev, part
+    except (msgspec.DecodeError, msgspec.ValidationError, TypeError, ValueError, RecursionError):
+        return None, False
 
 
 _DROPPED = " events had fields of unexpected types and were dropped"
