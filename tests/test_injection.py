@@ -500,7 +500,7 @@ def _markdown_functions():
     yield REPO / "traceinspect/render/markdown.py", "account_md"
     yield REPO / "traceinspect/render/markdown.py", "next_bottlenecks_md"
     yield REPO / "traceinspect/render/markdown.py", "cross_rank_md"
-    yield REPO / "traceinspect/render/markdown.py", "_settings"
+    yield REPO / "traceinspect/render/markdown.py", "quality_md"
     yield REPO / "traceinspect/render/diff.py", "render_md"
     yield REPO / "traceinspect/tensorboard.py", "summary_markdown"
 
