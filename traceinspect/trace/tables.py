@@ -199,7 +199,7 @@ def _collective_columns(ka: list) -> dict:
 
 def _factor(values: list[str]) -> tuple[np.ndarray, list]:
     codes, uniques = pd.factorize(np.array(values, dtype=object), use_na_sentinel=False)
-    return codes.astype(np.int64), list(uniques)
+    return codes.astype(np.int32), list(uniques)  # a chunk holds far fewer than 2^31 events
 
 
 def extract(events: list[Event]) -> dict:
@@ -272,6 +272,14 @@ def extract(events: list[Event]) -> dict:
     def host(evs: list[Event]) -> dict:
         return {"tid": _id_column([e.tid for e in evs], beyond)}
 
+    raw_once: dict[bytes, bytes] = {}
+
+    def interned(raw) -> bytes:
+        """One bytes object per distinct shape or type list (ops repeat a few thousand of them), as
+        the native scanner's interned spans give: not one per event."""
+        b = bytes(raw)
+        return raw_once.setdefault(b, b)
+
     out: dict = {}
     kev = buckets["kernel"]
     ka = [e.args for e in kev]
@@ -316,16 +324,16 @@ def extract(events: list[Event]) -> dict:
                 None
                 if a is None
                 else (
-                    bytes(a.input_dims)
+                    interned(a.input_dims)
                     if len(a.input_dims)
-                    else (bytes(a.input_dims_old) if len(a.input_dims_old) else None)
+                    else (interned(a.input_dims_old) if len(a.input_dims_old) else None)
                 )
                 for a in ca
             ],
             dtype=object,
         ),
         "input_type_raw": np.array(
-            [None if a is None or not len(a.input_type) else bytes(a.input_type) for a in ca], dtype=object
+            [None if a is None or not len(a.input_type) else interned(a.input_type) for a in ca], dtype=object
         ),
         # with_flops: None -> NaN where the op has no `flops` arg (0 is a recorded value)
         "flops": np.array([None if a is None else a.flops for a in ca], dtype=np.float64),
@@ -576,7 +584,7 @@ def extract_scanned(scanned) -> dict:
 
     def base(idx):
         codes, u = pd.factorize(name[idx], use_na_sentinel=False)
-        return {"ts_us": ts[idx], "dur_us": dur[idx], "name": (codes.astype(np.int64), [uniq[c] for c in u])}
+        return {"ts_us": ts[idx], "dur_us": dur[idx], "name": (codes.astype(np.int32), [uniq[c] for c in u])}
 
     def ext(idx):
         e = col("external_id")[idx]
@@ -703,13 +711,40 @@ def _concat_names(parts: list[tuple[np.ndarray, list]]) -> pd.Categorical:
     cats = pd.Index(pd.unique(np.array([u for _, uniq in parts for u in uniq], dtype=object)))
     if not len(cats):
         return pd.Categorical([])
-    codes = [cats.get_indexer(pd.Index(uniq, dtype=object))[c] for c, uniq in parts if len(c)]
-    allc = np.concatenate(codes) if codes else np.empty(0, dtype=np.int64)
+    codes = [cats.get_indexer(pd.Index(uniq, dtype=object)).astype(np.int32)[c] for c, uniq in parts if len(c)]
+    allc = np.concatenate(codes) if codes else np.empty(0, dtype=np.int32)
     return pd.Categorical.from_codes(allc, categories=cats)
 
 
+def _merge_kind(pieces: list[dict], origin: float) -> pd.DataFrame:
+    """One kind's columns of every chunk -> its DataFrame, times relative to origin. The peak stays
+    near one copy of the table: each column's pieces are dropped as soon as they are concatenated (a
+    lone chunk's array that owns its memory is used as it is), the time shift is made in place, and
+    the DataFrame takes the arrays without copying them into a block of its own (pd.DataFrame(dict)
+    would copy them all)."""
+    cols: dict = {}
+    for col in list(pieces[0]):
+        vals = [piece.pop(col) for piece in pieces]
+        if col == "name":
+            cols[col] = _concat_names(vals)
+        elif len(vals) == 1 and vals[0].base is None and vals[0].flags.writeable:
+            cols[col] = vals[0]
+        else:
+            cols[col] = np.concatenate(vals)
+        del vals
+        if col == "ts_us":
+            # -0.0 - 0.0 is -0.0; adding +0.0 makes it 0.0
+            cols[col] -= origin
+            cols[col] += 0.0
+        elif col == "dur_us":
+            cols["end_us"] = cols["ts_us"] + cols["dur_us"]
+    return pd.DataFrame(cols, copy=False)
+
+
 def assemble(partials: list[dict]) -> Tables:
-    """Chunk columns -> Tables: concatenate, shift times to the earliest event, link, warn."""
+    """Chunk columns -> Tables: concatenate, shift times to the earliest event, link, warn. The
+    partials' tables are consumed (emptied) as they are assembled, so their memory goes as the
+    tables' arrives."""
     if not partials:
         partials = [extract([])]
     firsts = [float(p["tables"][k]["ts_us"].min()) for p in partials for k in _TIMED if len(p["tables"][k]["ts_us"])]
@@ -718,15 +753,7 @@ def assemble(partials: list[dict]) -> Tables:
     origin = min(firsts) + 0.0 if firsts else 0.0
     merged: dict[str, pd.DataFrame] = {}
     for kind in _KINDS:
-        cols = {}
-        for col in partials[0]["tables"][kind]:
-            vals = [p["tables"][kind][col] for p in partials]
-            cols[col] = _concat_names(vals) if col == "name" else np.concatenate(vals)
-        df = pd.DataFrame(cols)
-        df["ts_us"] = (df["ts_us"] - origin) + 0.0  # -0.0 - 0.0 is -0.0; adding +0.0 makes it 0.0
-        if "dur_us" in df:
-            df.insert(2, "end_us", df["ts_us"] + df["dur_us"])
-        merged[kind] = df
+        merged[kind] = _merge_kind([p["tables"].pop(kind) for p in partials], origin)
 
     m = merged["memcpy"]
     if len(m):
