@@ -273,7 +273,11 @@ class HostBound(Detector):
         The first steps of a run (compilation, cache warm-up) are host-bound by nature: analyse
         steady-state steps (`--steps 2:`). An inference benchmark at batch 1 may be host-bound by
         design. Work the profiler did not record (another thread holding the GIL, untraced C
-        extensions) shows as idle time without a named span.
+        extensions) shows as idle time without a named span. The profiler's own settings add host
+        time (with_stack per Python call, record_shapes and with_flops per op, profile_memory per
+        allocation): the evidence carries that estimate (docs/trace-quality.md, "Profiler
+        overhead"), and when it alone could lift the claim over min_frac the confidence is low and
+        the fix asks for a re-capture without the costliest settings.
 
     References
         PyTorch performance tuning guide (CPU overhead, CUDA graphs); torch.compile troubleshooting

@@ -152,7 +152,11 @@ class LaunchBound(Detector):
         Many short kernels alone are not a problem: a busy GPU (healthy traces run 40% of kernels
         under 10 us at 99% busy) keeps its queue full, and this detector only fires when the GPU
         actually idles waiting for launches. Latency-bound inference at batch 1 may be launch-bound by
-        design; there CUDA graphs are the fix.
+        design; there CUDA graphs are the fix. The profiler's per-op cost (record_shapes, with_flops,
+        with_stack's Python calls) is host time between launches, so it widens every launch gap: the
+        evidence carries that estimate (docs/trace-quality.md, "Profiler overhead"), and when it alone
+        could lift the claim over min_idle_frac the confidence is low and the fix asks for a
+        re-capture without the costliest settings.
 
     References
         HTA kernel launch statistics and idle-time breakdown (host wait); TensorBoard profiler plugin
