@@ -242,8 +242,20 @@ class ProfileSession:
             _warn("could not read the run configuration", exc)
             config = {}
         memory = _meta.memory_block(self._mem_index, self._mem_reason, self._mem_steps)
+        profiler = {
+            "record_shapes": self.record_shapes,
+            "with_stack": self.with_stack,
+            "profile_memory": self.profile_memory,
+            "with_flops": self.with_flops,
+        }
         return _meta.build_metadata(
-            source=self.source, config=config, steps=steps, device=self.device, extra=self.extra, memory=memory
+            source=self.source,
+            config=config,
+            steps=steps,
+            device=self.device,
+            extra=self.extra,
+            memory=memory,
+            profiler=profiler,
         )
 
     def _push_metadata(self, live: bool) -> None:

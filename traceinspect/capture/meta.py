@@ -440,8 +440,11 @@ def build_metadata(
     device: Any = None,
     extra: Mapping[str, Any] | None = None,
     memory: Mapping[str, Any] | None = None,
+    profiler: Mapping[str, bool] | None = None,
 ) -> dict[str, Any]:
-    """The complete ``"traceinspect"`` object (schema_version 1)."""
+    """The complete ``"traceinspect"`` object (schema_version 1). `profiler`: the torch.profiler
+    options the window ran with (record_shapes, with_stack, ...), off ones included: torch writes
+    only the ones that are on into the trace."""
     dev = _try(lambda: device_info(device)) or {"type": None, "name": None, "count": None}
     state = _try(torch_state) or {}
     cfg = _try(lambda: normalize_config(config)) or normalize_config(None)
@@ -462,6 +465,8 @@ def build_metadata(
     }
     if memory is not None:
         meta["memory"] = dict(memory)
+    if profiler is not None:
+        meta["profiler"] = {str(k): bool(v) for k, v in profiler.items()}
     for key, value in (extra or {}).items():
         if key not in meta:
             meta[key] = _jsonable(value)

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..facts import claims
+from ..facts.profiler_overhead import ProfilerOverhead
 from ..facts.steps import in_steps  # noqa: F401  (detectors import it from here)
 from ..facts.run import config_value, detect_framework  # noqa: F401  (detectors import them from here)
 from ..findings import EventRef, Evidence, Finding, Skipped
@@ -217,3 +218,42 @@ def fmt_us(us: float) -> str:
 
 def pct(x: float) -> str:
     return f"{100 * x:.0f}%"
+
+
+def overhead_evidence(ov: ProfilerOverhead, window: str) -> list[Evidence]:
+    """The profiler-overhead estimate (facts/profiler_overhead.py) as evidence: the total, then one line
+    per setting that was on (how it is known, what it recorded, the measured cost per unit)."""
+    if not ov.settings:
+        return []
+    out = [
+        Evidence(
+            label="profiler overhead estimate: host time the profiler's settings added (an upper bound on "
+            f"the GPU idle time they cause; per-unit costs from {ov.measured_with})",
+            value=round(ov.us_per_step / 1e3, 3),
+            unit="ms/step",
+            window=window,
+        )
+    ]
+    for s in ov.settings:
+        out.append(
+            Evidence(
+                label=f"of which {s.setting} ({s.source}): {s.units_per_step:,.0f} {s.unit}/step x {s.us_per_unit:g} us",
+                value=round(s.us_per_step / 1e3, 3),
+                unit="ms/step",
+                window=window,
+            )
+        )
+    return out
+
+
+def overhead_fix(ov: ProfilerOverhead, settings: tuple[str, ...], min_frac: float, fix: str) -> str:
+    """`fix` behind a re-capture: the finding could be the profiler's own overhead (`settings`, the
+    costliest ones whose estimate takes the claim under the detector's `min_frac` threshold)."""
+    us = sum(s.us_per_step for s in ov.settings if s.setting in settings)
+    names = " and ".join(settings)
+    rest = fix[0].lower() + fix[1:] if fix else ""
+    return (
+        f"Re-capture without {names} before acting on this: the estimated host overhead of {names} "
+        f"({fmt_us(us)} per step) alone could lift this claim over the {100 * min_frac:g}% threshold; "
+        f"if it persists, {rest}"
+    )

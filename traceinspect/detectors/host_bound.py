@@ -11,11 +11,21 @@ import pandas as pd
 from ..facts import claims
 from ..facts.device import primary_kernels
 from ..facts.host import launch_rows
+from ..facts.profiler_overhead import profiler_overhead
 from ..facts.steps import idle_in_steps
 from ..findings import EventRef, Evidence
 from ..trace import intervals as iv
 from ..trace.tables import name_flags
-from .base import Detector, fmt_us, option, pct, projected_step, window_label
+from .base import (
+    Detector,
+    fmt_us,
+    option,
+    overhead_evidence,
+    overhead_fix,
+    pct,
+    projected_step,
+    window_label,
+)
 
 # Python frames that belong to PyTorch itself: skipped when naming the user's code
 _LIBRARY_FRAME = re.compile(
@@ -263,7 +273,11 @@ class HostBound(Detector):
         The first steps of a run (compilation, cache warm-up) are host-bound by nature: analyse
         steady-state steps (`--steps 2:`). An inference benchmark at batch 1 may be host-bound by
         design. Work the profiler did not record (another thread holding the GIL, untraced C
-        extensions) shows as idle time without a named span.
+        extensions) shows as idle time without a named span. The profiler's own settings add host
+        time (with_stack per Python call, record_shapes and with_flops per op, profile_memory per
+        allocation): the evidence carries that estimate (docs/trace-quality.md, "Profiler
+        overhead"), and when it alone could lift the claim over min_frac the confidence is low and
+        the fix asks for a re-capture without the costliest settings.
 
     References
         PyTorch performance tuning guide (CPU overhead, CUDA graphs); torch.compile troubleshooting
@@ -480,6 +494,14 @@ class HostBound(Detector):
         fix = fix[0].upper() + fix[1:] + "."
         coverage = (named + iv.total(taken)) / lost if lost else 0.0
         conf = "low" if not len(ops) else ("high" if frac >= 0.1 and min(coverage, 1.0) >= 0.5 else "medium")
+        # the profiler's own settings add host time on the launching thread, which a host-bound step turns
+        # into GPU idle: a claim that the estimate alone could lift over min_frac may be the profiler's
+        ov = profiler_overhead(trace)
+        ev += overhead_evidence(ov, w)
+        recapture = ov.covering(lost, self.min_frac * win)
+        if recapture:
+            conf = "low"
+            fix = overhead_fix(ov, recapture, self.min_frac, fix)
         events = (
             tuple(
                 EventRef(

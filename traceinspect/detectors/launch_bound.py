@@ -11,12 +11,23 @@ from ..facts import claims
 from ..facts.device import primary_kernels
 from ..facts.host import LAUNCH_CALLS, launch_rows as _launch_rows  # noqa: F401  (LAUNCH_CALLS: kept importable)
 from ..facts.memory_fit import batch_fit_for, gb
+from ..facts.profiler_overhead import profiler_overhead
 from ..facts.steps import idle_in_steps
 from ..findings import Evidence
 from ..trace import intervals as iv
 from ..trace.tables import name_flags
 from ..trace.timeline import is_comm_kernel
-from .base import Detector, events_from, fmt_us, in_steps, option, pct, window_label
+from .base import (
+    Detector,
+    events_from,
+    fmt_us,
+    in_steps,
+    option,
+    overhead_evidence,
+    overhead_fix,
+    pct,
+    window_label,
+)
 
 GRAPH_CALLS = {"cudaGraphLaunch", "hipGraphLaunch"}
 _TRAINING = re.compile(r"^Optimizer\.step#|^autograd::engine::evaluate_function")
@@ -141,7 +152,11 @@ class LaunchBound(Detector):
         Many short kernels alone are not a problem: a busy GPU (healthy traces run 40% of kernels
         under 10 us at 99% busy) keeps its queue full, and this detector only fires when the GPU
         actually idles waiting for launches. Latency-bound inference at batch 1 may be launch-bound by
-        design; there CUDA graphs are the fix.
+        design; there CUDA graphs are the fix. The profiler's per-op cost (record_shapes, with_flops,
+        with_stack's Python calls) is host time between launches, so it widens every launch gap: the
+        evidence carries that estimate (docs/trace-quality.md, "Profiler overhead"), and when it alone
+        could lift the claim over min_idle_frac the confidence is low and the fix asks for a
+        re-capture without the costliest settings.
 
     References
         HTA kernel launch statistics and idle-time breakdown (host wait); TensorBoard profiler plugin
@@ -183,8 +198,8 @@ class LaunchBound(Detector):
     @staticmethod
     def recommended_variant(finding) -> str:
         """The what-if variant the finding's own fix text leads with: a larger batch, unless the memory
-        model says the batch cannot grow (then CUDA graphs alone)."""
-        if finding is None or str(finding.fix).startswith("The batch cannot grow"):
+        model says the batch cannot grow (then CUDA graphs alone; the fix may open with a re-capture)."""
+        if finding is None or "the batch cannot grow" in str(finding.fix).lower():
             return "cuda-graphs"
         return "batch"
 
@@ -331,13 +346,23 @@ class LaunchBound(Detector):
         training = ctx.framework in ("hf_trainer", "trl", "lightning") or (
             bool(len(ops)) and bool(name_flags(ops["name"], _TRAINING.search).any())
         )
+        conf = "high" if frac >= 0.25 and short >= 0.5 else "medium"
+        fix = self._fix(trace, ctx, factor, training, graphs > 0, fit)
+        # the profiler's per-op cost is host time between launches: it widens every launch gap, so a claim
+        # that the estimate alone could lift over min_idle_frac may be the profiler's
+        ov = profiler_overhead(trace)
+        ev += overhead_evidence(ov, w)
+        recapture = ov.covering(lost, self.min_idle_frac * win)
+        if recapture:
+            conf = "low"
+            fix = overhead_fix(ov, recapture, self.min_idle_frac, fix)
         yield self.finding(
             ctx,
             title=title,
             time_lost_us=lost,
-            confidence="high" if frac >= 0.25 and short >= 0.5 else "medium",
+            confidence=conf,
             evidence=ev,
-            fix=self._fix(trace, ctx, factor, training, graphs > 0, fit),
+            fix=fix,
             events=self._events(trace, k, claimed),
             upper_bound=True,
             idle_claims={"idle_launch": claimed},

@@ -341,13 +341,18 @@ PROFILER_OPTIONS = ("record_shapes", "with_stack", "profile_memory", "with_modul
 
 
 def _profiler_options(doc, tables) -> tuple[dict, dict]:
-    """Each profiler option: the trace's metadata value (as a bool), else inferred from the events (with
-    its source), else None: unknown, never False."""
+    """Each profiler option: the trace's metadata value (as a bool; torch writes only the options that
+    are on), else the capture metadata's (traceinspect.capture records every option, off ones too: a
+    bool), else inferred from the events (with its source), else None: unknown, never False."""
     values, source = {}, {}
+    cap = doc.traceinspect.get("profiler") if isinstance(doc.traceinspect, dict) else None
+    cap = cap if isinstance(cap, dict) else {}
     for k in PROFILER_OPTIONS:
         v = getattr(doc, k)
         if v is not None:
             values[k], source[k] = bool(v), "metadata"
+        elif isinstance(cap.get(k), bool):
+            values[k], source[k] = cap[k], "capture metadata"
         elif k in _INFERRED_OPTIONS and _INFERRED_OPTIONS[k][1](tables):
             values[k], source[k] = True, f"inferred from {_INFERRED_OPTIONS[k][0]}"
         else:
