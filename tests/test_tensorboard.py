@@ -22,7 +22,7 @@ def report(tmp_path):
 def read_back(logdir):
     ea_mod = pytest.importorskip(
         "tensorboard.backend.event_processing.event_accumulator",
-        reason="tensorboard is not installed (pip install 'traceinspect[tensorboard]')",
+        reason="tensorboard is not installed (pip install -e '.[tensorboard]' in the traceinspect checkout)",
     )
     ea = ea_mod.EventAccumulator(str(logdir))
     ea.Reload()
