@@ -17,7 +17,9 @@ def dask_mapper(address: str) -> Callable:
         from distributed import Client
     except ImportError:
         raise UsageError(
-            "needs the optional extra: pip install -e '.[dask]' in the traceinspect checkout", param="scheduler", value=address
+            "needs the optional extra: pip install -e '.[dask]' in the traceinspect checkout",
+            param="scheduler",
+            value=address,
         ) from None
 
     def mapper(fn: Callable, items: Iterable) -> list:

@@ -12,6 +12,7 @@ import html
 import json
 
 from ..inert import valid_unicode
+from ..findings import numbered
 from ..report import Gpu, Part, known
 from . import charts
 from .common import (
@@ -321,11 +322,11 @@ def _timeline(report) -> list[str]:
 
 
 def _findings(report) -> list[str]:
-    active = [f for f in report.findings if not f.masked_by]
+    active = [(i, f) for i, f in numbered(report.findings) if not f.masked_by]
     if not active:
         return ['<section id="findings"><h2>Findings</h2><p>No findings.</p></section>']
     o = ['<section id="findings"><h2>Findings, ranked by time lost weighted by confidence</h2>']
-    for i, f in enumerate(active, 1):
+    for i, f in active:
         s = sev(f)
         ub = " (upper bound)" if f.upper_bound else ""
         o.append(f'<article class="finding" id="finding-{i}">')

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..findings import numbered
 from ..report import Part, known
 from .common import (
     config_line,
@@ -89,20 +90,20 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         o.append("")
     o += account_md(report)
     o += quality_md(report)
-    active = [f for f in report.findings if not f.masked_by]
+    active = [(i, f) for i, f in numbered(report.findings) if not f.masked_by]
     if active:
         o.append("### Findings, ranked by time lost weighted by confidence")
         o.append("")
         o.append("| # | finding | lost per step | share | severity | confidence |")
         o.append("|---:|---|---:|---:|---|---|")
-        for i, f in enumerate(active, 1):
+        for i, f in active:
             o.append(
                 f"| {count(i)} | {md_code(f.name, in_table=True)} {md_text(f.title)} | "
                 f"{ms(f.time_lost_per_step_us)} | {pct(f.time_lost_frac)} | "
                 f"{md_text(sev(f))} | {md_text(f.confidence)} |"
             )
         o.append("")
-        for i, f in enumerate(active, 1):
+        for i, f in active:
             o.append(f"#### {count(i)}. {md_code(f.name)} ({md_text(f.code)})")
             o.append("")
             o.append(md_text(f.title))

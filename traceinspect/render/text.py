@@ -10,6 +10,7 @@ from __future__ import annotations
 import textwrap
 
 from ..inert import document
+from ..findings import numbered
 from ..report import Part, SpeedOfLight, known
 from .common import (
     BREAKDOWN_ORDER,
@@ -95,10 +96,10 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         out.append("")
     out += account_lines(report, wrap)
     out += quality_lines(report, wrap)
-    active = [f for f in report.findings if not f.masked_by]
+    active = [(i, f) for i, f in numbered(report.findings) if not f.masked_by]
     if active:
         out.append("Findings, ranked by time lost weighted by confidence")
-        for i, f in enumerate(active, 1):
+        for i, f in active:
             ub = " (upper bound)" if f.upper_bound else ""
             out.append(
                 wrap(
@@ -259,13 +260,13 @@ def quality_lines(report, wrap) -> list[str]:
 
 def next_bottleneck_lines(report, wrap) -> list[str]:
     """Masked causes: present now but hidden behind the active ones; what they cost now and later."""
-    latent = [f for f in report.findings if f.masked_by]
+    latent = [(i, f) for i, f in numbered(report.findings) if f.masked_by]
     if not latent:
         return []
     c = num(known(report.steps.count))
     n = int(c) if c is not None and 1 <= c < 1e12 else 1
     out = ["Next bottlenecks (present, masked now by the causes above)"]
-    for i, f in enumerate(latent, 1):
+    for i, f in latent:
         proj = (num(f.projected_lost_us) or 0.0) / n
         out.append(
             wrap(
