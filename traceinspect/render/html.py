@@ -19,6 +19,8 @@ from .common import (
     config_line,
     BREAKDOWN_ORDER,
     count,
+    lost,
+    per_step,
     efficiency_peaks,
     efficiency_rows,
     evidence_value,
@@ -337,7 +339,7 @@ def _findings(report) -> list[str]:
         )
         o.append(f"<p><b>{esc(f.title)}</b></p>")
         o.append(
-            f'<p class="note">{esc(ms(f.time_lost_per_step_us))} per step, {esc(pct(f.time_lost_frac))} of the '
+            f'<p class="note">{esc(per_step(f.time_lost_per_step_us).replace("/step", " per step"))}, {esc(pct(f.time_lost_frac))} of the '
             f"window{esc(ub)}; severity {esc(s)}, confidence {esc(f.confidence)}</p>"
         )
         if f.evidence:
@@ -449,7 +451,7 @@ def _next_bottlenecks(report) -> list[str]:
     for f in latent:
         o.append(
             f'<tr><td><code>{esc(f.name)}</code> {esc(f.title)}<br><span class="note">Fix: {esc(f.fix)}</span></td>'
-            f"<td class=n>{esc(ms(f.time_lost_per_step_us))}</td>"
+            f"<td class=n>{esc(lost(f.time_lost_per_step_us))}</td>"
             f"<td class=n>{esc(ms((num(f.projected_lost_us) or 0.0) / n))}</td>"
             f"<td>{', '.join(f'<code>{esc(m)}</code>' for m in f.masked_by)}</td>"
             f"<td>{esc(sev(f))}</td><td>{esc(f.confidence)}</td></tr>"

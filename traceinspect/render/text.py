@@ -18,12 +18,14 @@ from .common import (
     efficiency_peaks,
     efficiency_rows,
     evidence_value,
+    fix_path,
     gpu_line,
     labels,
     memory_rows,
     ms,
     num,
     pct,
+    per_step,
     plain,
     quality_rows,
     run_config_items,
@@ -58,9 +60,10 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         out.append(wrap(f"VERDICT: {plain(known(v.headline) or known(v.top_title, ''))}"))
         if known(v.path):
             steps = "; then ".join(
-                f"{plain(p.fix)}: {ms(p.from_us)} -> {ms(p.to_us)} ({plain(p.model)})" for p in v.path
+                f"{plain(p.fix)}: {ms(p.from_us)} -> {ms(p.to_us)} ({plain(p.model)})" for p in fix_path(v)
             )
-            out.append(wrap(f"Fix in rank order: {steps}.", "  "))
+            if steps:
+                out.append(wrap(f"Fix in rank order: {steps}.", "  "))
             out.append(
                 wrap(
                     f"Measured {ms(v.median_step_us)}, predicted after these fixes "
@@ -103,7 +106,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
             ub = " (upper bound)" if f.upper_bound else ""
             out.append(
                 wrap(
-                    f"{i}. {plain(f.name)} ({plain(f.code)}): {ms(f.time_lost_per_step_us)}/step, "
+                    f"{i}. {plain(f.name)} ({plain(f.code)}): {per_step(f.time_lost_per_step_us)}, "
                     f"{pct(f.time_lost_frac)} of the window{ub} [{labels(f)}]"
                 )
             )
@@ -215,7 +218,8 @@ def efficiency_lines(report, top: int = 8) -> list[str]:
     ]
     for r in rows:
         out.append(
-            f"  {r['time']:>9}/step  {r['share']:>7} of roofline  {r['tflops']:>6} TFLOP/s  {r['tbps']:>6} TB/s"
+            f"  {r['time']:>9}/step  {r['share']:>7} of roofline  {_unit(r['tflops'], 'TFLOP/s', 'FLOPs')}"
+            f"  {_unit(r['tbps'], 'TB/s', 'bytes')}"
             f"  {plain(r['bound']):<7}  {plain(r['op'])[:40]} {plain(r['shape'])[:60]} {plain(r['dtype'])}"
         )
     out.append("")
@@ -270,8 +274,8 @@ def next_bottleneck_lines(report, wrap) -> list[str]:
         proj = (num(f.projected_lost_us) or 0.0) / n
         out.append(
             wrap(
-                f"{i}. {plain(f.name)} ({plain(f.code)}): {ms(f.time_lost_per_step_us)}/step now, about "
-                f"{ms(proj)}/step once {', '.join(plain(m) for m in f.masked_by)} is fixed [{labels(f)}]"
+                f"{i}. {plain(f.name)} ({plain(f.code)}): {per_step(f.time_lost_per_step_us)} now, about "
+                f"{per_step(proj)} once {', '.join(plain(m) for m in f.masked_by)} is fixed [{labels(f)}]"
             )
         )
         out.append(wrap(plain(f.title), "   "))
@@ -317,3 +321,9 @@ def _light(sol: SpeedOfLight) -> str:
         f"Speed of light: {ms(sol.sol_us)} per step; achieved {plain(round(num(sol.achieved_tflops) or 0, 1))}"
         f" TFLOP/s of GEMM/conv/attention, MFU {pct(sol.mfu)}"
     )
+
+
+def _unit(value: str, unit: str, none: str) -> str:
+    """'  50.8 TFLOP/s', or '  no FLOPs' in the same width where the rate is below the report's resolution."""
+    w = 7 + len(unit)
+    return f"{'no ' + none:>{w}}" if value == "none" else f"{value:>6} {unit}"
