@@ -3,6 +3,7 @@ left out; one numbering; the text report fits its width."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -61,3 +62,93 @@ def test_roofline_calls_per_step_keep_their_digits_and_grammar():
     assert _calls(1.0) == "1 call/step"
     assert _calls(0.4) == "0.4 calls/step"  # an op in some steps only: not "0 calls/step"
     assert _calls(12.0) == "12 calls/step"
+
+
+# --- width --------------------------------------------------------------------------------------------
+
+LONG_KERNEL = "void at::native::CatArrayBatchedCopy<float, unsigned int, 2, 64, 64>(int)"
+LONG_FILE = "run_" + "very_long_experiment_name_" * 8 + ".pt.trace.json"  # 226 chars: one token past the width
+LONG_DIMS = [[1024 + i, 64] for i in range(14)]  # 14 shapes [1024x64] .. [1037x64]: a list past 100 cols
+
+
+def _long_names():
+    from builders import TraceBuilder
+    from builders_roofline import BF16, _big_gemm
+
+    t = TraceBuilder("H100")
+    for _ in range(3):
+        with t.step(wait_gpu=True):
+            for _ in range(4):
+                _big_gemm(t)
+                t.op(
+                    "aten::add",  # elementwise: the roofline models any number of inputs
+                    kernels=[(LONG_KERNEL, 900.0)],
+                    cpu_us=15,
+                    input_dims=LONG_DIMS,
+                    input_type=[BF16] * len(LONG_DIMS),
+                )
+    return t
+
+
+def test_text_fits_100_columns_with_long_names_and_breaks_only_between_items(tmp_path):
+    rep = analyze(load_trace(_long_names().write(tmp_path / LONG_FILE)))
+    text = RENDERERS["text"][0](rep)
+    widest = max(text.splitlines(), key=len)
+    assert len(widest) <= 100, widest
+    flat = " ".join(text.split())
+    # every shape of the long list is printed whole (the list breaks between items, not inside one)
+    shapes = ", ".join(f"[{m}x{k}]" for m, k in LONG_DIMS)
+    assert shapes in flat
+    # a token longer than the line is cut with an ellipsis, never split over lines or overflowing
+    assert LONG_FILE[:80] in flat and LONG_FILE not in flat and "..." in flat
+    assert len([ln for ln in text.splitlines() if "experiment" in ln]) == 1  # cut, not split over lines
+    # no hyphenated name split at its hyphen ("host-" / "bound")
+    assert not re.search(r"(?m)[a-z]-$", text)
+
+
+def test_terminal_width_is_capped_at_100(tmp_path):
+    rep = analyze(load_trace(_long_names().write(tmp_path / "t.pt.trace.json")))
+    assert max(len(ln) for ln in RENDERERS["text"][0](rep, width=160).splitlines()) <= 100
+
+
+# --- the shared traces (skipped where ../shared/traces is absent) --------------------------------------
+
+from conftest import SHARED, shared_available  # noqa: E402
+
+_EXP = json.loads((SHARED / "EXPECTED.json").read_text()) if shared_available() else {"traces": []}
+_shared: dict = {}
+
+
+def _shared_report(rel: str):
+    if rel not in _shared:
+        _shared[rel] = analyze(load_trace(SHARED / rel))
+    return _shared[rel]
+
+
+@pytest.mark.skipif(not shared_available(), reason="../shared/traces is not present")
+@pytest.mark.parametrize("rel", [t["path"] for t in _EXP["traces"]])
+def test_shared_text_reports_fit_100_columns(rel):
+    text = RENDERERS["text"][0](_shared_report(rel))
+    widest = max(text.splitlines(), key=len)
+    assert len(widest) <= 100, widest
+    assert not re.search(r"(?m)[a-z]-$", text), "a hyphenated name split at its hyphen"
+
+
+@pytest.mark.skipif(not shared_available(), reason="../shared/traces is not present")
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "facebookresearch__param/et_replay/tests/data/linear_kineto.json.gz",  # masked fp32-gemm, 0 us now
+        "AMD-AGI__TraceLens/tests/traces/h100/google_owlv2-large-patch14-ensemble__1016001.json.gz",  # copy_
+        "AMD-AGI__TraceLens/tests/traces/mi300/resnet_act_checkpoint.json.gz",  # host-bound step 25.1 -> 25.1 ms
+        "facebookresearch__param/et_replay/tests/data/dlrm_kineto/worker0_step_12.1694128201545.pt.trace.json",
+    ],
+)
+def test_shared_reports_print_nothing_below_resolution(rel):
+    rep = _shared_report(rel)
+    for fmt in ("text", "md", "html"):
+        out = RENDERERS[fmt][0](rep).replace("-&gt;", "->")
+        assert not re.search(r"(?<![\d.])0 (us|ms)/step", out), fmt
+        assert not re.search(r"(?<![\d.])0 TFLOP/s", out), fmt
+        assert not re.search(r"(?<![\d.])[01] calls/step", out), fmt
+        assert not re.search(r"(\d+(?:\.\d+)? m?s) -> \1 \(", " ".join(out.split())), fmt

@@ -8,6 +8,8 @@ count(), which never raise and print only digits, units or "n/a".
 from __future__ import annotations
 
 import math
+import re
+import textwrap
 
 from ..inert import md_code, md_text, num
 from ..inert import text as plain
@@ -20,6 +22,8 @@ __all__ = [
     "efficiency_peaks",
     "efficiency_rows",
     "evidence_value",
+    "fill",
+    "fit",
     "fix_path",
     "lost",
     "gpu_line",
@@ -297,3 +301,38 @@ def quality_rows(report) -> list[tuple[str, str, str, str]]:
         )
         for c in known(report.trace_quality.checks, [])
     ]
+
+
+# --- width: the text formats fit their width (100 columns by default) ---------------------------------
+ELLIPSIS = "..."
+
+
+def fill(s: str, width: int, indent: str = "", subsequent: str | None = None) -> str:
+    """s wrapped at width, broken only at spaces (between list items and words, never inside a number,
+    a shape or a hyphenated name); a single token longer than the line is cut with an ellipsis (names
+    from a trace can be any length), so no line ever passes width."""
+    sub = indent + "  " if subsequent is None else subsequent
+    room = max(width - max(len(indent), len(sub)), len(ELLIPSIS) + 1)
+    s = re.sub(r"\S{%d,}" % (room + 1), lambda m: m.group()[: room - len(ELLIPSIS)] + ELLIPSIS, s)
+    return textwrap.fill(
+        s,
+        width,
+        initial_indent=indent,
+        subsequent_indent=sub,
+        break_long_words=False,
+        break_on_hyphens=False,
+        replace_whitespace=False,
+    )
+
+
+def fit(text: str, width: int) -> str:
+    """Every line of a rendered text page at most width columns: a longer one (a table row with a long
+    name or shape list) continues on the next lines, indented 4 past its own indent."""
+    out = []
+    for line in text.split("\n"):
+        if len(line) <= width:
+            out.append(line)
+            continue
+        lead = line[: len(line) - len(line.lstrip(" "))]
+        out.append(fill(line[len(lead) :], width, lead, lead + "    "))
+    return "\n".join(out)

@@ -1,4 +1,4 @@
-"""Plain text for the terminal, readable at 100 columns.
+"""Plain text for the terminal, at most 100 columns (common.fill/fit: breaks between items, never inside one).
 
 Values from the report go through plain() (control characters and terminal escapes shown as visible
 escapes, so a name cannot clear the screen, set the title or write the clipboard); the whole page then
@@ -6,8 +6,6 @@ passes through inert.document() as a last guard. Numbers go through ms()/pct()/c
 """
 
 from __future__ import annotations
-
-import textwrap
 
 from ..inert import document
 from ..findings import numbered
@@ -18,6 +16,8 @@ from .common import (
     efficiency_peaks,
     efficiency_rows,
     evidence_value,
+    fill,
+    fit,
     fix_path,
     gpu_line,
     labels,
@@ -37,9 +37,9 @@ from .common import (
 
 def render(report, *, width: int = 100, color: bool = False) -> str:
     t, st, bd, v = report.trace, report.steps, report.breakdown, report.verdict
-    w = max(60, min(width, 120))
+    w = max(60, min(width, 100))
     out: list[str] = []
-    wrap = lambda s, ind="": textwrap.fill(s, w, initial_indent=ind, subsequent_indent=ind + "  ")  # noqa: E731
+    wrap = lambda s, ind="": fill(s, w, ind)  # noqa: E731
     out.append(
         f"traceinspect report: {plain(known(t.file, '?'))}  (rank {plain(known(t.rank, 0))}, {plain(gpu_line(t))})"
     )
@@ -165,7 +165,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
                 + "; ".join(f"{plain(s.name)} ({plain(s.reason)})" for s in report.skipped if not s.checked)
             )
         )
-    return document("\n".join(out).rstrip() + "\n")
+    return fit(document("\n".join(out).rstrip()), w) + "\n"
 
 
 def cross_rank_lines(report, wrap) -> list[str]:
@@ -220,7 +220,7 @@ def efficiency_lines(report, top: int = 8) -> list[str]:
         out.append(
             f"  {r['time']:>9}/step  {r['share']:>7} of roofline  {_unit(r['tflops'], 'TFLOP/s', 'FLOPs')}"
             f"  {_unit(r['tbps'], 'TB/s', 'bytes')}"
-            f"  {plain(r['bound']):<7}  {plain(r['op'])[:40]} {plain(r['shape'])[:60]} {plain(r['dtype'])}"
+            f"  {plain(r['bound']):<7}  {plain(r['op'])} {plain(r['shape'])} {plain(r['dtype'])}"
         )
     out.append("")
     return out
