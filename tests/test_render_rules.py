@@ -152,3 +152,55 @@ def test_shared_reports_print_nothing_below_resolution(rel):
         assert not re.search(r"(?<![\d.])0 TFLOP/s", out), fmt
         assert not re.search(r"(?<![\d.])[01] calls/step", out), fmt
         assert not re.search(r"(\d+(?:\.\d+)? m?s) -> \1 \(", " ".join(out.split())), fmt
+
+
+# --- one statistic: per-step means against a median step ----------------------------------------------
+
+
+def _one_slow_step(steps: int = 6, slow_load_us: float = 100_000.0, load_us: float = 2_000.0):
+    """The dataloader-stall builder's steps, but only the 4th waits long for its batch (slow_load_us);
+    the others wait load_us: the mean stall per step is (slow + 5 * load) / 6 = 18.3 ms, while the
+    median step waits only load_us."""
+    from builders import TraceBuilder, _healthy_layer
+
+    t = TraceBuilder()
+    for i in range(steps):
+        with t.step(wait_gpu=True):
+            t.dataloader(slow_load_us if i == 3 else load_us)
+            for _ in range(12):
+                _healthy_layer(t)
+    return t
+
+
+def test_verdict_says_the_time_sits_in_one_slow_step(tmp_path):
+    rep = analyze(load_trace(_one_slow_step().write(tmp_path / "t.pt.trace.json")))
+    v, st = rep.verdict, rep.steps
+    assert v.top == "dataloader-stall"
+    # the builder's steps are ProfilerStep#10..#15; the 4th (#13) is the slow one
+    assert "1 slow step (#13, each over 1.5x the median) holds" in v.headline
+    share = max(s.dur_us for s in st.per_step) / (st.count * st.mean_us)  # the slow step's share of the window
+    assert f"holds {100 * share:.0f}% of the window" in v.headline
+    assert (
+        f"mean step {st.mean_us / 1e3:.1f} ms" in v.headline
+        and f"median step is {st.median_us / 1e3:.1f} ms" in v.headline
+    )
+    text = " ".join(RENDERERS["text"][0](rep).split())
+    assert f"Measured median step {st.median_us / 1e3:.1f} ms" in text
+
+
+def test_even_steps_need_no_note(tmp_path):
+    from builders import build_dataloader_stall
+
+    rep = analyze(load_trace(build_dataloader_stall().write(tmp_path / "t.pt.trace.json")))
+    assert rep.verdict.top == "dataloader-stall" and "slow step" not in rep.verdict.headline
+
+
+@pytest.mark.skipif(not shared_available(), reason="../shared/traces is not present")
+def test_resnet_kineto_verdict_names_its_slow_steps():
+    rep = _shared_report("facebookresearch__param/et_replay/tests/data/resnet_kineto.json.gz")
+    st = rep.steps
+    durs = [s.dur_us for s in st.per_step]
+    slow = [d for d in durs if d > 1.5 * st.median_us]
+    assert st.mean_us > 1.1 * st.median_us and slow  # the mean step is far above the median
+    assert f"{len(slow)} slow steps" in rep.verdict.headline
+    assert f"hold {100 * sum(slow) / sum(durs):.0f}% of the window" in rep.verdict.headline

@@ -327,9 +327,10 @@ def fill(s: str, width: int, indent: str = "", subsequent: str | None = None) ->
 
 def fit(text: str, width: int) -> str:
     """Every line of a rendered text page at most width columns: a longer one (a table row with a long
-    name or shape list) continues on the next lines, indented 4 past its own indent."""
+    name or shape list) continues on the next lines, indented 4 past its own indent; no trailing spaces."""
     out = []
     for line in text.split("\n"):
+        line = line.rstrip(" ")  # an empty bar column leaves no trailing spaces
         if len(line) <= width:
             out.append(line)
             continue

@@ -66,7 +66,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
                     if fix_path(v)
                     else ""
                 )
-                + f"Measured {ms(v.median_step_us)}, predicted after these fixes "
+                + f"Measured median step {ms(v.median_step_us)}, predicted after these fixes "
                 f"**{ms(v.expected_step_us)}**, "
                 + (
                     f"speed of light {ms(sol.sol_us)} ({pct(sol.mfu)} MFU)"

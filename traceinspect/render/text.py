@@ -66,7 +66,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
                 out.append(wrap(f"Fix in rank order: {steps}.", "  "))
             out.append(
                 wrap(
-                    f"Measured {ms(v.median_step_us)}, predicted after these fixes "
+                    f"Measured median step {ms(v.median_step_us)}, predicted after these fixes "
                     f"{ms(v.expected_step_us)}, {light_line(v)} ({plain(known(v.assumption, ''))}).",
                     "  ",
                 )
