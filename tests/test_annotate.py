@@ -218,3 +218,23 @@ def test_real_traces_annotate_with_claims_that_add_up(rel, shared_dir, tmp_path)
             lost = [s["args"]["time_lost_us"] for s in ours if s.get("ph") == "X" and s["tid"] == i]
             assert sum(lost) == pytest.approx(f.time_lost_us, rel=1e-9, abs=1e-3), f.name
     assert _comparable(analyze(load_trace(out))) == _comparable(report)
+
+
+def test_tracks_are_numbered_as_the_report_numbers_the_findings(tmp_path):
+    """One numbering: the text report's "N. name (code)" of each finding, active ones and next
+    bottlenecks alike, is the number of that finding's track in the annotated trace."""
+    import re
+
+    import builders_host as bh
+    from traceinspect.render.text import render
+
+    src, report, data = _annotate(bh.build_launch_bound_eager_attention(), tmp_path)
+    assert any(f.masked_by for f in report.findings)  # the builder's eager attention is masked by launch-bound
+    text = render(report)
+    in_report = {m.group(2): int(m.group(1)) for m in re.finditer(r"^(\d+)\. (\S+) \(TI\d+\)", text, re.M)}
+    tracks = {
+        e["args"]["name"].split(". ", 1)[1].split(" (")[0]: int(e["args"]["name"].split(".")[0])
+        for e in _ours(json.loads(data))
+        if e["name"] == "thread_name" and e["tid"] > 0
+    }
+    assert in_report == tracks and sorted(tracks.values()) == list(range(1, len(report.findings) + 1))

@@ -20,7 +20,7 @@ from traceinspect.timeline_sample import _cap, _coalesce, representative_step
 from traceinspect.trace.model import load_trace
 
 needs_mpl = pytest.mark.skipif(
-    not charts.available(), reason="matplotlib is not installed (pip install 'traceinspect[html]')"
+    not charts.available(), reason="matplotlib is not installed (pip install -e '.[html]' in the traceinspect checkout)"
 )
 
 XSS_KERNEL = "<script>alert(1)</script>"
@@ -105,7 +105,7 @@ def test_without_matplotlib_tables_and_a_note(tmp_path, monkeypatch):
     rep = report_of(build_dataloader_stall(), tmp_path)
     page = render(rep)
     assert "<svg" not in page
-    assert 'id="no-charts"' in page and "traceinspect[html]" in page
+    assert 'id="no-charts"' in page and ".[html]" in page
     assert "idle: waiting for the DataLoader" in page  # the breakdown table is still there
 
 

@@ -491,7 +491,7 @@ def test_real_process_with_non_utf8_argv(tmp_path, env):
 
 # --- make it hard to forget ----------------------------------------------------------------------------
 
-SAFE_MD_CALLS = {"md_text", "md_code", "ms", "pct", "count", "_signed", "_opt", "_ms", "_pct"}
+SAFE_MD_CALLS = {"md_text", "md_code", "ms", "pct", "count", "lost", "per_step", "_signed", "_opt", "_ms", "_pct"}
 
 
 def _markdown_functions():

@@ -12,7 +12,9 @@ NOTEBOOK = Path(__file__).resolve().parents[1] / "docs" / "python-api.ipynb"
 
 
 def test_notebook_is_valid_and_runs(monkeypatch):
-    pytest.importorskip("matplotlib", reason="the notebook draws a chart: pip install 'traceinspect[html]'")
+    pytest.importorskip(
+        "matplotlib", reason="the notebook draws a chart: pip install -e '.[html]' in the traceinspect checkout"
+    )
     nb = json.loads(NOTEBOOK.read_text())
     assert nb["nbformat"] == 4 and all(c["cell_type"] in ("markdown", "code") for c in nb["cells"])
     assert all(not c.get("outputs") for c in nb["cells"] if c["cell_type"] == "code")  # committed clean

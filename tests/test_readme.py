@@ -64,3 +64,16 @@ def test_shipped_sample_command_works():
     assert "traceinspect analyze sample_traces/synthetic_dataloader_stall.pt.trace.json.gz" in README
     out = _analyze(ROOT / "sample_traces" / "synthetic_dataloader_stall.pt.trace.json.gz")
     assert "1. dataloader-stall (TI104)" in out
+
+
+def test_extras_are_installed_from_the_checkout_everywhere():
+    """traceinspect is not on a package index: `pip install 'traceinspect[X]'` would fetch another
+    project or nothing, so every install line for an extra uses the checkout form (`-e ".[X]"`)."""
+    files = [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "traceinspect").rglob("*.py")]
+    bad = [
+        f"{p.relative_to(ROOT)}: {line.strip()}"
+        for p in files
+        for line in p.read_text(encoding="utf-8").splitlines()
+        if re.search(r"pip install\s+['\"]?traceinspect\[", line)
+    ]
+    assert not bad, bad

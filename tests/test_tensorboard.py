@@ -22,7 +22,7 @@ def report(tmp_path):
 def read_back(logdir):
     ea_mod = pytest.importorskip(
         "tensorboard.backend.event_processing.event_accumulator",
-        reason="tensorboard is not installed (pip install 'traceinspect[tensorboard]')",
+        reason="tensorboard is not installed (pip install -e '.[tensorboard]' in the traceinspect checkout)",
     )
     ea = ea_mod.EventAccumulator(str(logdir))
     ea.Reload()
@@ -63,7 +63,7 @@ def test_without_tensorboard_a_clear_usage_error(report, tmp_path, monkeypatch):
     # a None entry makes `import tensorboard...` fail, also for submodules an earlier test imported
     for name in [m for m in sys.modules if m == "tensorboard" or m.startswith("tensorboard.")] + ["tensorboard"]:
         monkeypatch.setitem(sys.modules, name, None)
-    with pytest.raises(UsageError, match=r"pip install 'traceinspect\[tensorboard\]'"):
+    with pytest.raises(UsageError, match=r"pip install -e '\.\[tensorboard\]' in the traceinspect checkout"):
         write_report(report, tmp_path / "tb")
 
 

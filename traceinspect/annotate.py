@@ -18,6 +18,7 @@ import msgspec
 from . import detectors as registry
 from .detectors.base import Context
 from .errors import TraceError
+from .findings import numbered
 from .trace.load import read_bytes
 from .trace.timeline import PARTS
 
@@ -30,7 +31,8 @@ _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 def annotation_events(trace, report) -> list[dict]:
     """The events to add, as Chrome-trace dicts on the file's clock (microseconds, absolute).
 
-    Track 0 holds one instant marker per analysed step; track i holds finding i: slices over the exact
+    Track 0 holds one instant marker per analysed step; track i holds finding i (findings.numbered, the
+    report's own numbering): slices over the exact
     intervals it claims (_claimed), each with the part of the time lost it carries, or, for a finding that
     claims no intervals, its exemplar events, marked as such.
     """
@@ -57,7 +59,7 @@ def annotation_events(trace, report) -> list[dict]:
             }
         )
     ctx = Context.of(trace)
-    for i, f in enumerate(report.findings, 1):
+    for i, f in numbered(report.findings):
         ev.append(
             {"ph": "M", "name": "thread_name", "pid": pid, "tid": i, "args": {"name": f"{i}. {f.name} ({f.code})"}}
         )

@@ -1,7 +1,7 @@
 """Optional Dask backend: map the per-rank analysis (a pure function file -> report dict) over a
 Dask cluster; the reduction into one report stays local (analyze.reduce_ranks).
 
-Install with `pip install 'traceinspect[dask]'`; use with `traceinspect analyze DIR --scheduler ADDRESS`.
+Install with `pip install -e '.[dask]' in the traceinspect checkout`; use with `traceinspect analyze DIR --scheduler ADDRESS`.
 The files must be readable at the same paths on the workers (a shared filesystem).
 """
 
@@ -17,7 +17,9 @@ def dask_mapper(address: str) -> Callable:
         from distributed import Client
     except ImportError:
         raise UsageError(
-            "needs the optional extra: pip install 'traceinspect[dask]'", param="scheduler", value=address
+            "needs the optional extra: pip install -e '.[dask]' in the traceinspect checkout",
+            param="scheduler",
+            value=address,
         ) from None
 
     def mapper(fn: Callable, items: Iterable) -> list:

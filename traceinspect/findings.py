@@ -106,3 +106,11 @@ class Failure:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def numbered(findings) -> list[tuple[int, Finding]]:
+    """The one numbering every output uses for a report's findings (text, Markdown, HTML, annotate's
+    tracks): the active findings first, 1..n in rank order, then the masked ones (next bottlenecks),
+    n+1.. in rank order."""
+    active = [f for f in findings if not f.masked_by]
+    return list(enumerate(active + [f for f in findings if f.masked_by], 1))

@@ -15,7 +15,7 @@ from .inert import text as inert_text
 from .report import Part, known
 
 PREFIX = "traceinspect"
-INSTALL_HINT = "needs the optional extra: pip install 'traceinspect[tensorboard]'"
+INSTALL_HINT = "needs the optional extra: pip install -e '.[tensorboard]' in the traceinspect checkout"
 
 
 def write_report(report, logdir) -> str:

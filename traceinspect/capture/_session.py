@@ -90,7 +90,9 @@ class ProfileSession:
             import torch
             from torch.profiler import ProfilerActivity, profile, schedule
         except ImportError as exc:
-            raise ImportError(f"traceinspect.capture needs torch: pip install 'traceinspect[capture]' ({exc})") from exc
+            raise ImportError(
+                f"traceinspect.capture needs torch: pip install -e '.[capture]' in the traceinspect checkout ({exc})"
+            ) from exc
 
         acts = self.activities
         if acts is None:

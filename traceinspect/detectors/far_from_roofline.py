@@ -136,7 +136,7 @@ class FarFromRoofline(Detector):
             why = shape_issues(r, dev.num_sms)
             ev.append(
                 Evidence(
-                    label=f"{r.op} {r.shape} ({r.dtype}, {r.calls_per_step:.0f} calls/step, {r.bound}-bound)",
+                    label=f"{r.op} {r.shape} ({r.dtype}, {_calls(r.calls_per_step)}, {r.bound}-bound)",
                     value=(
                         f"{_rate(r)} = {100 * r.share_of_peak:.1f}% of roofline; {r.gpu_us_per_step / 1e3:.2f} ms/step, "
                         f"{target / 1e3:.2f} ms at {100 * self.reachable_share:.0f}%"
@@ -247,3 +247,10 @@ def _fix(r: ShapeRow, why: list[str]) -> str:
         "Fuse these memory-bound ops with torch.compile; for batch norm, use channels-last memory format or a "
         "different backend."
     )
+
+
+def _calls(per_step: float) -> str:
+    """'4 calls/step', '1 call/step', '0.5 calls/step': two significant digits, so an op that runs in
+    some steps only does not read as 0 calls."""
+    t = f"{per_step:.2g}"
+    return f"{t} call/step" if t == "1" else f"{t} calls/step"

@@ -13,7 +13,7 @@ import re
 from .common import BREAKDOWN_ORDER, num, plain
 from ..report import known
 
-INSTALL_HINT = "pip install 'traceinspect[html]'"
+INSTALL_HINT = "pip install -e '.[html]' in the traceinspect checkout"
 
 # one colour per part, shared by every chart and the HTML legend swatches (colour-blind-safe-ish:
 # busy parts are cool colours, idle causes warm ones, unattributed grey)

@@ -8,6 +8,8 @@ count(), which never raise and print only digits, units or "n/a".
 from __future__ import annotations
 
 import math
+import re
+import textwrap
 
 from ..inert import md_code, md_text, num
 from ..inert import text as plain
@@ -20,12 +22,17 @@ __all__ = [
     "efficiency_peaks",
     "efficiency_rows",
     "evidence_value",
+    "fill",
+    "fit",
+    "fix_path",
+    "lost",
     "gpu_line",
     "md_code",
     "md_text",
     "ms",
     "num",
     "pct",
+    "per_step",
     "plain",
     "run_config_items",
     "sev",
@@ -75,6 +82,30 @@ def ms(us) -> str:
     return f"{us:.0f} us"
 
 
+# The report's resolution: a figure is worth printing when it does not round to zero in the unit it is
+# printed in (ms() prints below 0.5 us as "0 us"; evidence_value() keeps 3 decimals; sig() 3 significant
+# digits). Below it an item says "none" in words, and a fix-path step that leaves the printed step time
+# unchanged is left out: one rule, applied here, for every format.
+
+
+def lost(us) -> str:
+    """A time lost: ms(us), or "none" where it rounds to zero in the unit it would be printed in."""
+    v = num(us)
+    return "none" if v is not None and abs(v) < 0.5 else ms(us)
+
+
+def per_step(us) -> str:
+    """'4.5 ms/step', or "none" below the report's resolution."""
+    t = lost(us)
+    return t if t == "none" else f"{t}/step"
+
+
+def fix_path(verdict) -> list:
+    """The verdict's fix-path steps that change the step time as printed: a step "8.2 ms -> 8.2 ms" is
+    below the report's resolution and left out."""
+    return [p for p in known(verdict.path, []) if ms(p.from_us) != ms(p.to_us)]
+
+
 def pct(x) -> str:
     x = num(x)
     return "n/a" if x is None else f"{100 * x:.1f}%"
@@ -83,6 +114,8 @@ def pct(x) -> str:
 def evidence_value(e) -> str:
     """Value and unit, unescaped: the caller escapes (the value may be a string from a saved report)."""
     v = e.value
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and abs(v) < 0.0005:
+        return "none"  # rounds to zero at the 3 decimals shown: below the report's resolution
     if isinstance(v, float) and math.isfinite(v):
         v = f"{v:,.3f}".rstrip("0").rstrip(".") if abs(v) < 1000 else f"{v:,.0f}"
     return f"{v} {e.unit}".strip()
@@ -140,7 +173,8 @@ def efficiency_rows(report, top: int = 10) -> list[dict]:
     """The top rows of the report's per-shape efficiency table as display strings. Numbers are
     formatted here (digits only); names, shapes and dtypes are raw: the caller escapes them."""
     out = []
-    for r in known(report.efficiency.rows, [])[:top]:
+    rate = lambda x: "none" if sig(x) == "0" else sig(x)  # noqa: E731  (zero at 3 significant digits)
+    for r in [r for r in known(report.efficiency.rows, []) if lost(r.gpu_us_per_step) != "none"][:top]:
         share = num(r.share_of_peak)
         out.append(
             {
@@ -150,8 +184,8 @@ def efficiency_rows(report, top: int = 10) -> list[dict]:
                 "bound": str(known(r.bound) or "n/a"),
                 "calls": sig(r.calls_per_step),
                 "time": ms(r.gpu_us_per_step),
-                "tflops": sig(r.tflops),
-                "tbps": sig(r.tbps),
+                "tflops": rate(r.tflops),
+                "tbps": rate(r.tbps),
                 "intensity": sig(r.intensity),
                 "share": "n/a" if share is None else pct(share),
                 "note": str(known(r.note) or ""),
@@ -267,3 +301,39 @@ def quality_rows(report) -> list[tuple[str, str, str, str]]:
         )
         for c in known(report.trace_quality.checks, [])
     ]
+
+
+# --- width: the text formats fit their width (100 columns by default) ---------------------------------
+ELLIPSIS = "..."
+
+
+def fill(s: str, width: int, indent: str = "", subsequent: str | None = None) -> str:
+    """s wrapped at width, broken only at spaces (between list items and words, never inside a number,
+    a shape or a hyphenated name); a single token longer than the line is cut with an ellipsis (names
+    from a trace can be any length), so no line ever passes width."""
+    sub = indent + "  " if subsequent is None else subsequent
+    room = max(width - max(len(indent), len(sub)), len(ELLIPSIS) + 1)
+    s = re.sub(r"\S{%d,}" % (room + 1), lambda m: m.group()[: room - len(ELLIPSIS)] + ELLIPSIS, s)
+    return textwrap.fill(
+        s,
+        width,
+        initial_indent=indent,
+        subsequent_indent=sub,
+        break_long_words=False,
+        break_on_hyphens=False,
+        replace_whitespace=False,
+    )
+
+
+def fit(text: str, width: int) -> str:
+    """Every line of a rendered text page at most width columns: a longer one (a table row with a long
+    name or shape list) continues on the next lines, indented 4 past its own indent; no trailing spaces."""
+    out = []
+    for line in text.split("\n"):
+        line = line.rstrip(" ")  # an empty bar column leaves no trailing spaces
+        if len(line) <= width:
+            out.append(line)
+            continue
+        lead = line[: len(line) - len(line.lstrip(" "))]
+        out.append(fill(line[len(lead) :], width, lead, lead + "    "))
+    return "\n".join(out)

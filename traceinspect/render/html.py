@@ -12,12 +12,15 @@ import html
 import json
 
 from ..inert import valid_unicode
+from ..findings import numbered
 from ..report import Gpu, Part, known
 from . import charts
 from .common import (
     config_line,
     BREAKDOWN_ORDER,
     count,
+    lost,
+    per_step,
     efficiency_peaks,
     efficiency_rows,
     evidence_value,
@@ -321,11 +324,11 @@ def _timeline(report) -> list[str]:
 
 
 def _findings(report) -> list[str]:
-    active = [f for f in report.findings if not f.masked_by]
+    active = [(i, f) for i, f in numbered(report.findings) if not f.masked_by]
     if not active:
         return ['<section id="findings"><h2>Findings</h2><p>No findings.</p></section>']
     o = ['<section id="findings"><h2>Findings, ranked by time lost weighted by confidence</h2>']
-    for i, f in enumerate(active, 1):
+    for i, f in active:
         s = sev(f)
         ub = " (upper bound)" if f.upper_bound else ""
         o.append(f'<article class="finding" id="finding-{i}">')
@@ -336,7 +339,7 @@ def _findings(report) -> list[str]:
         )
         o.append(f"<p><b>{esc(f.title)}</b></p>")
         o.append(
-            f'<p class="note">{esc(ms(f.time_lost_per_step_us))} per step, {esc(pct(f.time_lost_frac))} of the '
+            f'<p class="note">{esc(per_step(f.time_lost_per_step_us).replace("/step", " per step"))}, {esc(pct(f.time_lost_frac))} of the '
             f"window{esc(ub)}; severity {esc(s)}, confidence {esc(f.confidence)}</p>"
         )
         if f.evidence:
@@ -448,7 +451,7 @@ def _next_bottlenecks(report) -> list[str]:
     for f in latent:
         o.append(
             f'<tr><td><code>{esc(f.name)}</code> {esc(f.title)}<br><span class="note">Fix: {esc(f.fix)}</span></td>'
-            f"<td class=n>{esc(ms(f.time_lost_per_step_us))}</td>"
+            f"<td class=n>{esc(lost(f.time_lost_per_step_us))}</td>"
             f"<td class=n>{esc(ms((num(f.projected_lost_us) or 0.0) / n))}</td>"
             f"<td>{', '.join(f'<code>{esc(m)}</code>' for m in f.masked_by)}</td>"
             f"<td>{esc(sev(f))}</td><td>{esc(f.confidence)}</td></tr>"

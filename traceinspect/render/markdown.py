@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from ..findings import numbered
 from ..report import Part, known
 from .common import (
     config_line,
     BREAKDOWN_ORDER,
     count,
+    fix_path,
+    lost,
     efficiency_peaks,
     efficiency_rows,
     evidence_value,
@@ -54,11 +57,16 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         if known(v.path):
             sol = speed_of_light(v)
             o.append(
-                "Fix in rank order: "
-                + "; then ".join(
-                    f"{md_code(p.fix)}: {ms(p.from_us)} -> {ms(p.to_us)} ({md_text(p.model)})" for p in v.path
+                (
+                    "Fix in rank order: "
+                    + "; then ".join(
+                        f"{md_code(p.fix)}: {ms(p.from_us)} -> {ms(p.to_us)} ({md_text(p.model)})" for p in fix_path(v)
+                    )
+                    + ". "
+                    if fix_path(v)
+                    else ""
                 )
-                + f". Measured {ms(v.median_step_us)}, predicted after these fixes "
+                + f"Measured median step {ms(v.median_step_us)}, predicted after these fixes "
                 f"**{ms(v.expected_step_us)}**, "
                 + (
                     f"speed of light {ms(sol.sol_us)} ({pct(sol.mfu)} MFU)"
@@ -89,20 +97,20 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         o.append("")
     o += account_md(report)
     o += quality_md(report)
-    active = [f for f in report.findings if not f.masked_by]
+    active = [(i, f) for i, f in numbered(report.findings) if not f.masked_by]
     if active:
         o.append("### Findings, ranked by time lost weighted by confidence")
         o.append("")
         o.append("| # | finding | lost per step | share | severity | confidence |")
         o.append("|---:|---|---:|---:|---|---|")
-        for i, f in enumerate(active, 1):
+        for i, f in active:
             o.append(
                 f"| {count(i)} | {md_code(f.name, in_table=True)} {md_text(f.title)} | "
-                f"{ms(f.time_lost_per_step_us)} | {pct(f.time_lost_frac)} | "
+                f"{lost(f.time_lost_per_step_us)} | {pct(f.time_lost_frac)} | "
                 f"{md_text(sev(f))} | {md_text(f.confidence)} |"
             )
         o.append("")
-        for i, f in enumerate(active, 1):
+        for i, f in active:
             o.append(f"#### {count(i)}. {md_code(f.name)} ({md_text(f.code)})")
             o.append("")
             o.append(md_text(f.title))
@@ -288,7 +296,7 @@ def next_bottlenecks_md(report) -> list[str]:
     ]
     for f in latent:
         o.append(
-            f"| {md_code(f.name, in_table=True)} {md_text(f.title)} | {ms(f.time_lost_per_step_us)} | "
+            f"| {md_code(f.name, in_table=True)} {md_text(f.title)} | {lost(f.time_lost_per_step_us)} | "
             f"{ms((num(f.projected_lost_us) or 0.0) / n)} | "
             f"{', '.join(md_code(m, in_table=True) for m in f.masked_by)} | {md_text(sev(f))} | "
             f"{md_text(f.confidence)} |"

@@ -1,4 +1,4 @@
-"""Plain text for the terminal, readable at 100 columns.
+"""Plain text for the terminal, at most 100 columns (common.fill/fit: breaks between items, never inside one).
 
 Values from the report go through plain() (control characters and terminal escapes shown as visible
 escapes, so a name cannot clear the screen, set the title or write the clipboard); the whole page then
@@ -7,9 +7,8 @@ passes through inert.document() as a last guard. Numbers go through ms()/pct()/c
 
 from __future__ import annotations
 
-import textwrap
-
 from ..inert import document
+from ..findings import numbered
 from ..report import Part, SpeedOfLight, known
 from .common import (
     BREAKDOWN_ORDER,
@@ -17,12 +16,16 @@ from .common import (
     efficiency_peaks,
     efficiency_rows,
     evidence_value,
+    fill,
+    fit,
+    fix_path,
     gpu_line,
     labels,
     memory_rows,
     ms,
     num,
     pct,
+    per_step,
     plain,
     quality_rows,
     run_config_items,
@@ -34,9 +37,9 @@ from .common import (
 
 def render(report, *, width: int = 100, color: bool = False) -> str:
     t, st, bd, v = report.trace, report.steps, report.breakdown, report.verdict
-    w = max(60, min(width, 120))
+    w = max(60, min(width, 100))
     out: list[str] = []
-    wrap = lambda s, ind="": textwrap.fill(s, w, initial_indent=ind, subsequent_indent=ind + "  ")  # noqa: E731
+    wrap = lambda s, ind="": fill(s, w, ind)  # noqa: E731
     out.append(
         f"traceinspect report: {plain(known(t.file, '?'))}  (rank {plain(known(t.rank, 0))}, {plain(gpu_line(t))})"
     )
@@ -57,12 +60,13 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         out.append(wrap(f"VERDICT: {plain(known(v.headline) or known(v.top_title, ''))}"))
         if known(v.path):
             steps = "; then ".join(
-                f"{plain(p.fix)}: {ms(p.from_us)} -> {ms(p.to_us)} ({plain(p.model)})" for p in v.path
+                f"{plain(p.fix)}: {ms(p.from_us)} -> {ms(p.to_us)} ({plain(p.model)})" for p in fix_path(v)
             )
-            out.append(wrap(f"Fix in rank order: {steps}.", "  "))
+            if steps:
+                out.append(wrap(f"Fix in rank order: {steps}.", "  "))
             out.append(
                 wrap(
-                    f"Measured {ms(v.median_step_us)}, predicted after these fixes "
+                    f"Measured median step {ms(v.median_step_us)}, predicted after these fixes "
                     f"{ms(v.expected_step_us)}, {light_line(v)} ({plain(known(v.assumption, ''))}).",
                     "  ",
                 )
@@ -95,14 +99,14 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         out.append("")
     out += account_lines(report, wrap)
     out += quality_lines(report, wrap)
-    active = [f for f in report.findings if not f.masked_by]
+    active = [(i, f) for i, f in numbered(report.findings) if not f.masked_by]
     if active:
         out.append("Findings, ranked by time lost weighted by confidence")
-        for i, f in enumerate(active, 1):
+        for i, f in active:
             ub = " (upper bound)" if f.upper_bound else ""
             out.append(
                 wrap(
-                    f"{i}. {plain(f.name)} ({plain(f.code)}): {ms(f.time_lost_per_step_us)}/step, "
+                    f"{i}. {plain(f.name)} ({plain(f.code)}): {per_step(f.time_lost_per_step_us)}, "
                     f"{pct(f.time_lost_frac)} of the window{ub} [{labels(f)}]"
                 )
             )
@@ -161,7 +165,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
                 + "; ".join(f"{plain(s.name)} ({plain(s.reason)})" for s in report.skipped if not s.checked)
             )
         )
-    return document("\n".join(out).rstrip() + "\n")
+    return fit(document("\n".join(out).rstrip()), w) + "\n"
 
 
 def cross_rank_lines(report, wrap) -> list[str]:
@@ -214,8 +218,9 @@ def efficiency_lines(report, top: int = 8) -> list[str]:
     ]
     for r in rows:
         out.append(
-            f"  {r['time']:>9}/step  {r['share']:>7} of roofline  {r['tflops']:>6} TFLOP/s  {r['tbps']:>6} TB/s"
-            f"  {plain(r['bound']):<7}  {plain(r['op'])[:40]} {plain(r['shape'])[:60]} {plain(r['dtype'])}"
+            f"  {r['time']:>9}/step  {r['share']:>7} of roofline  {_unit(r['tflops'], 'TFLOP/s', 'FLOPs')}"
+            f"  {_unit(r['tbps'], 'TB/s', 'bytes')}"
+            f"  {plain(r['bound']):<7}  {plain(r['op'])} {plain(r['shape'])} {plain(r['dtype'])}"
         )
     out.append("")
     return out
@@ -259,18 +264,18 @@ def quality_lines(report, wrap) -> list[str]:
 
 def next_bottleneck_lines(report, wrap) -> list[str]:
     """Masked causes: present now but hidden behind the active ones; what they cost now and later."""
-    latent = [f for f in report.findings if f.masked_by]
+    latent = [(i, f) for i, f in numbered(report.findings) if f.masked_by]
     if not latent:
         return []
     c = num(known(report.steps.count))
     n = int(c) if c is not None and 1 <= c < 1e12 else 1
     out = ["Next bottlenecks (present, masked now by the causes above)"]
-    for i, f in enumerate(latent, 1):
+    for i, f in latent:
         proj = (num(f.projected_lost_us) or 0.0) / n
         out.append(
             wrap(
-                f"{i}. {plain(f.name)} ({plain(f.code)}): {ms(f.time_lost_per_step_us)}/step now, about "
-                f"{ms(proj)}/step once {', '.join(plain(m) for m in f.masked_by)} is fixed [{labels(f)}]"
+                f"{i}. {plain(f.name)} ({plain(f.code)}): {per_step(f.time_lost_per_step_us)} now, about "
+                f"{per_step(proj)} once {', '.join(plain(m) for m in f.masked_by)} is fixed [{labels(f)}]"
             )
         )
         out.append(wrap(plain(f.title), "   "))
@@ -316,3 +321,9 @@ def _light(sol: SpeedOfLight) -> str:
         f"Speed of light: {ms(sol.sol_us)} per step; achieved {plain(round(num(sol.achieved_tflops) or 0, 1))}"
         f" TFLOP/s of GEMM/conv/attention, MFU {pct(sol.mfu)}"
     )
+
+
+def _unit(value: str, unit: str, none: str) -> str:
+    """'  50.8 TFLOP/s', or '  no FLOPs' in the same width where the rate is below the report's resolution."""
+    w = 7 + len(unit)
+    return f"{'no ' + none:>{w}}" if value == "none" else f"{value:>6} {unit}"
