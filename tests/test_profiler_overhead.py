@@ -114,3 +114,38 @@ def test_real_trace_host_bound_within_the_with_stack_overhead(shared_dir):
     f = _host_bound(analyze(t))
     assert f.confidence == "high" and not f.fix.startswith("Re-capture")
     assert any(e.label.startswith("profiler overhead estimate") for e in f.evidence)
+
+
+def _overhead_row(rep):
+    return next(c for c in rep.trace_quality.checks if c.check == "profiler-overhead")
+
+
+def test_quality_row_is_limited_when_the_estimate_reaches_the_threshold(tmp_path):
+    from traceinspect.facts.trace_quality import OVERHEAD_LIMITED_FRAC
+
+    t = _load(bp.build_host_bound_profiled().settings(with_stack=1), tmp_path)
+    rep = analyze(t)
+    c = _overhead_row(rep)
+    ov = profiler_overhead(t)
+    win = float(t.steps["dur_us"].sum())
+    # the share is the estimate over the analysed steps, derived here from the same two quantities
+    assert c.values["share_of_steps"] == pytest.approx(ov.window_us / win)
+    assert c.values["share_of_steps"] >= OVERHEAD_LIMITED_FRAC
+    assert c.values["host_us_per_step"] == pytest.approx(ov.us_per_step)
+    assert c.status == "limited"
+    assert "capture without with_stack" in c.short
+    assert rep.trace_quality.status in ("limited", "poor")
+    assert "with_stack" in rep.trace_quality.line
+
+
+def test_quality_row_is_ok_when_only_record_shapes_was_on(tmp_path):
+    from traceinspect.facts.trace_quality import OVERHEAD_LIMITED_FRAC
+
+    # no Python or [memory] events: record_shapes alone (inferred from Input Dims) costs 21 ops x 0.19 us
+    t = _load(bp.build_host_bound_profiled(py_per_step=0, mem_per_step=0).settings(record_shapes=None), tmp_path)
+    c = _overhead_row(analyze(t))
+    assert [s.setting for s in profiler_overhead(t).settings] == ["record_shapes"]
+    assert c.values["host_us_per_step"] == pytest.approx(bp.OV_OPS_PER_STEP * COST["record_shapes"])
+    assert c.values["share_of_steps"] < OVERHEAD_LIMITED_FRAC
+    assert c.status == "ok" and c.short == ""
+    assert c.summary.startswith("record_shapes on: about")

@@ -17,6 +17,7 @@ from ..trace import intervals as iv
 from ..trace.model import Trace
 from ..trace.tables import name_flags
 from .host import launch_rows
+from .profiler_overhead import profiler_overhead
 from .steps import in_steps_mask, step_set
 
 # --- thresholds (each with its physical reason; docs/trace-quality.md gives the evidence) -------------
@@ -64,6 +65,11 @@ OUTSIDE_MAX_FRAC = 0.10
 # A queue wait covering at least half of the window makes the trace "poor": most of what it shows is the
 # GPU waiting on something it does not show.
 POOR_WINDOW_FRAC = 0.5
+
+# Profiler overhead (facts/profiler_overhead.py): the host time the profiler's optional settings add. At
+# 3% of the analysed window the estimate alone reaches host-bound's default claim (min_frac): the host-side
+# figures of such a trace may be the profiler's own work, so the check is "limited".
+OVERHEAD_LIMITED_FRAC = 0.03
 
 SCHEDULE = "torch.profiler.schedule(wait=1, warmup=1, active=3)"
 
@@ -139,6 +145,7 @@ def _quality(trace: Trace) -> Quality:
     q.checks.append(_too_few_steps(trace))
     if trace.has_gpu:
         q.checks.append(_clock_order(trace, q))
+    q.checks.append(_profiler_overhead(trace, win))
     worst = max((STATUS_ORDER[c["status"]] for c in q.checks), default=0)
     q.status = ("good", "limited", "poor")[worst]
     bad = [c["short"] for c in q.checks if c["status"] != "ok"]
@@ -493,4 +500,43 @@ def _clock_order(trace: Trace, q: Quality) -> dict:
         overlapping_steps=overlap_steps,
         outside_steps_frac=outside,
         kernel_us=tot,
+    )
+
+
+def _profiler_overhead(trace: Trace, win: float) -> dict:
+    ov = profiler_overhead(trace)
+    frac = ov.window_us / win if win > 0 else 0.0
+    thr = (
+        f"{100 * OVERHEAD_LIMITED_FRAC:g}% of the analysed steps: the estimate alone reaches host-bound's default "
+        "claim (min_frac)"
+    )
+    eff = (
+        "host-bound and launch-bound drop to low confidence and ask for a re-capture where the estimate alone "
+        "lifts their claim over their threshold"
+    )
+    names = ", ".join(s.setting for s in ov.settings)
+    if not ov.settings:
+        summary = "no costly profiler setting on (with_stack, record_shapes, with_flops, profile_memory)"
+    else:
+        summary = (
+            f"{names} on: about {_fmt(ov.us_per_step)} of host time per step ({100 * frac:.1f}% of the analysed "
+            f"steps), from the per-unit costs measured with {ov.measured_with}"
+        )
+    status = "limited" if frac >= OVERHEAD_LIMITED_FRAC else "ok"
+    short = (
+        f"the profiler's own settings ({names}) add about {_fmt(ov.us_per_step)}/step of host time "
+        f"({100 * frac:.0f}%): host-side figures include it; capture without "
+        f"{ov.settings[0].setting} to check"
+        if status != "ok"
+        else ""
+    )
+    return _row(
+        "profiler-overhead",
+        status,
+        short,
+        summary,
+        eff,
+        thr,
+        host_us_per_step=ov.us_per_step,
+        share_of_steps=frac,
     )
