@@ -108,8 +108,15 @@ def test_c_key_table_is_the_declaration():
 
 
 # one event per declared (field, table column): a distinctive value must reach the column, in both readers
-_CAT = {"kernel": "kernel", "memcpy": "gpu_memcpy", "runtime": "cuda_runtime", "cpu_op": "cpu_op"}
-_TABLE = {"kernel": "kernels", "memcpy": "memcpy", "runtime": "runtime", "cpu_op": "cpu_ops", "memory": "memory"}
+_CAT = {"kernel": "kernel", "memcpy": "gpu_memcpy", "runtime": "cuda_runtime", "cpu_op": "cpu_op", "sync": "cuda_sync"}
+_TABLE = {
+    "kernel": "kernels",
+    "memcpy": "memcpy",
+    "runtime": "runtime",
+    "cpu_op": "cpu_ops",
+    "memory": "memory",
+    "sync": "sync_events",
+}
 
 
 def _value(f: fields.Field, k: int):

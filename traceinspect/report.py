@@ -202,13 +202,31 @@ class FixStep(Section, frozen=True):
     model: Union[str, _U] = UNSET
 
 
+class ReplayEdges(Section, frozen=True):
+    """Where the replay graph's dependencies between streams and threads came from: recorded by the trace
+    (`cuda_sync` records) or inferred from timing (docs/whatif.md, "Edges")."""
+
+    recorded: Union[int, _U] = UNSET
+    inferred: Union[int, _U] = UNSET
+    recorded_share: Union[Num, None, _U] = UNSET  # None: the graph has no such edge
+    cross_stream_recorded: Union[int, _U] = UNSET
+    cross_stream_inferred: Union[int, _U] = UNSET
+    host_wait_recorded: Union[int, _U] = UNSET
+    host_wait_inferred: Union[int, _U] = UNSET
+    cross_thread_inferred: Union[int, _U] = UNSET
+    stream_waits_complete: Union[bool, _U] = UNSET  # every stream-wait call recorded: no cross-stream guess
+    contradicted: Union[int, _U] = UNSET  # records the measured times contradict (dropped)
+
+
 class Identity(Section, frozen=True):
-    """The replay of the unmodified trace against the measured steps: the what-if model's own error."""
+    """The replay of the unmodified trace against the measured steps: the what-if model's own error, and
+    which of its edges were recorded and which inferred."""
 
     median_error_frac: Union[Num, _U] = UNSET
     max_error_frac: Union[Num, _U] = UNSET
     replayed_median_us: Union[Num, _U] = UNSET
     measured_median_us: Union[Num, _U] = UNSET
+    edges: Union[ReplayEdges, _U] = UNSET
 
 
 class SpeedOfLight(Section, frozen=True):

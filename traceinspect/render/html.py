@@ -26,6 +26,7 @@ from .common import (
     evidence_value,
     gpu_line,
     memory_rows,
+    replay_line,
     ms,
     num,
     pct,
@@ -253,6 +254,7 @@ def _verdict(report) -> str:
                 "</div>",
                 f'<p class="note">Fixing {", ".join(f"<code>{esc(n)}</code>" for n in known(v.expected_from, []))}; '
                 f"{esc(known(v.assumption, ''))}.</p>",
+                f'<p class="note" id="replay-model">{esc(replay_line(v))}.</p>' if replay_line(v) else "",
                 "</section>",
             ]
         )

@@ -17,6 +17,7 @@ from .common import (
     md_code,
     md_text,
     memory_rows,
+    replay_line,
     ms,
     num,
     pct,
@@ -75,6 +76,9 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
                 )
                 + f" ({md_text(known(v.assumption, ''))})."
             )
+            if replay_line(v):
+                o.append("")
+                o.append(md_text(replay_line(v)) + ".")
         else:
             o.append(
                 f"Fixing {', '.join(md_code(n) for n in known(v.expected_from, []))} would bring the "

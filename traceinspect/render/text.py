@@ -22,6 +22,7 @@ from .common import (
     gpu_line,
     labels,
     memory_rows,
+    replay_line,
     ms,
     num,
     pct,
@@ -71,6 +72,8 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
                     "  ",
                 )
             )
+            if replay_line(v):
+                out.append(wrap(plain(replay_line(v)) + ".", "  "))
         else:
             out.append(
                 wrap(

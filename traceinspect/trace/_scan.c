@@ -153,7 +153,7 @@ enum {
     C_COLL, C_DTYPE, C_ANAME,
     C_PID, C_TID, C_ID,                                          /* int64 */
     C_CORR, C_EXT, C_EXT_OLD, C_DEVICE, C_STREAM, C_CBID, C_CID,
-    C_IN_NEL, C_OUT_NEL, C_GROUP, C_DEVTYPE, C_DEVID, C_GRID, C_BLOCK,
+    C_IN_NEL, C_OUT_NEL, C_GROUP, C_DEVTYPE, C_DEVID, C_WAIT_STREAM, C_WAIT_REC, C_GRID, C_BLOCK,
     C_DIMS_OFF, C_DIMS_LEN, C_TYPE_OFF, C_TYPE_LEN,
     C_TS, C_DUR, C_NBYTES, C_MEMB, C_TALLOC, C_TRES, C_FLOPS,    /* float64, NaN none */
     N_COLS
@@ -165,7 +165,8 @@ static const char *COL_NAMES[N_COLS] = {
     "collective_idx", "dtype_idx", "arg_name_idx",
     "pid", "tid", "id",
     "correlation", "external_id", "external_id_old", "device", "stream", "cbid", "cid",
-    "in_msg_nelems", "out_msg_nelems", "group_size", "device_type", "device_id", "grid", "block",
+    "in_msg_nelems", "out_msg_nelems", "group_size", "device_type", "device_id", "wait_on_stream",
+    "wait_on_record", "grid", "block",
     "dims_off", "dims_len", "type_off", "type_len",
     "ts", "dur", "nbytes", "mem_bytes", "total_allocated", "total_reserved", "flops",
 };
@@ -180,7 +181,7 @@ static size_t col_item(int c) {
 typedef struct {
     uint8_t ph, has_args;
     int32_t s[8];     /* C_CAT .. C_ANAME */
-    int64_t i[21];    /* C_PID .. C_TYPE_LEN */
+    int64_t i[23];    /* C_PID .. C_TYPE_LEN */
     double f[7];      /* C_TS .. C_FLOPS */
     int64_t old_off, old_len;  /* args["Input dims"], the old spelling */
     uint32_t present;          /* bit I(c): int64 column c was given a value (not absent, not null) */
@@ -607,6 +608,8 @@ static int parse_args(scanner *s, row *r) {
         else if (key_is(k, kl, "Total Reserved")) rc = opt_float(s, &r->f[F(C_TRES)], C_TRES, s->n);
         else if (key_is(k, kl, "Device Type")) rc = opt_int(s, r, C_DEVTYPE);
         else if (key_is(k, kl, "Device Id")) rc = opt_int(s, r, C_DEVID);
+        else if (key_is(k, kl, "wait_on_stream")) rc = opt_int(s, r, C_WAIT_STREAM);
+        else if (key_is(k, kl, "wait_on_cuda_event_record_corr_id")) rc = opt_int(s, r, C_WAIT_REC);
         else if (key_is(k, kl, "flops")) rc = opt_float(s, &r->f[F(C_FLOPS)], C_FLOPS, s->n);
         else rc = skip_value(s);
         if (rc) return rc;

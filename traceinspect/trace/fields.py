@@ -96,6 +96,20 @@ ARGS: tuple[Field, ...] = (
     Field("device_type", "Device Type", "int", ("memory.device_type",), "[memory] instant: 0 CPU, 1 CUDA"),
     Field("device_id", "Device Id", "int", ("memory.device_id",), "[memory] instant: device index"),
     Field(
+        "wait_on_stream",
+        "wait_on_stream",
+        "int",
+        ("sync.wait_on_stream",),
+        "cuda_sync: the stream whose recorded event a Stream Wait Event waits on (-1 none)",
+    ),
+    Field(
+        "wait_on_record",
+        "wait_on_cuda_event_record_corr_id",
+        "int",
+        ("sync.wait_record_corr",),
+        "cuda_sync: correlation id of the cudaEventRecord call whose event is waited on (-1 none)",
+    ),
+    Field(
         "flops",
         "flops",
         "float",

@@ -301,7 +301,13 @@ def extract(events: list[Event]) -> dict:
     gev = buckets["gpu_annotation"]
     out["gpu_annotation"] = {**base(gev), **gpu(gev, [e.args for e in gev])}
     sev = buckets["sync"]
-    out["sync"] = {**base(sev), **gpu(sev, [e.args for e in sev])}
+    sa = [e.args for e in sev]
+    out["sync"] = {
+        **base(sev),
+        **gpu(sev, sa),
+        "wait_on_stream": _opt([a.wait_on_stream if a is not None else None for a in sa]),
+        "wait_record_corr": _opt([a.wait_on_record if a is not None else None for a in sa]),
+    }
     rev = buckets["runtime"]
     ra = [e.args for e in rev]
     out["runtime"] = {
@@ -639,7 +645,12 @@ def extract_scanned(scanned) -> dict:
     g = sel("gpu_annotation")
     out["gpu_annotation"] = {**base(g), **gpu(g)}
     sy = sel("sync")
-    out["sync"] = {**base(sy), **gpu(sy)}
+    out["sync"] = {
+        **base(sy),
+        **gpu(sy),
+        "wait_on_stream": opt("wait_on_stream", sy),
+        "wait_record_corr": opt("wait_on_record", sy),
+    }
     r = sel("runtime")
     cb = np.where(given("cbid", r), col("cbid")[r], np.where(given("cid", r), col("cid")[r], -1))
     out["runtime"] = {

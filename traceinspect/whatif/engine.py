@@ -62,6 +62,24 @@ def identity(trace: Trace) -> dict:
         "max_error_frac": float(err.max()),
         "replayed_median_us": float(np.median(r.step_us)),
         "measured_median_us": float(np.median(meas)),
+        "edges": edge_counts(graph_of(trace)),
+    }
+
+
+def edge_counts(g: Graph) -> dict:
+    """Where the graph's cross-stream, host-wait and cross-thread edges came from (docs/whatif.md, Edges)."""
+    e = g.edges
+    return {
+        "recorded": e.recorded,
+        "inferred": e.inferred,
+        "recorded_share": e.recorded_share,
+        "cross_stream_recorded": e.cross_stream_recorded,
+        "cross_stream_inferred": e.cross_stream_inferred,
+        "host_wait_recorded": e.host_wait_recorded,
+        "host_wait_inferred": e.host_wait_inferred,
+        "cross_thread_inferred": e.cross_thread_inferred,
+        "stream_waits_complete": e.stream_waits_complete,
+        "contradicted": e.contradicted,
     }
 
 

@@ -70,6 +70,7 @@ class Graph:
     g_device: np.ndarray
     markers: np.ndarray  # host node of each step start, then of the last step's end: n_steps + 1
     m_end: np.ndarray  # host node of each step's end (a step is measured from its start to its end)
+    edges: "EdgeCounts" = field(default_factory=lambda: EdgeCounts())
     notes: list = field(default_factory=list)
 
     def copy(self) -> "Graph":
@@ -186,6 +187,142 @@ class Graph:
             setattr(self, a, np.where(host_mask, np.maximum(v, 0.0) * factor, v))
 
 
+@dataclass(frozen=True)
+class EdgeCounts:
+    """Where the graph's dependencies between streams and threads came from: recorded by the trace
+    (CUPTI synchronization records, `cuda_sync`) or inferred from timing (the fallback)."""
+
+    cross_stream_recorded: int = 0  # GPU op -> op of another stream, from a Stream Wait Event
+    cross_stream_inferred: int = 0
+    host_wait_recorded: int = 0  # host call -> the GPU op it waited for, from an Event/Stream/Context Sync
+    host_wait_inferred: int = 0
+    cross_thread_inferred: int = 0  # host call -> call of another thread (never recorded: timing only)
+    stream_waits_complete: bool = False  # every stream-wait call has its record: no cross-stream guess
+    contradicted: int = 0  # records whose ops' measured times contradict them (dropped, inferred instead)
+
+    @property
+    def recorded(self) -> int:
+        return self.cross_stream_recorded + self.host_wait_recorded
+
+    @property
+    def inferred(self) -> int:
+        return self.cross_stream_inferred + self.host_wait_inferred + self.cross_thread_inferred
+
+    @property
+    def recorded_share(self) -> float | None:
+        n = self.recorded + self.inferred
+        return self.recorded / n if n else None
+
+
+# A runtime call that makes one stream wait for an event recorded on another (nothing runs on the host).
+_STREAM_WAIT_CALL = re.compile(r"StreamWaitEvent")
+# A host call that blocks until recorded GPU work is done (cudaEventQuery also gives an "Event Sync"
+# record but returns at once).
+_SYNC_CALL = re.compile(r"Synchroniz")
+# Older Kineto writes whole microseconds: a record is contradicted by the measured times only beyond that.
+RECORDED_TOL_US = 1.0
+
+
+@dataclass
+class _Recorded:
+    g_dst: np.ndarray  # GPU node that waited
+    g_src: np.ndarray  # the op of another stream it waited for
+    h_node: np.ndarray  # host node of a blocking sync call
+    h_src: np.ndarray  # the GPU op it waited for
+    waits_complete: bool
+    contradicted: int
+
+
+def _recorded(trace: Trace, g: pd.DataFrame, g_ts, g_end, rt_to_h, h_name, h_ts, h_end) -> _Recorded:
+    """The dependencies the trace's `cuda_sync` records name (docs/whatif.md, "Edges"). A record names
+    the waiting stream or call by its correlation id and the awaited work by the cudaEventRecord call's
+    correlation id and stream. Correlation ids grow with every runtime call of the process, so the
+    awaited work is the last op of that stream enqueued before the record, and the waiting op is the
+    first op of the waiting stream enqueued after the wait call."""
+    none = np.zeros(0, dtype=np.int64)
+    sy = getattr(trace, "sync_events", None)
+    rt = trace.runtime
+    if sy is None or not len(sy) or not len(g) or not len(rt):
+        return _Recorded(none, none, none, none, False, 0)
+    name = sy["name"].astype(str).to_numpy()
+    s_dev, s_stream = sy["device"].to_numpy().astype(np.int64), sy["stream"].to_numpy().astype(np.int64)
+    s_corr = sy["correlation"].to_numpy().astype(np.int64)
+    w_stream = sy["wait_on_stream"].to_numpy().astype(np.int64)
+    w_rec = sy["wait_record_corr"].to_numpy().astype(np.int64)
+    has_rec = (w_stream >= 0) & (w_rec >= 0)
+
+    # every stream-wait call of the trace has a record naming what it waits for: nothing to guess
+    rt_corr = rt["correlation"].to_numpy().astype(np.int64)
+    wait_calls = rt_corr[name_flags(rt["name"], lambda s: bool(_STREAM_WAIT_CALL.search(s)))]
+    recorded_waits = s_corr[(name == "Stream Wait Event") & has_rec]
+    complete = bool(np.isin(wait_calls, recorded_waits).all())
+
+    dev = g["device"].to_numpy().astype(np.int64)
+    corr = g["corr"].to_numpy().astype(np.int64)
+    key = dev * (1 << 32) + g["stream"].to_numpy().astype(np.int64)
+    order = np.lexsort((corr, key))
+    order = order[corr[order] >= 0]
+    ks, cs = key[order], corr[order]
+
+    def on_stream(qdev, qstream, qcorr, after: bool) -> np.ndarray:
+        """Per query: the last op of the stream enqueued before qcorr (after=False), or the first after."""
+        out = np.full(len(qcorr), -1, dtype=np.int64)
+        qkey = qdev * (1 << 32) + qstream
+        for u in np.unique(qkey):
+            lo, hi = np.searchsorted(ks, u, "left"), np.searchsorted(ks, u, "right")
+            at = np.flatnonzero(qkey == u)
+            if lo == hi:
+                continue
+            j = np.searchsorted(cs[lo:hi], qcorr[at], "right" if after else "left") - (0 if after else 1)
+            ok = (j >= 0) & (j < hi - lo)
+            out[at[ok]] = order[lo + j[ok]]
+        return out
+
+    # --- stream waits: op -> op
+    sw = np.flatnonzero((name == "Stream Wait Event") & has_rec & (s_corr >= 0) & (w_stream != s_stream))
+    src = on_stream(s_dev[sw], w_stream[sw], w_rec[sw], after=False)
+    dst = on_stream(s_dev[sw], s_stream[sw], s_corr[sw], after=True)
+    ok = (src >= 0) & (dst >= 0)
+    src, dst = src[ok], dst[ok]
+    bad = g_end[src] > g_ts[dst] + RECORDED_TOL_US  # the waiting op started before the awaited one ended
+    contradicted = int(np.count_nonzero(bad))
+    src, dst = src[~bad], dst[~bad]
+    o = np.lexsort((g_end[src], dst))  # several waits before one op: the one that ended last binds
+    last = np.concatenate([dst[o][1:] != dst[o][:-1], [True]]) if len(o) else np.zeros(0, bool)
+    g_dst, g_src = dst[o][last], src[o][last]
+
+    # --- host syncs: blocking call -> the op it waited for
+    by_corr = pd.Series(np.arange(len(rt)), index=rt_corr).groupby(level=0).first()
+    rows = by_corr.reindex(s_corr).fillna(-1).to_numpy().astype(np.int64)
+    h = np.where(rows >= 0, rt_to_h[np.maximum(rows, 0)], -1)
+    blocking = np.array([h_ >= 0 and bool(_SYNC_CALL.search(h_name[h_])) for h_ in h], dtype=bool)
+    hs = np.full(len(sy), -1, dtype=np.int64)
+    ev = np.flatnonzero(blocking & (name == "Event Sync") & has_rec)
+    hs[ev] = on_stream(s_dev[ev], w_stream[ev], w_rec[ev], after=False)
+    ss = np.flatnonzero(blocking & (name == "Stream Sync") & (s_stream >= 0))
+    hs[ss] = on_stream(s_dev[ss], s_stream[ss], s_corr[ss], after=False)
+    cx = np.flatnonzero(blocking & (name == "Context Sync"))
+    for d in np.unique(s_dev[cx]):  # every op of the device enqueued before: the one that ends last binds
+        at = cx[s_dev[cx] == d]
+        od = np.flatnonzero((dev == d) & (corr >= 0))
+        od = od[np.argsort(corr[od], kind="stable")]
+        if not len(od):
+            continue
+        e = g_end[od]
+        run = np.maximum.accumulate(np.where(e == np.maximum.accumulate(e), np.arange(len(e)), 0))
+        j = np.searchsorted(corr[od], s_corr[at], "left") - 1
+        okj = j >= 0
+        hs[at[okj]] = od[run[j[okj]]]
+    sel = np.flatnonzero(hs >= 0)
+    hn, hsrc = h[sel], hs[sel]
+    bad = (g_end[hsrc] > h_end[hn] + RECORDED_TOL_US) | (g_ts[hsrc] > h_end[hn])
+    contradicted += int(np.count_nonzero(bad))
+    hn, hsrc = hn[~bad], hsrc[~bad]
+    o = np.lexsort((g_end[hsrc], hn))
+    last = np.concatenate([hn[o][1:] != hn[o][:-1], [True]]) if len(o) else np.zeros(0, bool)
+    return _Recorded(g_dst, g_src, hn[o][last], hsrc[o][last], complete, contradicted)
+
+
 def _covered(s: np.ndarray, e: np.ndarray, x: np.ndarray) -> np.ndarray:
     """Length of the (disjoint, sorted) interval set inside (-inf, x], for each x."""
     cum = np.concatenate([[0.0], np.cumsum(e - s)])
@@ -224,6 +361,7 @@ def build(trace: Trace) -> Graph:
                     "stream": t["stream"].to_numpy()[rows],
                     "device": t["device"].to_numpy()[rows],
                     "launch_rt": t["launch_idx"].to_numpy()[rows],
+                    "corr": t["correlation"].to_numpy()[rows],
                     "row": rows,
                     "kind": kind,
                     "name": t["name"].astype(str).to_numpy()[rows],
@@ -234,7 +372,17 @@ def build(trace: Trace) -> Graph:
         pd.concat(parts, ignore_index=True)
         if parts
         else pd.DataFrame(
-            {"ts": [], "dur": [], "stream": [], "device": [], "launch_rt": [], "row": [], "kind": [], "name": []}
+            {
+                "ts": [],
+                "dur": [],
+                "stream": [],
+                "device": [],
+                "launch_rt": [],
+                "corr": [],
+                "row": [],
+                "kind": [],
+                "name": [],
+            }
         )
     )
     g = g.sort_values("ts", kind="stable").reset_index(drop=True)
@@ -341,15 +489,28 @@ def build(trace: Trace) -> Graph:
     prev_end = np.where(g_prev >= 0, g_end[np.maximum(g_prev, 0)], -np.inf)
     g_lat = np.zeros(n_g)  # the launch latency is part of the slack below
     ready = np.maximum(launch_start, prev_end)
+    rec = _recorded(trace, g, g_ts, g_end, rt_to_h, h_name, h_ts, h_end)
     g_xprev = np.full(n_g, -1, dtype=np.int64)
-    if n_g:
+    if len(rec.g_dst):
+        g_xprev[rec.g_dst] = rec.g_src
+        ready[rec.g_dst] = np.maximum(ready[rec.g_dst], g_end[rec.g_src])
+    if n_g and not rec.waits_complete:
         by_end = np.argsort(g_end, kind="stable")
         j = np.searchsorted(g_end[by_end], g_ts, side="right") - 1
         cand = np.where(j >= 0, by_end[np.maximum(j, 0)], -1)
         c = np.maximum(cand, 0)
-        ok = (cand >= 0) & (skey[c] != skey) & (g_ts - ready >= CROSS_STREAM_MIN_SLACK_US) & (g_end[c] > ready)
+        ok = (
+            (cand >= 0)
+            & (g_xprev < 0)
+            & (skey[c] != skey)
+            & (g_ts - ready >= CROSS_STREAM_MIN_SLACK_US)
+            & (g_end[c] > ready)
+        )
         g_xprev[ok] = cand[ok]
+        inferred_xs = int(np.count_nonzero(ok))
         ready = np.where(ok, np.maximum(ready, g_end[c]), ready)
+    else:
+        inferred_xs = 0
     # what no edge explains: the launch latency when the launch binds, ~0 when the stream does
     g_slack = np.where(np.isfinite(ready), np.maximum(g_ts - ready, 0.0), 0.0)
 
@@ -371,9 +532,20 @@ def build(trace: Trace) -> Graph:
         cand = np.where(j >= 0, by_end[np.maximum(j, 0)], -1)
         c = np.maximum(cand, 0)
         ok = blocking & (cand >= 0) & (g_end[c] >= h_ts) & (g_ts[c] <= h_end)
+        ok[rec.h_node] = False  # a recorded wait replaces the guess
         h_wait[ok] = cand[ok]
         h_resid = np.where(ok, h_end - g_end[c], 0.0)
+        inferred_hw = int(np.count_nonzero(ok))
+        if len(rec.h_node):
+            h_wait[rec.h_node] = rec.h_src
+            # a call that returned after the awaited op ended waited for it: the rest is its residual;
+            # one whose op was already done did not wait (it may once a transformation moves the op later)
+            waited = g_end[rec.h_src] >= h_ts[rec.h_node]
+            h_resid[rec.h_node] = np.where(waited, h_end[rec.h_node] - g_end[rec.h_src], 0.0)
+            ok[rec.h_node] = waited
         h_own = np.where(ok, np.minimum(h_own, np.maximum(h_resid, 0.0)), h_own)
+    else:
+        inferred_hw = 0
 
     markers = m_end = np.zeros(0, dtype=np.int64)
     if len(mk):
@@ -411,5 +583,14 @@ def build(trace: Trace) -> Graph:
         g_device=g["device"].to_numpy(),
         markers=markers,
         m_end=m_end,
+        edges=EdgeCounts(
+            cross_stream_recorded=len(rec.g_dst),
+            cross_stream_inferred=inferred_xs,
+            host_wait_recorded=len(rec.h_node),
+            host_wait_inferred=inferred_hw,
+            cross_thread_inferred=int(np.count_nonzero(h_xprev >= 0)),
+            stream_waits_complete=rec.waits_complete,
+            contradicted=rec.contradicted,
+        ),
         notes=[n for n in notes if n],
     )

@@ -1,0 +1,159 @@
+"""Issue 26 item 1: the replay graph takes the dependencies the trace records (`cuda_sync` records:
+stream waits on events, event/stream/device synchronization) and infers from timing only what is not
+recorded. Each edge kind on a builder where the answer is known by construction, and the cases where
+timing inference takes the wrong edge or none while the record gets it right."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import builders_edges as be
+from builders import GEMM_BF16
+from traceinspect.trace.model import load_trace
+from traceinspect.whatif.engine import identity
+from traceinspect.whatif.graph import build
+from traceinspect.whatif.replay import replay
+
+
+def _graph(b, tmp_path, name="t.json"):
+    return build(load_trace(b.write(tmp_path / name)))
+
+
+def _nodes(g, name):
+    return np.flatnonzero(g.g_name.to_numpy() == name)
+
+
+def test_sync_records_reach_the_table_in_both_readers(tmp_path, monkeypatch):
+    from traceinspect.trace import stream
+
+    path = be.build_wait_beside_a_later_op().write(tmp_path / "t.json")
+    for native in ("0", "1"):
+        if native == "1" and stream._scan is None:
+            continue
+        monkeypatch.setenv("TRACEINSPECT_NATIVE", native)
+        sy = load_trace(path).sync_events
+        w = sy[sy["name"].astype(str) == "Stream Wait Event"]
+        assert len(w) == be.STEPS
+        assert set(w["stream"]) == {8} and set(w["wait_on_stream"]) == {7}
+        assert (w["wait_record_corr"] > 0).all() and (w["wait_record_corr"] < w["correlation"]).all()
+
+
+def test_recorded_stream_wait_beats_the_timing_guess(tmp_path):
+    rec = _graph(be.build_wait_beside_a_later_op(), tmp_path, "rec.json")
+    old = _graph(be.build_wait_beside_a_later_op(records=False), tmp_path, "old.json")
+    d_rec, d_old = _nodes(rec, "elementwise_kernel_d"), _nodes(old, "elementwise_kernel_d")
+    a, y = _nodes(rec, GEMM_BF16), _nodes(old, "elementwise_kernel_y")
+    # the record names A; timing takes Y, the op of another stream that ended last before D started
+    assert (rec.g_xprev[d_rec] == a).all()
+    assert (old.g_xprev[d_old] == y).all()
+    assert rec.edges.cross_stream_recorded == be.STEPS and rec.edges.cross_stream_inferred == 0
+    assert rec.edges.stream_waits_complete
+    assert old.edges.cross_stream_recorded == 0 and old.edges.cross_stream_inferred >= be.STEPS
+    # both replay the measured run exactly
+    for g in (rec, old):
+        r = replay(g)
+        assert np.allclose(r.g_start, g.g_ts, atol=1e-6)
+    # halve A: with the record D follows A (WAIT_LATENCY_US after it); with the guess it stays behind Y
+    for g, d in ((rec, d_rec), (old, d_old)):
+        g.scale_gpu(np.isin(np.arange(len(g.g_ts)), _nodes(g, GEMM_BF16)), 0.5)
+    r_rec, r_old = replay(rec), replay(old)
+    a_end = r_rec.g_end[_nodes(rec, GEMM_BF16)]
+    assert r_rec.g_start[d_rec] == pytest.approx(a_end + be.WAIT_LATENCY_US, abs=1e-6)
+    y_end = r_old.g_end[_nodes(old, "elementwise_kernel_y")]
+    assert (r_old.g_start[d_old] >= y_end - 1e-6).all()
+    assert (r_old.g_start[d_old] - r_rec.g_start[d_rec] >= 0.5 * be.A_US - 1.0).all()
+
+
+def test_recorded_wait_holds_where_the_launch_hid_it(tmp_path):
+    rec = _graph(be.build_wait_hidden_by_the_launch(), tmp_path, "rec.json")
+    old = _graph(be.build_wait_hidden_by_the_launch(records=False), tmp_path, "old.json")
+    d_rec, d_old = _nodes(rec, "elementwise_kernel_d"), _nodes(old, "elementwise_kernel_d")
+    assert (rec.g_xprev[d_rec] == _nodes(rec, GEMM_BF16)).all()
+    assert (old.g_xprev[d_old] == -1).all()  # the launch bound D: timing sees no wait
+    # the host work goes: D is launched at once, but it still cannot start before A ends
+    for g in (rec, old):
+        g.h_gap = np.where(g.h_gap > 1000.0, 0.0, g.h_gap)
+    r_rec, r_old = replay(rec), replay(old)
+    a_end = r_rec.g_end[_nodes(rec, GEMM_BF16)]
+    assert (r_rec.g_start[d_rec] >= a_end - 1e-6).all()
+    assert (r_old.g_start[d_old] < r_old.g_end[_nodes(old, GEMM_BF16)] - 100.0).all()  # the guess lets D run early
+
+
+@pytest.mark.parametrize("kind", ["stream", "event"])
+def test_recorded_host_sync_waits_for_the_named_op(tmp_path, kind):
+    rec = _graph(be.build_sync_beside_a_later_op(kind), tmp_path, "rec.json")
+    old = _graph(be.build_sync_beside_a_later_op(kind, records=False), tmp_path, "old.json")
+    call = "cudaStreamSynchronize" if kind == "stream" else "cudaEventSynchronize"
+    h_rec, h_old = np.flatnonzero(rec.h_name == call), np.flatnonzero(old.h_name == call)
+    assert len(h_rec) == be.STEPS
+    assert (rec.h_wait[h_rec] == _nodes(rec, GEMM_BF16)).all()
+    assert (old.h_wait[h_old] == _nodes(old, "elementwise_kernel_y")).all()
+    assert rec.edges.host_wait_recorded == be.STEPS
+    assert rec.h_resid[h_rec] == pytest.approx(be.RETURN_LATENCY_US)
+    for g in (rec, old):
+        assert np.allclose(replay(g).h_end, g.h_end, atol=1e-6)
+        g.scale_gpu(np.isin(np.arange(len(g.g_ts)), _nodes(g, GEMM_BF16)), 0.5)
+    r_rec = replay(rec)
+    a_end = r_rec.g_end[_nodes(rec, GEMM_BF16)]
+    assert r_rec.h_end[h_rec] == pytest.approx(a_end + be.RETURN_LATENCY_US, abs=1e-6)
+    r_old = replay(old)
+    assert (r_old.h_end[h_old] >= r_old.g_end[_nodes(old, "elementwise_kernel_y")]).all()
+
+
+def test_event_query_records_no_wait(tmp_path):
+    t = be.EdgeTraceBuilder()
+    for _ in range(be.STEPS):
+        with t.step():
+            t.kernel(GEMM_BF16, be.A_US, stream=7)
+            ev = t.record_event(7)
+            t.event_query(ev)  # returns at once: an "Event Sync" record, but no wait
+            t.cpu(2 * be.A_US)
+    g = _graph(t, tmp_path)
+    q = np.flatnonzero(g.h_name == "cudaEventQuery")
+    assert len(q) == be.STEPS and (g.h_wait[q] == -1).all()
+    assert g.edges.host_wait_recorded == 0
+
+
+def test_device_sync_waits_for_the_last_op_enqueued_before_it(tmp_path):
+    t = be.EdgeTraceBuilder()
+    for _ in range(be.STEPS):
+        with t.step():
+            t.kernel(GEMM_BF16, be.A_US, stream=7)
+            t.kernel("elementwise_kernel_y", 2 * be.A_US, stream=9)
+            t.device_synchronize()
+    g = _graph(t, tmp_path)
+    h = np.flatnonzero(g.h_name == "cudaDeviceSynchronize")
+    assert (g.h_wait[h] == _nodes(g, "elementwise_kernel_y")).all()
+    assert g.edges.host_wait_recorded == be.STEPS and g.edges.host_wait_inferred == 0
+
+
+def test_an_unrecorded_wait_call_keeps_the_timing_fallback(tmp_path):
+    t = be.build_wait_beside_a_later_op()
+    # drop one step's Stream Wait Event record: the trace no longer records every wait
+    i = next(k for k, e in enumerate(t.events) if e.get("cat") == "cuda_sync" and e["name"] == "Stream Wait Event")
+    del t.events[i]
+    g = _graph(t, tmp_path)
+    assert not g.edges.stream_waits_complete
+    assert g.edges.cross_stream_recorded == be.STEPS - 1
+    assert g.edges.cross_stream_inferred == 1  # the unrecorded one, by timing (Y)
+
+
+def test_a_record_the_times_contradict_is_dropped(tmp_path):
+    t = be.build_wait_beside_a_later_op()
+    # point the first wait at the record of a later step's event: its op ended after D started
+    waits = [e for e in t.events if e.get("cat") == "cuda_sync" and e["name"] == "Stream Wait Event"]
+    waits[0]["args"]["wait_on_cuda_event_record_corr_id"] = waits[-1]["args"]["wait_on_cuda_event_record_corr_id"]
+    g = _graph(t, tmp_path)
+    assert g.edges.contradicted == 1
+    assert g.edges.cross_stream_recorded == be.STEPS - 1
+
+
+def test_identity_reports_the_edge_shares_with_its_error(tmp_path):
+    tr = load_trace(be.build_wait_beside_a_later_op().write(tmp_path / "t.json"))
+    ident = identity(tr)
+    e = ident["edges"]
+    g = build(tr)
+    assert e["recorded"] == g.edges.recorded and e["inferred"] == g.edges.inferred
+    assert e["recorded_share"] == pytest.approx(g.edges.recorded / (g.edges.recorded + g.edges.inferred))
+    assert ident["median_error_frac"] == pytest.approx(0.0, abs=1e-9)
