@@ -62,8 +62,9 @@ def build_launch_bound_memory(
     batch: int = 1,
     accumulation: int = 16,
     gpu: str = "H100",
+    kernel_us: float = 3.0,
 ) -> MemoryTraceBuilder:
-    """builders_host.build_launch_bound_hf with profile_memory=True: `fixed_bytes` allocated before the
+    """builders_host.build_launch_bound_hf with profile_memory=True (`kernel_us` kernels): `fixed_bytes` allocated before the
     window (weights + grads + states), each step allocates `act_bytes` of activations in `chunks`
     pieces during the forward, and frees them in the backward; a small CPU allocation per step."""
     t = MemoryTraceBuilder(gpu, fixed_bytes=fixed_bytes, reserved_extra=1e9)
@@ -76,10 +77,10 @@ def build_launch_bound_memory(
             for _ in range(chunks):  # forward: activations pile up
                 t.mem(act_bytes / chunks)
                 for _ in range(per):
-                    t.op("aten::add", kernels=[(ELEMENTWISE, 3.0)], cpu_us=20)
+                    t.op("aten::add", kernels=[(ELEMENTWISE, kernel_us)], cpu_us=20)
             for _ in range(chunks):  # backward: they are freed
                 for _ in range(per):
-                    t.op("aten::add", kernels=[(ELEMENTWISE, 3.0)], cpu_us=20)
+                    t.op("aten::add", kernels=[(ELEMENTWISE, kernel_us)], cpu_us=20)
                 t.mem(-act_bytes / chunks)
     return t
 

@@ -273,7 +273,12 @@ def build_padded_host_work(
 
 
 def build_small_batch(
-    batch: int = 1, kernels: int = 400, fixed_us: float = 2.0, per_sample_us: float = 6.0, steps: int = 3
+    batch: int = 1,
+    kernels: int = 400,
+    fixed_us: float = 2.0,
+    per_sample_us: float = 6.0,
+    steps: int = 3,
+    wait_gpu: bool = False,
 ) -> TraceBuilder:
     """A launch-bound loop: `kernels` launches per step, each behind 20 us of host dispatch (+5 us launch),
     each kernel fixed_us + batch x per_sample_us long. batch=1: 8 us kernels every 25 us, the GPU busy
@@ -281,7 +286,7 @@ def build_small_batch(
     per step, 14 us kernels, so per original batch half the step."""
     t = TraceBuilder()
     for _ in range(steps):
-        with t.step():
+        with t.step(wait_gpu=wait_gpu):  # wait_gpu: each step ends with a device sync
             for _ in range(kernels):
                 t.op("aten::add", kernels=[(ELEMENTWISE, fixed_us + batch * per_sample_us)], cpu_us=20)
     return t

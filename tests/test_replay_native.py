@@ -85,7 +85,6 @@ def _random_graph(rng, n_h: int, n_g: int) -> Graph:
     g_ts = np.sort(rng.uniform(0, 1e4, n_g))
     h_end, g_dur = h_ts + rng.exponential(20, n_h), rng.exponential(30, n_g)
     markers = np.sort(rng.choice(n_h, size=min(n_h, 4), replace=False)).astype(np.int64)
-    z = np.zeros(n_g)
     return Graph(
         trace=None,
         h_ts=h_ts,
@@ -107,7 +106,7 @@ def _random_graph(rng, n_h: int, n_g: int) -> Graph:
         g_kind=np.array(["kernel"] * n_g, dtype=object),
         g_row=np.arange(n_g),
         g_launch=edge(n_g, n_h),
-        g_lat=z,
+        g_lat=rng.exponential(1, n_g),
         g_prev=edge(n_g, n_g),
         g_xprev=edge(n_g, n_g),
         g_slack=rng.exponential(2, n_g),
@@ -161,6 +160,7 @@ def _args(n_h=3, n_g=2):
         gi.copy(),
         gf,
         gf.copy(),
+        gf.copy(),  # g_lat
     ]
     outs = [
         np.ones(n_h),
@@ -190,21 +190,22 @@ def test_malformed_arrays_raise_value_error():
         "a short host array": (3, np.zeros(2)),
         "a long GPU array": (13, np.zeros(3)),
         "idxs shorter than kinds": (1, np.array([0, 1, 2, 0], np.int64)),
-        "an output of the wrong length": (16, np.ones(5)),
+        "an output of the wrong length": (17, np.ones(5)),
+        "a short g_lat": (14, np.zeros(1)),
         "4-byte items": (2, np.array([-1, -1, -1], np.int32)),
     }
     for why, (k, bad) in cases.items():
         b = _args()
         b[k] = bad
-        outs = [o.copy() for o in b[14:]]
+        outs = [o.copy() for o in b[15:]]
         with pytest.raises(ValueError, match="replay"):
             _scan.replay(*b)
-        assert all(np.array_equal(o, p) for o, p in zip(b[14:], outs)), why  # nothing written
+        assert all(np.array_equal(o, p) for o, p in zip(b[15:], outs)), why  # nothing written
     with pytest.raises(TypeError):
         _scan.replay(*a[:-1])
     with pytest.raises(TypeError):  # a read-only output
         b = _args()
-        b[14] = bytes(24)
+        b[15] = bytes(24)
         _scan.replay(*b)
 
 

@@ -139,7 +139,8 @@ def _gpu_work_kept(tr, fixes) -> float:
     the eager attention blocks (eager-attention: replaced by a fused kernel), the token-proportional
     kernels (padding-waste: scaled by a share only the finding knows), the kernels launched inside
     optimizer steps (unfused-optimizer: merged into a few); launch-bound's larger batch may take up to
-    its fixed part (kernel_fixed_us) off each kernel, so each kernel counts only what is above it."""
+    its fixed part (kernel_fixed_us, at most half the kernel) off each kernel, so each kernel counts only
+    what is above it."""
     from traceinspect.facts import kernels as K
     from traceinspect.detectors.base import in_steps
     from traceinspect.detectors.eager_attention import eager_blocks
@@ -166,7 +167,8 @@ def _gpu_work_kept(tr, fixes) -> float:
             if is_kernel and len(t):
                 t = t[~t.index.isin(list(drop))]
                 if "launch-bound" in fixes:
-                    t = t.assign(dur_us=np.maximum(t["dur_us"] - LaunchBound.kernel_fixed_us, 0.0))
+                    d = t["dur_us"].to_numpy()
+                    t = t.assign(dur_us=d - np.minimum(d / 2, LaunchBound.kernel_fixed_us))
             parts.append(t[["ts_us", "dur_us", "stream"]])
     if not parts:
         return 0.0

@@ -45,6 +45,7 @@ from .report import (
     typed,
 )
 from .timeline_sample import representative_step
+from .whatif import batch as whatif_batch
 from .whatif import engine as whatif
 from .trace.model import Trace, default_rank_warning, load_trace
 from .trace import intervals as iv
@@ -101,11 +102,25 @@ def rank(findings: list[Finding]) -> list[Finding]:
     return active + latent
 
 
+def _memory(trace: Trace, findings: list[Finding]) -> dict:
+    """The memory section, with the batch growth the launch-bound fix recommends (one sizing, one number)."""
+    if any(f.name == "launch-bound" for f in findings):
+        plan = whatif_batch.batch_plan(trace)
+        if plan.fit is not None:
+            return memory_section(trace, plan.fit, "launch-bound (replay of the larger-batch fix)")
+    return memory_section(trace)
+
+
+def detector_context(trace: Trace) -> Context:
+    """The facts detectors share, with the run's batch plan (sized by the replay, whatif/batch.py)."""
+    return Context.of(trace, batch_plan=lambda: whatif_batch.batch_plan(trace))
+
+
 def run_detectors(
     trace: Trace, detectors: Sequence[type[Detector]] | None = None, *, strict: bool = False, config=None
 ):
     """`config` (traceinspect.config.Config): which detectors run, and their thresholds."""
-    ctx = Context.of(trace)
+    ctx = detector_context(trace)
     if detectors is None:
         detectors = config.detectors() if config is not None else registry.ALL
     findings: list[Finding] = []
@@ -194,7 +209,7 @@ def analyze(
         efficiency=typed(
             Efficiency, efficiency_section(trace) if trace.has_gpu and trace.window_us >= MIN_WINDOW_US else {}
         ),
-        memory=typed(Memory, memory_section(trace)),
+        memory=typed(Memory, _memory(trace, findings)),
         settings=typed(dict[str, Setting], config.non_default() if config is not None else {}),
         trace_quality=typed(
             TraceQuality,

@@ -339,7 +339,14 @@ def whatif(path: str | Path, fixes: str | tuple[str, ...] | list[str], *, steps:
     bad = [n for n in names if not valid_fix(n)]
     if bad or not names:
         raise UsageError(
-            f": no replay transformation for {', '.join(bad) or 'an empty list'}; known: {', '.join(sorted(known))}",
+            f": no replay transformation for {', '.join(bad) or 'an empty list'}; known: {', '.join(sorted(known))}"
+            + "".join(
+                f"; {n} variants: "
+                + ", ".join(f"{n}:{v}" for v in known[n].variants)
+                + (f", {n}:batch=N (2 <= N <= 4096)" if "batch" in known[n].variants else "")
+                for n in sorted(known)
+                if getattr(known[n], "variants", ())
+            ),
             param="fixes",
             value=fixes,
         )

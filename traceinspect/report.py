@@ -403,6 +403,9 @@ class BatchFit(Section, frozen=True):
     assumed: Union[list[str], _U] = UNSET
     batch_name: Union[str, _U] = UNSET
     accumulation_name: Union[str, _U] = UNSET
+    # who recommends `factor`: the launch-bound fix's replay sweep (whatif/batch.py), or None: no cause
+    # asks for a larger batch, so `factor` is 1 and only max_factor is a figure
+    recommended_by: Union[str, None, _U] = UNSET
 
 
 class Memory(Section, frozen=True):

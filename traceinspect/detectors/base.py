@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from dataclasses import dataclass
-from typing import ClassVar, Iterable, Iterator
+from typing import Any, Callable, ClassVar, Iterable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -43,10 +43,17 @@ class Context:
     framework: str  # "hf_trainer" | "trl" | "lightning" | "accelerate" | "plain" | "unknown"
     n_steps: int
     window_us: float  # sum of analysed step durations
+    # the run's batch plan (whatif/batch.py, a layer above): given by analyze, called only when needed
+    batch_plan: Callable[[], Any] | None = None
 
     @staticmethod
-    def of(trace: Trace) -> "Context":
-        return Context(framework=detect_framework(trace), n_steps=len(trace.steps), window_us=trace.window_us)
+    def of(trace: Trace, batch_plan: Callable[[], Any] | None = None) -> "Context":
+        return Context(
+            framework=detect_framework(trace),
+            n_steps=len(trace.steps),
+            window_us=trace.window_us,
+            batch_plan=batch_plan,
+        )
 
 
 @dataclass(frozen=True)

@@ -355,6 +355,7 @@ class CpuOffload(Detector):
         if proxy.any():
             graph.g_dur = np.where(proxy, opt_us, graph.g_dur)
             graph.g_slack = np.where(proxy, 0.0, graph.g_slack)
+            graph.g_lat = np.where(proxy, 0.0, graph.g_lat)
         text = f"{n_copies} offload cop{'y' if n_copies == 1 else 'ies'} go (state on the GPU)"
         if len(opt):
             if opt_us is None:

@@ -10,7 +10,7 @@ import numpy as np
 from ..facts import claims
 from ..facts.device import primary_kernels
 from ..facts.host import LAUNCH_CALLS, launch_rows as _launch_rows  # noqa: F401  (LAUNCH_CALLS: kept importable)
-from ..facts.memory_fit import batch_fit_for, gb
+from ..facts.memory_fit import gb
 from ..facts.profiler_overhead import profiler_overhead
 from ..facts.steps import idle_in_steps
 from ..findings import Evidence
@@ -32,6 +32,32 @@ from .base import (
 GRAPH_CALLS = {"cudaGraphLaunch", "hipGraphLaunch"}
 _TRAINING = re.compile(r"^Optimizer\.step#|^autograd::engine::evaluate_function")
 SHORT_KERNEL_US = 10.0
+
+
+MAX_BATCH_FACTOR = 4096  # the largest factor `launch-bound:batch=N` accepts (a bound on input, not advice)
+
+
+def batch_variant_factor(variant: str) -> int | None:
+    """N of a "batch=N" variant (2 <= N <= MAX_BATCH_FACTOR), else None."""
+    base, eq, n = variant.partition("=")
+    if base != "batch" or not eq or not n.isdigit() or len(n) > 6:
+        return None
+    k = int(n)
+    return k if 2 <= k <= MAX_BATCH_FACTOR else None
+
+
+def plan_evidence(plan, window: str) -> list:
+    """The batch sweep as evidence: the replayed time per original batch at each factor tried."""
+    out = [
+        Evidence(
+            label="replayed step per original batch at " + ", ".join(f"{k}x" for k, _ in plan.sweep) + " the batch",
+            value=", ".join(f"{us / 1e3:.3g}" for _, us in plan.sweep),
+            unit="ms",
+            window=window,
+        )
+    ]
+    out.append(Evidence(label=f"batch factor recommended ({plan.why})", value=plan.factor, unit="x", window=window))
+    return out
 
 
 def _int(v) -> int | None:
@@ -125,10 +151,14 @@ class LaunchBound(Detector):
         shrinks by less than the idle time when the GPU becomes the bottleneck.
 
     How to fix
-        The factor (2x, 4x or 8x by how idle the GPU is) is capped by the memory model when the trace
-        has memory figures ([memory] events or the capture helpers' peaks): the largest micro-batch
-        whose predicted peak stays under 90% of device memory, with the matching accumulation
-        (docs/memory.md). When not even 2x fits, the fix is CUDA graphs alone.
+        The factor is sized by the replay (whatif/batch.py, docs/whatif.md "Batch size"): the
+        larger-batch transformation below is replayed at 2x, 4x, 8x, ... and the fix names the smallest
+        factor past which doubling cuts the time per sample by less than 5%, capped by the memory model
+        when the trace has memory figures ([memory] events or the capture helpers' peaks): the largest
+        micro-batch whose predicted peak stays under 90% of device memory, with the matching
+        accumulation (docs/memory.md). The sweep is in the evidence. When not even 2x fits, or doubling
+        gains under 5%, the fix is CUDA graphs alone. Without memory figures the size is not checked
+        against device memory, and the fix says so. `whatif --fix launch-bound:batch=N` replays any factor.
 
         HF Trainer / TRL (`TrainingArguments` / `SFTConfig`), same effective batch:
 
@@ -182,24 +212,26 @@ class LaunchBound(Detector):
     kernel_fixed_us: float = option(
         2.0,
         "what-if (larger batch): the part of a kernel's duration that does not grow "
-        "with the batch (launch, one wave, completion)",
+        "with the batch (grid dispatch, completion), at most half the kernel",
     )
 
     variants = ("cuda-graphs", "batch")
 
     @staticmethod
-    def batch_factor(trace, busy: float):
-        """The batch growth the fix recommends: 8x, 4x or 2x by how idle the GPU is, capped by the memory
-        model (memory_fit.batch_fit_for) when the trace has memory figures; and that BatchFit (or None)."""
-        factor = 8 if busy <= 0.125 else 4 if busy <= 0.25 else 2
-        fit = batch_fit_for(trace, factor)  # the same sizing the report's memory section and a what-if use
-        return (fit.factor if fit is not None else factor), fit
+    def batch_factor(ctx):
+        """The batch growth the fix recommends and its memory fit (or None): the run's batch plan
+        (whatif/batch.py: the smallest factor past which the replayed time per sample improves by less
+        than 5%, capped by the memory model), the one number the fix, the what-if and the memory
+        section show. Without a plan (a context built outside analyze) no growth is recommended."""
+        plan = ctx.batch_plan() if ctx.batch_plan is not None else None
+        return (plan.factor, plan.fit, plan) if plan is not None else (1, None, None)
 
     @staticmethod
     def recommended_variant(finding) -> str:
         """The what-if variant the finding's own fix text leads with: a larger batch, unless the memory
         model says the batch cannot grow (then CUDA graphs alone; the fix may open with a re-capture)."""
-        if finding is None or "the batch cannot grow" in str(finding.fix).lower():
+        fix = str(finding.fix).lower() if finding is not None else ""
+        if finding is None or "the batch cannot grow" in fix or fix.startswith("no larger batch"):
             return "cuda-graphs"
         return "batch"
 
@@ -211,20 +243,24 @@ class LaunchBound(Detector):
         `graph_kernel_us` of host time (a graph replays its kernels from one launch).
 
         Larger batch, per equivalent original batch: with the batch k times larger (k the factor the fix
-        recommends, capped by the memory model), a step launches the same kernels, each lasting
-        `kernel_fixed_us` + k x the rest of its measured duration, behind the same host work. Per
-        original batch that is the measured step graph with every host time in the steps (gaps, call
-        costs, wait residuals) and every launch latency divided by k and each kernel lasting
-        `kernel_fixed_us` / k + the rest (the replay is max-plus, so dividing every duration of the
-        k-batch step by k divides its step time by k). Copies and communication kernels are kept whole
-        (their bytes grow with the batch, or they wait on other ranks), as are optimizer kernels' time
-        above the fixed part (once per step, so this errs slow). The fixed part, 2 us, is an assumption
-        from how a kernel runs: the block scheduler dispatching the grid, one wave's memory latency and
-        the completion signal take 1-3 us even for a kernel with almost no work (the shortest kernels of
-        CUPTI/roctracer traces). The host work between launches is taken as per launch (dispatch), so
-        per-sample host work (data loading, collation) is wrongly divided by k too."""
-        if variant == "batch":
-            return self._whatif_batch(graph, finding)
+        recommends, or N of `launch-bound:batch=N`), a step launches the same kernels behind the same
+        host work, and each kernel of measured duration d lasts f + (d - f) x k: f = min(`kernel_fixed_us`,
+        d / 2) is the part that does not grow (grid dispatch, completion: 1-3 us even for a kernel with
+        almost no work, the shortest kernels of CUPTI/roctracer traces; at most half a kernel, so that
+        no kernel is all fixed cost and no trace of short kernels gains without bound), the rest is work
+        that grows with the batch. A kernel whose grid underfills the GPU (fewer blocks than SMs) may run
+        a larger batch in less than k times its work; the model does not take that gain (errs slow),
+        since a grid need not grow with the batch (single-block reductions, scalar ops) and the trace
+        cannot tell which do. Per original batch that is the measured step graph with every host time
+        in the steps (gaps, call costs, wait residuals) and every launch latency and slack divided by k
+        and each kernel lasting f / k + (d - f) (the replay is max-plus, so dividing every duration of
+        the k-batch step by k divides its step time by k). Copies and communication kernels are kept
+        whole (their bytes grow with the batch, or they wait on other ranks), as are optimizer kernels'
+        time above the fixed part (once per step, so this errs slow). The host work between launches is
+        taken as per launch (dispatch), so per-sample host work (data loading, collation) is wrongly
+        divided by k too."""
+        if variant.startswith("batch"):  # "batch=N" (engine.predict sizes a plain "batch" by the run's plan)
+            return self._whatif_batch(graph, finding, batch_variant_factor(variant) or 1)
         us = graph.remove_claimed_host_time(finding, "idle_launch")
         lh = np.unique(graph.g_launch[(graph.g_launch >= 0) & graph.gpu_in_steps()])
         graph.h_own[lh] = np.minimum(graph.h_own[lh], self.graph_kernel_us)
@@ -233,24 +269,28 @@ class LaunchBound(Detector):
             f"{self.graph_kernel_us:g} us each"
         )
 
-    def _whatif_batch(self, graph, finding) -> str:
+    def _whatif_batch(self, graph, finding, k: int) -> str:
         if finding is None:
             return "larger batch: launch-bound did not fire, nothing to change"
-        tr = graph.trace
-        _, _, busy, _ = self.claim(tr)
-        k, _ = self.batch_factor(tr, busy)
         if k < 2:
-            return "larger batch: the memory model leaves no room to grow the batch, nothing to change"
+            return "larger batch: no batch growth (the memory model or the replay leaves none), nothing to change"
+        n = self.scale_batch(graph, k)
+        return (
+            f"larger batch ({k}x, per original batch): {n} kernels keep their time less f x (1 - 1/{k}), "
+            f"f = min({self.kernel_fixed_us:g} us, half the kernel); host time and launch latency in the steps / {k}"
+        )
+
+    def scale_batch(self, graph, k: float) -> int:
+        """The larger-batch transformation at factor k (see whatif); returns the kernels it rescaled."""
         gs = graph.gpu_in_steps()
         ker = gs & (graph.g_kind == "kernel") & ~np.asarray(is_comm_kernel(graph.g_name.astype(str)), dtype=bool)
-        fixed = np.minimum(graph.g_dur, self.kernel_fixed_us)
-        graph.g_dur = np.where(ker, fixed / k + (graph.g_dur - fixed), graph.g_dur)
+        d = graph.g_dur
+        fixed = np.minimum(d / 2.0, self.kernel_fixed_us)
+        graph.g_dur = np.where(ker, fixed / k + (d - fixed), d)
         graph.g_slack = np.where(gs, graph.g_slack / k, graph.g_slack)
+        graph.g_lat = np.where(gs, graph.g_lat / k, graph.g_lat)
         graph.scale_host(graph.host_in_steps(), 1.0 / k)
-        return (
-            f"larger batch ({k}x, per original batch): {int(ker.sum())} kernels keep their time less "
-            f"{self.kernel_fixed_us:g} us x (1 - 1/{k}); host time and launch latency in the steps / {k}"
-        )
+        return int(ker.sum())
 
     def detect(self, trace, ctx):
         if not trace.has_gpu:
@@ -332,7 +372,9 @@ class LaunchBound(Detector):
             f"Launch-bound: the GPU idles {fmt_us(lost / n)} per step ({pct(frac)}) between "
             f"{len(k) / n:.0f} short kernels per step (median {med:.1f} us)"
         )
-        factor, fit = self.batch_factor(trace, busy)
+        factor, fit, plan = self.batch_factor(ctx)
+        if plan is not None:
+            ev += plan_evidence(plan, w)
         if fit is not None:
             ev.append(
                 Evidence(
@@ -391,7 +433,10 @@ class LaunchBound(Detector):
             if has_graphs
             else 'capture the step with CUDA graphs (torch.compile(model, mode="reduce-overhead"))'
         )
-        mem = ""
+        mem = (
+            " (not checked against device memory: the trace has no memory figures; capture with "
+            "profile_memory=True to size it)"
+        )
         if fit is not None:
             mem = (
                 f" (memory: predicted peak {gb(fit.predicted_peak_bytes)} of {gb(fit.capacity_bytes)}, under the "
@@ -404,6 +449,11 @@ class LaunchBound(Detector):
                     f"{gb(fit.capacity_bytes)} (over the {fit.margin_frac:.0%} margin at 2x); instead {graphs}"
                     + (" and use a fused optimizer." if training else ".")
                 )
+        if factor < 2:
+            return (
+                f"No larger batch: doubling it gains under 5% per sample in the replay (see the evidence); "
+                f"instead {graphs}" + (" and use a fused optimizer." if training else ".")
+            )
         if not training:
             return (
                 f"Batch more samples per forward (about {factor}x){mem} and {graphs}: each launch then carries "

@@ -167,10 +167,11 @@ def batch_fit_for(trace, want_factor: int) -> BatchFit | None:
     )
 
 
-def memory_section(trace) -> dict:
+def memory_section(trace, recommended: BatchFit | None = None, recommended_by: str | None = None) -> dict:
     """The report's `memory` field: per device the capacity, peaks, headroom and per-step rows; or
     the reason there is no figure and the capture option that adds it; and the largest batch growth
-    that fits (factor up to 8, the most any fix here asks for)."""
+    that fits, with the growth a fix recommends (`recommended`, sized by `recommended_by`: the same
+    BatchFit the fix shows) or none."""
     prof = memory_profile(trace)
     if not prof.source and not trace.has_gpu and not prof.captured:
         return {}
@@ -202,9 +203,10 @@ def memory_section(trace) -> dict:
             }
         )
     out["devices"] = devices
-    fit = batch_fit_for(trace, 8)
+    fit = recommended if recommended is not None else batch_fit_for(trace, 1)
     if fit is not None:
         out["batch_fit"] = fit.to_dict()
+        out["batch_fit"]["recommended_by"] = recommended_by if recommended is not None else None
         hf = detect_framework(trace) in ("hf_trainer", "trl")
         out["batch_fit"]["batch_name"] = "per_device_train_batch_size" if hf else "micro-batch"
         out["batch_fit"]["accumulation_name"] = "gradient_accumulation_steps" if hf else "gradient accumulation"

@@ -294,11 +294,17 @@ def memory_rows(mem: Memory) -> list[tuple[str, str]]:
         ga, nga = known(fit.current_accumulation), known(fit.accumulation)
         if ga is not None and nga is not None:
             grow += f", {a_name} {ga} -> {nga}"
+        by = known(fit.recommended_by)
         rows.append(
             (
                 "largest batch growth under " + (pct(margin) if margin is not None else "the margin") + " of capacity",
                 (f"{mf:.1f}x" if mf is not None else "unknown")
-                + f"; recommended (up to 8x): {grow}, predicted peak {_gb(fit.predicted_peak_bytes)}",
+                + (
+                    f" (linear activation model); recommended by {by}: {grow}, predicted peak "
+                    f"{_gb(fit.predicted_peak_bytes)}"
+                    if by
+                    else " (linear activation model); no finding asks for a larger batch"
+                ),
             )
         )
         for vals, label in ((known(fit.measured), "measured"), (known(fit.assumed), "assumed")):

@@ -924,7 +924,7 @@ done:
 /* --- replay: the what-if replay loop (traceinspect/whatif/replay.py holds the Python twin and the model) ---
  *
  * replay(kinds, idxs, h_prev, h_gap, h_xprev, h_xgap, h_own, h_wait, h_resid,
- *        g_launch, g_prev, g_xprev, g_slack, g_dur, hs, he, gs, ge, hb, heb, gb) -> None
+ *        g_launch, g_prev, g_xprev, g_slack, g_dur, g_lat, hs, he, gs, ge, hb, heb, gb) -> None
  *
  * Every argument is a C-contiguous buffer: kinds int8 (0 wait end, 1 host start, 2 GPU op), the edge
  * arrays and idxs int64 (-1 or any negative: none), the rest float64, the bind codes int64. hs/he/gs/ge
@@ -942,21 +942,21 @@ static int idx_ok(const int64_t *a, Py_ssize_t n, Py_ssize_t bound) {
 
 static PyObject *replay(PyObject *self, PyObject *args) {
     (void)self;
-    enum { N_IN = 14, N_OUT = 7 };
+    enum { N_IN = 15, N_OUT = 7 };
     Py_buffer b[N_IN + N_OUT];
     memset(b, 0, sizeof b);
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*y*y*y*y*y*y*w*w*w*w*w*w*w*:replay",
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*y*y*y*y*y*y*y*w*w*w*w*w*w*w*:replay",
                           &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6], &b[7], &b[8], &b[9], &b[10], &b[11],
-                          &b[12], &b[13], &b[14], &b[15], &b[16], &b[17], &b[18], &b[19], &b[20]))
+                          &b[12], &b[13], &b[14], &b[15], &b[16], &b[17], &b[18], &b[19], &b[20], &b[21]))
         return NULL;   /* PyArg_ParseTuple releases what it took when it fails */
     PyObject *result = NULL;
     const char *bad = NULL;
     for (int k = 1; k < N_IN + N_OUT && !bad; k++)
         if (b[k].len % 8 || ((uintptr_t)b[k].buf) % 8) bad = "every array but kinds must hold aligned 8-byte items";
-    Py_ssize_t m = b[0].len, n_h = b[14].len / 8, n_g = b[16].len / 8;
+    Py_ssize_t m = b[0].len, n_h = b[15].len / 8, n_g = b[17].len / 8;
     if (!bad && b[1].len / 8 != m) bad = "kinds and idxs differ in length";
     /* h_prev h_gap h_xprev h_xgap h_own h_wait h_resid, hs he hb heb: n_h; g_*, gs ge gb: n_g */
-    static const int H_ARGS[] = {2, 3, 4, 5, 6, 7, 8, 14, 15, 18, 19}, G_ARGS[] = {9, 10, 11, 12, 13, 16, 17, 20};
+    static const int H_ARGS[] = {2, 3, 4, 5, 6, 7, 8, 15, 16, 19, 20}, G_ARGS[] = {9, 10, 11, 12, 13, 14, 17, 18, 21};
     for (size_t k = 0; !bad && k < sizeof H_ARGS / sizeof *H_ARGS; k++)
         if (b[H_ARGS[k]].len / 8 != n_h) bad = "host arrays differ in length";
     for (size_t k = 0; !bad && k < sizeof G_ARGS / sizeof *G_ARGS; k++)
@@ -975,9 +975,10 @@ static PyObject *replay(PyObject *self, PyObject *args) {
         const int64_t *g_l = (const int64_t *)b[9].buf, *g_p = (const int64_t *)b[10].buf;
         const int64_t *g_x = (const int64_t *)b[11].buf;
         const double *g_sl = (const double *)b[12].buf, *g_d = (const double *)b[13].buf;
-        double *hs = (double *)b[14].buf, *he = (double *)b[15].buf, *gs = (double *)b[16].buf;
-        double *ge = (double *)b[17].buf;
-        int64_t *hb = (int64_t *)b[18].buf, *heb = (int64_t *)b[19].buf, *gb = (int64_t *)b[20].buf;
+        const double *g_lat = (const double *)b[14].buf;
+        double *hs = (double *)b[15].buf, *he = (double *)b[16].buf, *gs = (double *)b[17].buf;
+        double *ge = (double *)b[18].buf;
+        int64_t *hb = (int64_t *)b[19].buf, *heb = (int64_t *)b[20].buf, *gb = (int64_t *)b[21].buf;
         int ok = 1;
         Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t j = 0; ok && j < m; j++) {
@@ -1006,7 +1007,7 @@ static PyObject *replay(PyObject *self, PyObject *args) {
                 double t = gs[i];
                 int64_t bd = RB_FIXED, lch = g_l[i], p = g_p[i], x = g_x[i];
                 int anchored = 0;
-                if (lch >= 0) { t = hs[lch]; bd = RB_LAUNCH; anchored = 1; }
+                if (lch >= 0) { t = hs[lch] + g_lat[i]; bd = RB_LAUNCH; anchored = 1; }
                 if (p >= 0 && (!anchored || ge[p] > t)) { t = ge[p]; bd = RB_STREAM; anchored = 1; }
                 if (x >= 0 && (!anchored || ge[x] > t)) { t = ge[x]; bd = RB_XSTREAM; }
                 t += g_sl[i];
@@ -1038,7 +1039,7 @@ done:
 static PyMethodDef METHODS[] = {
     {"replay", replay, METH_VARARGS,
      "replay(kinds, idxs, h_prev, h_gap, h_xprev, h_xgap, h_own, h_wait, h_resid, g_launch, g_prev, g_xprev, "
-     "g_slack, g_dur, hs, he, gs, ge, hb, heb, gb) -> None: the what-if replay loop, in place (see above)."},
+     "g_slack, g_dur, g_lat, hs, he, gs, ge, hb, heb, gb) -> None: the what-if replay loop, in place (see above)."},
     {"scan", scan, METH_O,
      "scan(buffer) -> (n_events, end_offset, columns, strings, raws, deferred) or None when the buffer "
      "needs the pure-Python decoder."},

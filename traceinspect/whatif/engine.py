@@ -106,7 +106,14 @@ def valid_fix(name: str) -> bool:
     """NAME or NAME:VARIANT of a detector with a transformation (and that variant, e.g. launch-bound:batch)."""
     base, _, variant = name.partition(":")
     cls = transforms().get(base)
-    return cls is not None and (not variant or variant in getattr(cls, "variants", ()))
+    if cls is None:
+        return False
+    variants = getattr(cls, "variants", ())
+    if variant.startswith("batch=") and "batch" in variants:
+        from ..detectors.launch_bound import batch_variant_factor
+
+        return batch_variant_factor(variant) is not None
+    return not variant or variant in variants
 
 
 def predict(
@@ -130,6 +137,10 @@ def predict(
         finding = by_name.get(key)
         if not variant and recommended and hasattr(cls, "recommended_variant"):
             variant = cls.recommended_variant(finding)
+        if variant == "batch":  # the batch-size fix at the run's one recommended factor (whatif/batch.py)
+            from .batch import batch_plan
+
+            variant = f"batch={batch_plan(trace).factor}"
         models[name] = cls().whatif(g, finding, variant) if variant else cls().whatif(g, finding)
     same = g is base or _same_replay_inputs(g, base)  # fixes that change nothing replay as the identity
     r = trace.memo("whatif identity replay", lambda: replay(base)) if same else replay(g)
@@ -166,6 +177,7 @@ _REPLAY_INPUTS = (
     "g_prev",
     "g_xprev",
     "g_slack",
+    "g_lat",
     "g_dur",
     "markers",
     "m_end",
@@ -303,3 +315,11 @@ def summary(trace: Trace, findings: list[Finding], fixes: tuple[str, ...]) -> di
         "speed_of_light": speed_of_light(trace),
         "notes": p.notes,
     }
+
+
+def replay_steps(g: Graph) -> np.ndarray:
+    """Per analysed step: the replay of a (transformed) graph held at the GPU work it keeps, as predict()
+    gives it (no critical path, no provenance)."""
+    r = replay(g)
+    starts = r.h_start[g.markers] if len(g.markers) else np.zeros(0)
+    return np.maximum(r.step_us, _floor(g, r, starts))

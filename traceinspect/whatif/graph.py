@@ -37,7 +37,8 @@ class Graph:
 
     Replayed: host start = max(thread predecessor end + gap, cross-thread predecessor end + xgap);
     host end = start + own, or for a wait max(start + own, awaited op end + residual);
-    GPU start = max(launch start + latency, stream predecessor end, cross-stream predecessor end) + 0.
+    GPU start = max(launch start + latency, stream predecessor end, cross-stream predecessor end) + slack
+    (latency where the launch bound the measured start, slack where a stream did: what no edge explains).
     """
 
     trace: Trace
@@ -487,7 +488,6 @@ def build(trace: Trace) -> Graph:
     g_prev = _prev_in_group(skey, so)
     launch_start = np.where(g_launch >= 0, h_ts[np.maximum(g_launch, 0)] if n_h else 0.0, -np.inf)
     prev_end = np.where(g_prev >= 0, g_end[np.maximum(g_prev, 0)], -np.inf)
-    g_lat = np.zeros(n_g)  # the launch latency is part of the slack below
     ready = np.maximum(launch_start, prev_end)
     rec = _recorded(trace, g, g_ts, g_end, rt_to_h, h_name, h_ts, h_end)
     g_xprev = np.full(n_g, -1, dtype=np.int64)
@@ -513,6 +513,11 @@ def build(trace: Trace) -> Graph:
         inferred_xs = 0
     # what no edge explains: the launch latency when the launch binds, ~0 when the stream does
     g_slack = np.where(np.isfinite(ready), np.maximum(g_ts - ready, 0.0), 0.0)
+    # where the launch bound the start, that time is launch latency: it belongs to the launch edge, so an
+    # op whose stream binds after a fix does not wait for it again (the queue runs ahead of the GPU)
+    launch_binds = (g_launch >= 0) & (launch_start >= ready)
+    g_lat = np.where(launch_binds, g_slack, 0.0)
+    g_slack = np.where(launch_binds, 0.0, g_slack)
 
     # --- host waits: a blocking call waits for the GPU op that ended last before it returned
     h_wait = np.full(n_h, -1, dtype=np.int64)

@@ -111,6 +111,7 @@ def replay(g: Graph) -> Replay:
             i8(g.g_xprev),
             f8(g.g_slack),
             f8(g.g_dur),
+            f8(g.g_lat),
             h_start,
             h_end,
             g_start,
@@ -141,6 +142,7 @@ def _replay_py(g: Graph, kinds: np.ndarray, idxs: np.ndarray) -> tuple:
         g.g_slack.tolist(),
         g.g_dur.tolist(),
     )
+    g_lat = g.g_lat.tolist()
     hb, heb, gb = [FIXED] * n_h, [OWN] * n_h, [FIXED] * n_g
     for k, i in zip(kinds.tolist(), idxs.tolist()):
         if k == 1:
@@ -159,7 +161,7 @@ def _replay_py(g: Graph, kinds: np.ndarray, idxs: np.ndarray) -> tuple:
             lch, p, x = g_l[i], g_p[i], g_x[i]
             anchored = False
             if lch >= 0:
-                t, b, anchored = hs[lch], LAUNCH, True
+                t, b, anchored = hs[lch] + g_lat[i], LAUNCH, True
             if p >= 0 and (not anchored or ge[p] > t):
                 t, b, anchored = ge[p], STREAM, True
             if x >= 0 and (not anchored or ge[x] > t):
