@@ -321,3 +321,21 @@ def build_optimizer(fused: bool = False, params: int = 200, steps: int = STEPS) 
                     t.op("aten::add_", kernels=[(ADD_KERNEL, OPT_KERNEL_US)], cpu_us=OPT_CPU_US)
                     t.op("aten::addcdiv_", kernels=[(ADDCDIV_KERNEL, OPT_KERNEL_US)], cpu_us=OPT_CPU_US)
     return t
+
+
+def build_uneven_host(loads=(13800.0, 5800.0), kernel_us: float = 1000.0, backlog_us: float = 0.0, steps: int = 6):
+    """No sync: the DataLoader holds the host loads[j % 2] per step (steps alternate 14 and 6 ms), then ten
+    kernel_us kernels (10 ms of GPU work per step), then, where backlog_us > 0, two backlog_us kernels
+    whose launches were not recorded. The GPU trails the host in the short steps and catches up in the
+    long ones, so the measured median step (10 ms) is the GPU work, not the per-step max(host, GPU)."""
+    from builders_quality import QualityBuilder
+
+    t = QualityBuilder()
+    for j in range(steps):
+        with t.step():
+            t.dataloader(loads[j % len(loads)])
+            for _ in range(10):
+                t.op("aten::mm", kernels=[(GEMM_BF16, kernel_us)], cpu_us=10)
+            for _ in range(2 if backlog_us > 0 else 0):
+                t.unlaunched_kernel(GEMM_BF16, backlog_us)
+    return t

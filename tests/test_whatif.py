@@ -8,7 +8,13 @@ import pandas as pd
 import pytest
 
 from builders import build_dataloader_stall, build_healthy
-from builders_whatif import build_host_bound_fp32, build_item_syncs, build_stall_and_host_bound, build_stream_wait
+from builders_whatif import (
+    build_host_bound_fp32,
+    build_item_syncs,
+    build_stall_and_host_bound,
+    build_stream_wait,
+    build_uneven_host,
+)
 from traceinspect.analyze import analyze
 from traceinspect.detectors.base import projected_step
 from traceinspect.trace.model import load_trace
@@ -88,6 +94,29 @@ def test_removing_syncs_matches_the_run_without_them(tmp_path):
     truth = _median(after)
     # the .item() copies stay (2 us each on the stream), the host no longer waits for them
     assert abs(pred - truth) / truth < 0.03
+
+
+@pytest.mark.parametrize("backlog_us", [0.0, 500.0])
+def test_the_gpu_floor_is_cumulative(tmp_path, backlog_us):
+    """Host steps alternate 14 and 6 ms over 10 ms of GPU work (plus 2 x backlog_us without launch
+    records): the GPU trails the host in the short steps and catches up in the long ones. A per-step
+    max(host, GPU) floor predicts the unmodified run at a median of 12 ms against the 10 ms measured; the
+    cumulative hold gives the measured steps back, and the DataLoader fix (the host's 14/6 ms goes) is held
+    at the GPU work, the unlaunched kernels included."""
+    tr = _load(build_uneven_host(backlog_us=backlog_us), tmp_path)
+    rep = analyze(tr)
+    meas = tr.steps["dur_us"].to_numpy(float)
+    ident = E.predict(tr, rep.findings, ())
+    np.testing.assert_allclose(ident.step_us, meas, rtol=1e-3)
+    assert "run ahead" not in " ".join(ident.notes)
+    fixed = E.predict(tr, rep.findings, ("dataloader-stall",))
+    gpu = 10 * 1000.0 + 2 * backlog_us
+    np.testing.assert_allclose(fixed.work_us, gpu, rtol=1e-3)
+    assert fixed.median_us == pytest.approx(gpu, rel=0.01)
+    assert max(fixed.replay_us) < 0.1 * gpu  # the host alone would run far ahead
+    assert any("run ahead" in n for n in fixed.notes)
+    # cumulatively the GPU never finishes sooner than its work, less the lag the measured window shows
+    assert fixed.step_us.sum() >= fixed.work_us.sum() - E.gpu_lag(tr) - 1e-6
 
 
 def test_speed_of_light_from_the_builder_shapes(tmp_path):

@@ -520,7 +520,8 @@ class WhatIfStep(Section, frozen=True):
     step: Union[int, _U] = UNSET
     measured_us: Union[Num, _U] = UNSET
     predicted_us: Union[Num, _U] = UNSET
-    gpu_floor_us: Union[Num, _U] = UNSET  # the GPU work the fixes leave: no prediction goes below it
+    gpu_work_us: Union[Num, _U] = UNSET  # the busiest stream's GPU work launched in the step, after the fixes
+    gpu_floor_us: Union[Num, _U] = UNSET  # the step with no host time left: the GPU work, less the lag the window shows
 
 
 class WhatIfRun(Section, frozen=True):

@@ -290,6 +290,7 @@ class LaunchBound(Detector):
         graph.g_slack = np.where(gs, graph.g_slack / k, graph.g_slack)
         graph.g_lat = np.where(gs, graph.g_lat / k, graph.g_lat)
         graph.scale_host(graph.host_in_steps(), 1.0 / k)
+        graph.time_scale /= k  # per original batch: the GPU's lag behind the host shrinks with the step
         return int(ker.sum())
 
     def detect(self, trace, ctx):

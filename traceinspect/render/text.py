@@ -299,10 +299,11 @@ def render_whatif(d) -> str:
     if ident:
         out.append(f"Identity replay error: median {pct(ident.median_error_frac)}, max {pct(ident.max_error_frac)}")
     out.append("")
-    out.append(f"{'step':>8} {'measured':>12} {'predicted':>12} {'GPU floor':>12}")
+    out.append(f"{'step':>8} {'measured':>12} {'predicted':>12} {'GPU work':>12} {'GPU floor':>12}")
     for r in known(d.steps, []):
         out.append(
-            f"{plain(r.step):>8} {ms(r.measured_us):>12} {ms(r.predicted_us):>12} {ms(known(r.gpu_floor_us)):>12}"
+            f"{plain(r.step):>8} {ms(r.measured_us):>12} {ms(r.predicted_us):>12} {ms(known(r.gpu_work_us)):>12}"
+            f" {ms(known(r.gpu_floor_us)):>12}"
         )
     out.append(f"{'median':>8} {ms(d.measured_median_us):>12} {ms(d.predicted_median_us):>12}")
     out.append("")

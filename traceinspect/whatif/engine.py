@@ -31,7 +31,8 @@ class Prediction:
     fixes: tuple[str, ...]
     step_us: np.ndarray  # predicted, per analysed step
     replay_us: np.ndarray  # the replay before the GPU-work floor
-    floor_us: np.ndarray  # per step: the busiest stream's GPU work left after the fixes
+    floor_us: np.ndarray  # per step: the step with no host time left, the GPU work alone (engine._hold)
+    work_us: np.ndarray  # per step: the busiest stream's GPU work launched in it
     models: dict  # fix name -> the transformation's stated model
     path: dict  # critical path composition (us over the window)
     notes: list = field(default_factory=list)
@@ -52,7 +53,7 @@ def graph_of(trace: Trace) -> Graph:
 
 def identity(trace: Trace) -> dict:
     """The replay of the unmodified graph against the measured steps: the model's own error."""
-    r = trace.memo("whatif identity replay", lambda: replay(graph_of(trace)))
+    r = identity_replay(trace)
     meas = trace.steps["dur_us"].to_numpy(float)
     if len(r.step_us) != len(meas) or not len(meas):
         return {}
@@ -83,23 +84,80 @@ def edge_counts(g: Graph) -> dict:
     }
 
 
-def _floor(g: Graph, r, step_starts: np.ndarray) -> np.ndarray:
-    """Per replayed step: the largest sum of GPU op durations on one stream (a stream runs one op at a
-    time), counting each op in the step that launched it (in steady state a step's GPU work is done
-    within the step, even where this window lets the host run ahead)."""
+def _work(g: Graph, r, step_starts: np.ndarray) -> np.ndarray:
+    """Per replayed step and stream: the GPU op time (a stream runs one op at a time) counted in the step
+    whose host launched it (the launch's replayed start). An op without a launch record counts with the
+    launched op before it on its stream (work queued behind it), or at its replayed start where none
+    precedes it. Shape (steps, streams)."""
     n = len(step_starts) - 1
     if n <= 0 or not len(g.g_ts):
-        return np.zeros(max(n, 0))
-    at = np.where(g.g_launch >= 0, r.h_start[np.maximum(g.g_launch, 0)], r.g_start)
-    i = np.searchsorted(step_starts, at, side="right") - 1
-    ok = (i >= 0) & (i < n)
-    out = np.zeros(n)
+        return np.zeros((max(n, 0), 1))
+    launched = g.g_launch >= 0
+    at = np.where(launched, r.h_start[np.maximum(g.g_launch, 0)], r.g_start)
+    step = np.searchsorted(step_starts, at, side="right") - 1
+    if (~launched).any() and launched.any():
+        order = np.lexsort((g.g_ts, g.g_stream))
+        pos = np.arange(len(order))
+        last = np.maximum.accumulate(np.where(launched[order], pos, -1))
+        stream = g.g_stream[order]
+        first = np.r_[0, np.flatnonzero(stream[1:] != stream[:-1]) + 1]
+        group_start = np.repeat(first, np.diff(np.r_[first, len(order)]))
+        fill = ~launched[order] & (last >= group_start)
+        s_sorted = step[order]
+        s_sorted[fill] = s_sorted[last[fill]]
+        step[order] = s_sorted
+    ok = (step >= 0) & (step < n)
+    key = np.unique(g.g_stream, return_inverse=True)[1].reshape(-1)
+    m = np.zeros((n, int(key.max()) + 1 if len(key) else 1))
     if ok.any():
-        key = np.unique(g.g_stream[ok], return_inverse=True)[1]
-        m = np.zeros((n, int(key.max()) + 1))
-        np.add.at(m, (i[ok], key), g.g_dur[ok])
-        out = m.max(axis=1)
-    return out
+        np.add.at(m, (step[ok], key[ok]), g.g_dur[ok])
+    return m
+
+
+def _gpu_ahead(g: Graph, r) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(F, R, work): per step the busiest stream's cumulative GPU work from the window's first step start
+    through that step (F), the replayed host's cumulative end (R), and the busiest stream's work in the
+    step alone."""
+    starts = r.h_start[g.markers] if len(g.markers) else np.zeros(0)
+    w = _work(g, r, starts)
+    if not len(r.step_us) or not len(w):
+        z = np.zeros(len(r.step_us))
+        return z, z, z
+    f = np.cumsum(w, axis=0).max(axis=1)
+    ends = r.h_start[g.m_end] - starts[0]
+    return f, ends, w.max(axis=1)
+
+
+def gpu_lag(trace: Trace) -> float:
+    """How far the measured window's GPU work ran behind its host at most (us): the largest excess of
+    cumulative GPU work over the host's elapsed time on the unmodified graph. The window shows that the
+    launch queue held this much, so a prediction may let the GPU trail its host by as much."""
+
+    def compute() -> float:
+        g = graph_of(trace)
+        f, ends, _ = _gpu_ahead(g, identity_replay(trace))
+        return float(max(0.0, (f - ends).max())) if len(f) else 0.0
+
+    return trace.memo("whatif gpu lag", compute)
+
+
+def _hold(g: Graph, r) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(steps, floor, work): the replayed steps held at the GPU work they keep, cumulatively. Step j
+    cannot end before its stream has run the work launched through step j, less the lag the measured
+    window shows (`gpu_lag`, scaled with the graph's time unit); once held, the host stays behind by that
+    much. floor: the steps with no host time at all (the GPU work alone); work: the busiest stream's work
+    in each step."""
+    f, ends, work = _gpu_ahead(g, r)
+    if not len(f):
+        return r.step_us, np.zeros(len(r.step_us)), np.zeros(len(r.step_us))
+    h = np.maximum(f - gpu_lag(g.trace) * g.time_scale, 0.0)
+    shift = np.maximum.accumulate(np.maximum(h - ends, 0.0))
+    steps = r.step_us + np.diff(np.r_[0.0, shift])
+    return steps, np.diff(np.r_[0.0, h]), work
+
+
+def identity_replay(trace: Trace):
+    return trace.memo("whatif identity replay", lambda: replay(graph_of(trace)))
 
 
 def valid_fix(name: str) -> bool:
@@ -143,17 +201,19 @@ def predict(
             variant = f"batch={batch_plan(trace).factor}"
         models[name] = cls().whatif(g, finding, variant) if variant else cls().whatif(g, finding)
     same = g is base or _same_replay_inputs(g, base)  # fixes that change nothing replay as the identity
-    r = trace.memo("whatif identity replay", lambda: replay(base)) if same else replay(g)
-    starts = r.h_start[g.markers] if len(g.markers) else np.zeros(0)
-    floor = _floor(g, r, starts)
-    steps = np.maximum(r.step_us, floor)
-    if (floor > r.step_us + 1.0).any():
-        notes.append("the host would run ahead of the GPU: those steps are held at the GPU work they keep")
+    r = identity_replay(trace) if same else replay(g)
+    steps, floor, work = _hold(g, r)
+    if (steps > r.step_us + 1.0).any():
+        notes.append(
+            "the host would run ahead of the GPU by more than the measured window shows: those steps are "
+            "held at the GPU work they keep"
+        )
     return Prediction(
         fixes=tuple(fixes),
         step_us=steps,
         replay_us=r.step_us,
         floor_us=floor,
+        work_us=work,
         models=models,
         path=critical_path(g, r) if with_path else {},
         notes=notes,
@@ -305,8 +365,14 @@ def summary(trace: Trace, findings: list[Finding], fixes: tuple[str, ...]) -> di
         "model": MODEL_REPLAY,
         "not_found": [n for n in fixes if n.partition(":")[0] not in fired],
         "steps": [
-            {"step": int(s), "measured_us": float(m), "predicted_us": float(q), "gpu_floor_us": float(fl)}
-            for s, m, q, fl in zip(trace.steps["step"], meas, p.step_us, p.floor_us)
+            {
+                "step": int(s),
+                "measured_us": float(m),
+                "predicted_us": float(q),
+                "gpu_work_us": float(w),
+                "gpu_floor_us": float(fl),
+            }
+            for s, m, q, w, fl in zip(trace.steps["step"], meas, p.step_us, p.work_us, p.floor_us)
         ],
         "measured_median_us": float(np.median(meas)) if len(meas) else 0.0,
         "predicted_median_us": p.median_us,
@@ -320,6 +386,4 @@ def summary(trace: Trace, findings: list[Finding], fixes: tuple[str, ...]) -> di
 def replay_steps(g: Graph) -> np.ndarray:
     """Per analysed step: the replay of a (transformed) graph held at the GPU work it keeps, as predict()
     gives it (no critical path, no provenance)."""
-    r = replay(g)
-    starts = r.h_start[g.markers] if len(g.markers) else np.zeros(0)
-    return np.maximum(r.step_us, _floor(g, r, starts))
+    return _hold(g, replay(g))[0]

@@ -21,6 +21,9 @@ from ..trace.tables import name_flags
 # A host call that can block until GPU work ends: synchronisation, copies (a copy to or from pageable memory
 # and every non-async copy returns when the copy is done), frees (cudaFree synchronises the device).
 _BLOCKING = re.compile(r"Synchroniz|Memcpy|Memset|Free")
+# Calls that wait for every op launched before them, on every stream (cudaFree drains the device), whether
+# or not the measured GPU was still busy when they ran.
+_DEVICE_WIDE = re.compile(r"^(cuda|hip)(DeviceSynchronize|Free|FreeHost)$")
 # A launch that took this long was held by the full launch queue (backpressure): it waited for the GPU.
 LAUNCH_BACKPRESSURE_US = 50.0
 # A thread that idled at least this long before a call may have been waiting for another thread.
@@ -73,6 +76,7 @@ class Graph:
     m_end: np.ndarray  # host node of each step's end (a step is measured from its start to its end)
     edges: "EdgeCounts" = field(default_factory=lambda: EdgeCounts())
     notes: list = field(default_factory=list)
+    time_scale: float = 1.0  # the graph's time unit against the trace's (a k times larger batch: 1/k per sample)
 
     def copy(self) -> "Graph":
         kw = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in self.__dict__.items()}
@@ -524,6 +528,7 @@ def build(trace: Trace) -> Graph:
     h_resid = np.zeros(n_h)
     if n_h and n_g:
         blocking = np.zeros(n_h, bool)
+        device_wide = np.zeros(n_h, bool)
         isrt = h_rt >= 0
         if isrt.any():
             # per distinct name of the runtime table (its name column), then per node: what h_name holds
@@ -532,6 +537,7 @@ def build(trace: Trace) -> Graph:
             blk = name_flags(nm, lambda s: bool(_BLOCKING.search(s)))[rows]
             launch_long = name_flags(nm, lambda s: "Launch" in s)[rows] & (h_own[isrt] >= LAUNCH_BACKPRESSURE_US)
             blocking[isrt] = blk | launch_long
+            device_wide[isrt] = name_flags(nm, lambda s: bool(_DEVICE_WIDE.match(s)))[rows]
         by_end = np.argsort(g_end, kind="stable")
         j = np.searchsorted(g_end[by_end], h_end, side="right") - 1
         cand = np.where(j >= 0, by_end[np.maximum(j, 0)], -1)
@@ -540,7 +546,12 @@ def build(trace: Trace) -> Graph:
         ok[rec.h_node] = False  # a recorded wait replaces the guess
         h_wait[ok] = cand[ok]
         h_resid = np.where(ok, h_end - g_end[c], 0.0)
-        inferred_hw = int(np.count_nonzero(ok))
+        # a device-wide call on an idle GPU did not wait, but it will once a transformation moves the GPU
+        # work later: its edge goes to the op that ended last before it, with no residual
+        idle = device_wide & ~ok & (cand >= 0) & (h_wait < 0)
+        idle[rec.h_node] = False
+        h_wait[idle] = cand[idle]
+        inferred_hw = int(np.count_nonzero(ok | idle))
         if len(rec.h_node):
             h_wait[rec.h_node] = rec.h_src
             # a call that returned after the awaited op ended waited for it: the rest is its residual;
