@@ -84,14 +84,16 @@ def edge_counts(g: Graph) -> dict:
     }
 
 
-def _work(g: Graph, r, step_starts: np.ndarray) -> np.ndarray:
+def _work(g: Graph, r, step_starts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per replayed step and stream: the GPU op time (a stream runs one op at a time) counted in the step
     whose host launched it (the launch's replayed start). An op without a launch record counts with the
     launched op before it on its stream (work queued behind it), or at its replayed start where none
-    precedes it. Shape (steps, streams)."""
+    precedes it. Returns the (steps, streams) matrix, each op's step (-1 or n: outside the window) and its
+    stream column."""
     n = len(step_starts) - 1
+    key = np.unique(g.g_stream, return_inverse=True)[1].reshape(-1)
     if n <= 0 or not len(g.g_ts):
-        return np.zeros((max(n, 0), 1))
+        return np.zeros((max(n, 0), 1)), np.full(len(g.g_ts), -1), key
     launched = g.g_launch >= 0
     at = np.where(launched, r.h_start[np.maximum(g.g_launch, 0)], r.g_start)
     step = np.searchsorted(step_starts, at, side="right") - 1
@@ -107,53 +109,65 @@ def _work(g: Graph, r, step_starts: np.ndarray) -> np.ndarray:
         s_sorted[fill] = s_sorted[last[fill]]
         step[order] = s_sorted
     ok = (step >= 0) & (step < n)
-    key = np.unique(g.g_stream, return_inverse=True)[1].reshape(-1)
-    m = np.zeros((n, int(key.max()) + 1 if len(key) else 1))
+    m = np.zeros((n, int(key.max()) + 1))
     if ok.any():
         np.add.at(m, (step[ok], key[ok]), g.g_dur[ok])
-    return m
+    return m, step, key
 
 
-def _gpu_ahead(g: Graph, r) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(F, R, work): per step the busiest stream's cumulative GPU work from the window's first step start
-    through that step (F), the replayed host's cumulative end (R), and the busiest stream's work in the
-    step alone."""
+def _queued(g: Graph, r) -> np.ndarray:
+    """Per stream: the most GPU work the replayed run had launched in its steps but not yet run at a step's
+    end (us). A stream runs its ops in launch order, so what it has run by then is its busy time since the
+    first step's start, up to the work launched so far."""
     starts = r.h_start[g.markers] if len(g.markers) else np.zeros(0)
-    w = _work(g, r, starts)
-    if not len(r.step_us) or not len(w):
-        z = np.zeros(len(r.step_us))
-        return z, z, z
-    f = np.cumsum(w, axis=0).max(axis=1)
-    ends = r.h_start[g.m_end] - starts[0]
-    return f, ends, w.max(axis=1)
+    m, step, key = _work(g, r, starts)
+    if not len(m) or not len(r.step_us):
+        return np.zeros(m.shape[1] if m.ndim == 2 else 1)
+    ends = r.h_start[g.m_end]
+    ok = (step >= 0) & (step < len(m))
+    s0 = float(starts[0])
+    out = np.zeros(m.shape[1])
+    cum = np.cumsum(m, axis=0)
+    for c in np.unique(key[ok]):
+        sel = ok & (key == c)
+        a = np.maximum(r.g_start[sel], s0)
+        b = np.maximum(a + g.g_dur[sel], a)
+        o = np.argsort(b, kind="stable")
+        a, b = a[o], b[o]
+        run = np.r_[0.0, np.cumsum(b - a)]
+        k = np.searchsorted(b, ends, side="right")  # ops done by each step end
+        part = np.where(k < len(a), np.clip(ends - a[np.minimum(k, len(a) - 1)], 0.0, None), 0.0)
+        part = np.minimum(part, np.where(k < len(a), (b - a)[np.minimum(k, len(a) - 1)], 0.0))
+        busy = run[k] + part
+        out[c] = max(0.0, float((cum[:, c] - busy).max()))
+    return out
 
 
-def gpu_lag(trace: Trace) -> float:
-    """How far the measured window's GPU work ran behind its host at most (us): the largest excess of
-    cumulative GPU work over the host's elapsed time on the unmodified graph. The window shows that the
+def gpu_lag(trace: Trace) -> np.ndarray:
+    """Per stream, how far the measured window's GPU ran behind its host at most: the work launched in
+    its steps and not yet run at a step's end (`_queued` on the unmodified graph). The window shows the
     launch queue held this much, so a prediction may let the GPU trail its host by as much."""
-
-    def compute() -> float:
-        g = graph_of(trace)
-        f, ends, _ = _gpu_ahead(g, identity_replay(trace))
-        return float(max(0.0, (f - ends).max())) if len(f) else 0.0
-
-    return trace.memo("whatif gpu lag", compute)
+    return trace.memo("whatif gpu lag", lambda: _queued(graph_of(trace), identity_replay(trace)))
 
 
 def _hold(g: Graph, r) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(steps, floor, work): the replayed steps held at the GPU work they keep, cumulatively. Step j
-    cannot end before its stream has run the work launched through step j, less the lag the measured
-    window shows (`gpu_lag`, scaled with the graph's time unit); once held, the host stays behind by that
-    much. floor: the steps with no host time at all (the GPU work alone); work: the busiest stream's work
-    in each step."""
-    f, ends, work = _gpu_ahead(g, r)
-    if not len(f):
-        return r.step_us, np.zeros(len(r.step_us)), np.zeros(len(r.step_us))
-    h = np.maximum(f - gpu_lag(g.trace) * g.time_scale, 0.0)
+    cannot end before each stream has run the work launched through step j, less the most the measured
+    window left queued on it (`gpu_lag`, scaled with the graph's time unit); once held, the host stays
+    behind by that much. floor: the steps with no host time at all (the GPU work alone); work: the
+    busiest stream's work in each step."""
+    n = len(r.step_us)
+    starts = r.h_start[g.markers] if len(g.markers) else np.zeros(0)
+    m = _work(g, r, starts)[0]
+    if not n or len(m) != n:
+        return r.step_us, np.zeros(n), np.zeros(n)
+    lag = gpu_lag(g.trace)
+    lag = lag if len(lag) == m.shape[1] else np.zeros(m.shape[1])
+    h = np.maximum(np.cumsum(m, axis=0) - lag * g.time_scale, 0.0).max(axis=1)
+    ends = r.h_start[g.m_end] - starts[0]
     shift = np.maximum.accumulate(np.maximum(h - ends, 0.0))
     steps = r.step_us + np.diff(np.r_[0.0, shift])
-    return steps, np.diff(np.r_[0.0, h]), work
+    return steps, np.diff(np.r_[0.0, h]), m.max(axis=1)
 
 
 def identity_replay(trace: Trace):

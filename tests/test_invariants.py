@@ -1,0 +1,95 @@
+"""Consistency invariants over every real trace in ../shared (issue 26 item 6): what one report states
+twice, or what the replay and the report state about the same run, must agree. Each check is derived from
+the report's own numbers (or one replay of the same graph), never read off a trace; a violation is a bug,
+not a tolerance to widen. The tolerances below are the replay's own noise: float rounding of microsecond
+timestamps summed along thousands of edges (docs/whatif.md, Identity)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from test_whatif import _gpu_traces
+from traceinspect.analyze import analyze
+from traceinspect.whatif import engine as E
+from traceinspect.whatif.batch import batch_plan
+
+NOISE = 1e-3  # relative: the identity replay's largest per-step error on the shared traces is 0.04%
+# a fix moves time between steps where the window is GPU-bound (the hold of engine._hold): over a window
+# of a few steps the median may move by that much although the window's total does not
+MEDIAN_SHIFT = 0.01
+_ABOUT = re.compile(r"about (\d+(?:\.\d+)?)x")
+
+
+def _violations(tr) -> tuple[list[str], int]:
+    rep = analyze(tr)
+    d = rep.to_dict()
+    v = d["verdict"]
+    out, checks = [], 0
+    meas = tr.steps["dur_us"].to_numpy(float)
+    median = float(np.median(meas))
+
+    def check(ok: bool, what: str):
+        nonlocal checks
+        checks += 1
+        if not ok:
+            out.append(what)
+
+    # 1. the unmodified graph predicts the measured steps (the floor never holds it)
+    ident = E.predict(tr, rep.findings, (), with_path=False)
+    check(
+        np.allclose(ident.step_us, meas, rtol=NOISE, atol=1.0), f"identity {ident.step_us[:4]} != measured {meas[:4]}"
+    )
+    # 2. no single fix makes the run longer: the window's total, and its median up to MEDIAN_SHIFT
+    total = float(ident.step_us.sum())
+    for f in rep.findings:
+        if f.masked_by or f.name not in E.transforms():
+            continue
+        p = E.predict(tr, rep.findings, (f.name,), with_path=False)
+        check(float(p.step_us.sum()) <= total * (1 + NOISE) + 1.0, f"{f.name} lengthens the window")
+        check(p.median_us <= median * (1 + MEDIAN_SHIFT), f"{f.name} lengthens the median step")
+        # the floor is the run with no host time: no fix's prediction sums below it
+        check(float(p.step_us.sum()) >= float(p.floor_us.sum()) * (1 - NOISE), f"{f.name} below its own floor")
+    for name, saved in (v.get("whatif", {}).get("saved_alone_per_step_us") or {}).items():
+        check(saved >= -MEDIAN_SHIFT * median, f"report: {name} alone saves {saved:.0f} us (< 0)")
+    # 3. speed of light <= expected step <= measured; the fix path never lengthens a step
+    exp = v.get("expected_step_us")
+    if exp is not None:
+        check(exp <= median * (1 + NOISE), f"expected step {exp:.0f} above measured {median:.0f}")
+        sol = (v.get("whatif", {}).get("speed_of_light") or {}).get("sol_us")
+        if sol:
+            check(exp >= sol * (1 - NOISE), f"expected step {exp:.0f} below the speed of light {sol:.0f}")
+    for s in v.get("path", []):
+        check(
+            s["to_us"] <= s["from_us"] * (1 + MEDIAN_SHIFT), f"path: {s['fix']} {s['from_us']:.0f} -> {s['to_us']:.0f}"
+        )
+    # 4. the verdict names the top-ranked cause
+    active = [f for f in rep.findings if not f.masked_by]
+    if v.get("top") and active:
+        check(v["top"] == active[0].name, f"verdict top {v['top']} != ranked first {active[0].name}")
+    # 5. one batch factor per report: the launch-bound fix, the memory section and the replay's plan
+    lb = next((f for f in rep.findings if f.name == "launch-bound"), None)
+    if lb is not None:
+        k = batch_plan(tr).factor
+        said = {float(x) for x in _ABOUT.findall(" ".join(filter(None, [lb.fix or "", lb.title or ""])))}
+        check(said <= {float(k)}, f"launch-bound says {sorted(said)}x, the plan {k}x")
+        fit = (d.get("memory") or {}).get("batch_fit") or {}
+        if fit.get("recommended_by"):
+            check(fit.get("factor") == k, f"memory section recommends {fit.get('factor')}x, the plan {k}x")
+    return out, checks
+
+
+def test_invariants_on_every_real_trace(shared_dir):
+    bad, n_traces, n_checks = {}, 0, 0
+    for p, tr in _gpu_traces(shared_dir):
+        out, checks = _violations(tr)
+        n_traces += 1
+        n_checks += checks
+        if out:
+            bad[str(p.relative_to(shared_dir))] = out
+    if not n_traces:
+        pytest.skip("no GPU trace in ../shared")
+    print(f"invariants: {n_checks} checks over {n_traces} traces")
+    assert not bad, bad
