@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from test_whatif import _gpu_traces
-from traceinspect.analyze import analyze
+from traceinspect.analyze import ALONE_LABEL, analyze
 from traceinspect.whatif import engine as E
 from traceinspect.whatif.batch import batch_plan
 
@@ -52,8 +52,18 @@ def _violations(tr) -> tuple[list[str], int]:
         check(p.median_us <= median * (1 + MEDIAN_SHIFT), f"{f.name} lengthens the median step")
         # the floor is the run with no host time: no fix's prediction sums below it
         check(float(p.step_us.sum()) >= float(p.floor_us.sum()) * (1 - NOISE), f"{f.name} below its own floor")
-    for name, saved in (v.get("whatif", {}).get("saved_alone_per_step_us") or {}).items():
+    saved_alone = v.get("whatif", {}).get("saved_alone_per_step_us") or {}
+    for name, saved in saved_alone.items():
         check(saved >= -MEDIAN_SHIFT * median, f"report: {name} alone saves {saved:.0f} us (< 0)")
+    # the finding's own "with this fix alone" number is its replay, the one the verdict's costs read
+    for f in rep.findings:
+        said = [e.value for e in f.evidence if e.label == ALONE_LABEL]
+        if f.name in E.transforms():
+            check(len(said) == 1, f"{f.name}: {len(said)} 'fix alone' evidence rows")
+            replayed = E.predict(tr, rep.findings, (f.name,), with_path=False).median_us
+            check(bool(said) and abs(said[0] * 1e3 - replayed) <= 1.0, f"{f.name}: says {said}, replays {replayed:.0f}")
+            if f.name in saved_alone:
+                check(abs(median - saved_alone[f.name] - replayed) <= 1e-6, f"{f.name}: verdict's cost not its replay")
     # 3. speed of light <= expected step <= measured; the fix path never lengthens a step
     exp = v.get("expected_step_us")
     if exp is not None:

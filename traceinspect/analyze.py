@@ -151,6 +151,33 @@ def run_detectors(
 
 
 LOWER = {"high": "medium", "medium": "low", "low": "low"}
+ALONE_LABEL = "predicted median step with this fix alone (replay, docs/whatif.md)"
+
+
+def _with_replay(trace: Trace, findings: list[Finding]) -> list[Finding]:
+    """Each finding whose fix has a replay transformation states what the replay predicts for that fix
+    alone: one number, read by the evidence and by the verdict's saved-alone costs (whatif.alone)."""
+    known = whatif.transforms()
+    if not any(f.name in known for f in findings):
+        return findings
+    w = window_label(trace)
+    return [
+        dataclasses.replace(
+            f,
+            evidence=f.evidence
+            + (
+                Evidence(
+                    label=ALONE_LABEL,
+                    value=round(whatif.alone(trace, findings, f.name).median_us / 1e3, 3),
+                    unit="ms",
+                    window=w,
+                ),
+            ),
+        )
+        if f.name in known
+        else f
+        for f in findings
+    ]
 
 
 def _trusted(trace: Trace, findings: list[Finding]) -> list[Finding]:
@@ -181,6 +208,8 @@ def analyze(
         if trace.has_gpu or trace.has_cpu
         else ([], [], [])
     )
+    if judged and trace.has_gpu:
+        findings = _with_replay(trace, findings)
     warnings = list(trace.warnings)  # the Trace is not changed: analyze() twice gives one report
     if trace.window_us < MIN_WINDOW_US and (trace.has_gpu or trace.has_cpu):
         warnings.append(
@@ -685,7 +714,9 @@ def _fix_path(trace: Trace, findings: list[Finding], fixable: list[Finding], med
             "identity": ident,
             "speed_of_light": sol,
             "saved_alone_per_step_us": {
-                f.name: median - replayed((f.name,)).median_us for f in findings if f.name in known and not f.masked_by
+                f.name: median - whatif.alone(trace, findings, f.name).median_us
+                for f in findings
+                if f.name in known and not f.masked_by
             },
         }
     return path, models, extra

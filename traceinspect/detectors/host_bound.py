@@ -23,7 +23,6 @@ from .base import (
     overhead_evidence,
     overhead_fix,
     pct,
-    projected_step,
     window_label,
 )
 
@@ -246,9 +245,8 @@ class HostBound(Detector):
         The idle_cpu time of the analysed steps, minus the parts other detectors own: the idle under
         steady-state cudaMalloc/cudaFree calls (allocator-churn) and inside a CPU-side optimizer step
         of an offloaded run (cpu-offload); plus the launch gaps launch-bound would claim when it does
-        not report them. This is what the step would shrink by if the host kept the
-        GPU's queue full; the projected step time is the median step minus it (never less than 10% of
-        the median step, the verdict's rule). Each CPU op, annotation
+        not report them. What the step would be if the host kept the GPU's queue full is the replay of
+        the fix (the finding's "predicted median step with this fix alone"). Each CPU op, annotation
         or Python function is credited with the idle time during which it is the innermost span on
         the launching thread, so the shares do not overlap; idle time with no span is Python between
         ops (or work the profiler did not record). Recognisable culprits (below) are credited with
@@ -307,7 +305,6 @@ class HostBound(Detector):
         if not len(trace.runtime):
             yield self.skip("no CUDA/HIP runtime events: the host's work between launches is not visible")
             return
-        st = trace.steps
         idle = idle_in_steps(trace, "idle_cpu")
         cpu_part = claims.unclaimed(trace, self.name, "idle_cpu", idle)
         # short host-late gaps are launch-bound's when it reports them (by its configured thresholds);
@@ -415,8 +412,6 @@ class HostBound(Detector):
             ]
 
         w = window_label(trace)
-        median = float(st["dur_us"].median())
-        projected = projected_step(median, lost / n)
         ev = [
             Evidence(
                 label="GPU idle while the launching thread does other work",
@@ -425,9 +420,6 @@ class HostBound(Detector):
                 window=w,
             ),
             Evidence(label="share of step time", value=round(100 * frac, 1), unit="%", window=w),
-            Evidence(
-                label="projected median step if the host kept up", value=round(projected / 1e3, 3), unit="ms", window=w
-            ),
             Evidence(label="launching thread", value=f"CPU thread {tid}" if tid is not None else "unknown", unit=""),
         ]
         if launch_us > 0:
@@ -485,7 +477,6 @@ class HostBound(Detector):
             f"Host-bound: the GPU idles {fmt_us(lost / n)} per step ({pct(frac)}) while the launching thread "
             f"does other work, mostly {SHORT[top[1]]}"
             + (f" (top: {lead[0][0][:80]}, {pct(lead[0][1] / lost)} of it)" if lead else "")
-            + f"; about {fmt_us(projected)} per step if the host kept up"
         )
         fixes = [f for _, _, _, f in found[:2]] or [OVERHEAD[2]]
         if len(fixes) == 2 and "reduce-overhead" in fixes[0] and "reduce-overhead" in fixes[1]:

@@ -234,6 +234,13 @@ def predict(
     )
 
 
+def alone(trace: Trace, findings: list[Finding], name: str) -> Prediction:
+    """The replay with one fix alone (its recommended variant), computed once per trace and finding set:
+    the number a finding's evidence and the verdict's saved-alone costs both read."""
+    key = ("whatif alone", name, tuple((f.name, f.fix, f.time_lost_per_step_us) for f in findings))
+    return trace.memo(key, lambda: predict(trace, findings, (name,), with_path=False))
+
+
 # what replay() reads off a graph: a fix set that leaves all of them equal replays as the unmodified graph
 _REPLAY_INPUTS = (
     "h_ts",
