@@ -116,7 +116,7 @@ class EagerAttention(Detector):
         the L x L scores, so it costs about the bmm time at the matmul rate the trace achieves, less the
         score traffic those bmms spend (the 0.5 and its derivation: "How time lost is estimated"). Where
         blocks overlap on a thread they merge and get one fused kernel."""
-        blk = eager_blocks(graph.trace) if finding is not None else None
+        blk = eager_blocks(graph.trace)  # the finder the detector uses: present whether or not it fired
         if blk is None:
             return "no eager attention block: nothing to change"
         k, _, _, in_block, is_gemm, block_id = blk
