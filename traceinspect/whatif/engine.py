@@ -109,20 +109,24 @@ def _work(g: Graph, r, step_starts: np.ndarray) -> tuple[np.ndarray, np.ndarray,
         s_sorted[fill] = s_sorted[last[fill]]
         step[order] = s_sorted
     ok = (step >= 0) & (step < n)
-    m = np.zeros((n, int(key.max()) + 1))
-    if ok.any():
-        np.add.at(m, (step[ok], key[ok]), g.g_dur[ok])
+    cols = int(key.max()) + 1
+    m = np.bincount(step[ok] * cols + key[ok], weights=g.g_dur[ok], minlength=n * cols).reshape(n, cols)
     return m, step, key
+
+
+def _step_starts(g: Graph, r) -> np.ndarray:
+    """The replayed start of each step, then the start of the marker after the last step."""
+    return r.h_start[g.markers] if len(g.markers) else np.zeros(0)
 
 
 def _queued(g: Graph, r) -> np.ndarray:
     """Per stream: the most GPU work the replayed run had launched in its steps but not yet run at a step's
     end (us). A stream runs its ops in launch order, so what it has run by then is its busy time since the
     first step's start, up to the work launched so far."""
-    starts = r.h_start[g.markers] if len(g.markers) else np.zeros(0)
+    starts = _step_starts(g, r)
     m, step, key = _work(g, r, starts)
     if not len(m) or not len(r.step_us):
-        return np.zeros(m.shape[1] if m.ndim == 2 else 1)
+        return np.zeros(m.shape[1])
     ends = r.h_start[g.m_end]
     ok = (step >= 0) & (step < len(m))
     s0 = float(starts[0])
@@ -136,8 +140,8 @@ def _queued(g: Graph, r) -> np.ndarray:
         a, b = a[o], b[o]
         run = np.r_[0.0, np.cumsum(b - a)]
         k = np.searchsorted(b, ends, side="right")  # ops done by each step end
-        part = np.where(k < len(a), np.clip(ends - a[np.minimum(k, len(a) - 1)], 0.0, None), 0.0)
-        part = np.minimum(part, np.where(k < len(a), (b - a)[np.minimum(k, len(a) - 1)], 0.0))
+        i = np.minimum(k, len(a) - 1)  # the op running then, if any: the part of it already run
+        part = np.where(k < len(a), np.clip(ends - a[i], 0.0, b[i] - a[i]), 0.0)
         busy = run[k] + part
         out[c] = max(0.0, float((cum[:, c] - busy).max()))
     return out
@@ -157,7 +161,7 @@ def _hold(g: Graph, r) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     behind by that much. floor: the steps with no host time at all (the GPU work alone); work: the
     busiest stream's work in each step."""
     n = len(r.step_us)
-    starts = r.h_start[g.markers] if len(g.markers) else np.zeros(0)
+    starts = _step_starts(g, r)
     m = _work(g, r, starts)[0]
     if not n or len(m) != n:
         return r.step_us, np.zeros(n), np.zeros(n)
