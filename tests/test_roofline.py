@@ -575,3 +575,53 @@ def test_hostile_shapes_in_a_trace_never_break_the_table_or_the_report(tmp_path)
     json.dumps(rep.to_dict(), allow_nan=False)  # no NaN or inf reaches the JSON
     for fmt in ("text", "md", "html"):
         RENDERERS[fmt][0](rep)
+
+
+# --- issue 32 item 6: each GPU shows only the precisions it has, and a rate says what it is the peak of
+
+
+@pytest.mark.parametrize("gpu", ["V100", "H100", "MI300X"])
+def test_peaks_line_names_only_the_precisions_the_gpu_has(tmp_path, gpu):
+    from builders import DEVICE_PROPS
+    from traceinspect.render.common import efficiency_peaks
+
+    props = DEVICE_PROPS[gpu]
+    p = hw.peaks_for(props["name"], props["computeMajor"])
+    line = efficiency_peaks(analyze(_load(br.build_big_gemm(gpu), tmp_path)))
+    half = "bf16/fp16" if p.bf16 else "fp16"
+    assert f"{p.half_tflops:g} {half}," in line and f"{p.fp32_tflops:g} fp32" in line
+    assert ("bf16" in line) == p.bf16  # a V100 has fp16 tensor cores and no bf16 ones
+    assert ("TF32" in line) == (p.tf32_tflops > 0) and ("fp8" in line) == (p.fp8_tflops > 0)
+    assert " 0 " not in line  # no '0 TF32'
+
+
+@pytest.mark.parametrize("gpu", ["V100", "H100"])
+def test_a_row_says_which_unit_its_peak_is_of(tmp_path, gpu):
+    props = __import__("builders").DEVICE_PROPS[gpu]
+    p = hw.peaks_for(props["name"], props["computeMajor"])
+    rows = {r.op: r for r in E.shape_table(_load(br.build_big_gemm(gpu), tmp_path))}
+    g = rows["aten::addmm"]  # a bf16 GEMM
+    if p.bf16:
+        assert g.peak_unit == "bf16 matrix" and g.peak_tflops == p.half_tflops
+    else:  # the V100 runs bf16 math without tensor cores: the fp32 rate, said so
+        assert g.peak_unit == "fp32 (no bf16 matrix cores)" and g.peak_tflops == p.fp32_tflops
+    assert rl.roof_unit(p, rl.ELEMENTWISE, "bf16") == "fp32 vector"
+    assert rl.roof(p, rl.ELEMENTWISE, "bf16") == p.vector_tflops()
+
+
+def test_roofline_evidence_names_the_unit_of_its_peak_on_mi300x(shared_dir):
+    # the MI300X resnet_act_checkpoint trace's top slow row is a bf16 elementwise op: its 163.4 TFLOP/s
+    # roof is the fp32 vector rate, which the evidence labelled '(bf16)'
+    t = load_trace(shared_dir / f"{TL}/mi300/resnet_act_checkpoint.json.gz")
+    rows = E.shape_table(t)
+    p = t.device.peaks
+    for r in rows:
+        if r.peak_tflops is None:
+            continue
+        matrix = r.family in rl.MATRIX_FAMILIES
+        assert ("matrix" in r.peak_unit) == (matrix and r.peak_tflops != p.fp32_tflops) or r.peak_unit == "fp32"
+        if not matrix:
+            assert r.peak_unit == "fp32 vector" and r.peak_tflops == p.vector_tflops()
+    (f,) = [f for f in FarFromRoofline().detect(t, Context.of(t)) if hasattr(f, "time_lost_us")]
+    (ev,) = [e for e in f.evidence if e.label.startswith("roofline peaks")]
+    assert "(bf16)" not in str(ev.value) and ("matrix" in str(ev.value) or "vector" in str(ev.value))

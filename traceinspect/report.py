@@ -441,6 +441,7 @@ class ShapeRow(Section, frozen=True):
     tbps: Union[Num, None, _U] = UNSET
     intensity: Union[Num, None, _U] = UNSET
     peak_tflops: Union[Num, None, _U] = UNSET
+    peak_unit: Union[str, None, _U] = UNSET  # what peak_tflops is the peak of ("bf16 matrix", "fp32 vector")
     peak_tbps: Union[Num, None, _U] = UNSET
     bound: Union[str, None, _U] = UNSET
     share_of_peak: Union[Num, None, _U] = UNSET

@@ -151,7 +151,7 @@ class FarFromRoofline(Detector):
         ev.append(
             Evidence(
                 label=f"roofline peaks ({peak.name}{', approximate' if peak.approximate else ''})",
-                value=f"{slow[0][1].peak_tflops:g} TFLOP/s ({slow[0][1].dtype}), {slow[0][1].peak_tbps:g} TB/s",
+                value=f"{slow[0][1].peak_tflops:g} TFLOP/s ({slow[0][1].peak_unit}), {slow[0][1].peak_tbps:g} TB/s",
                 unit="",
                 window=w,
             )

@@ -42,6 +42,7 @@ class ShapeRow:
     roofline_us_per_step: float | None
     kernel: str  # the longest-running kernel of the group
     note: str = ""
+    peak_unit: str | None = None  # what peak_tflops is the peak of, in words ("bf16 matrix", "fp32 vector")
 
     def to_dict(self) -> dict:
         out = {}
@@ -179,7 +180,8 @@ def _row(op: str, w: rl.Work, dur_us: float, count: int, n: int, peaks, kernel: 
     tflops = w.flops * count / dur_us / 1e6  # FLOP per us / 1e6 = TFLOP/s
     tbps = w.bytes * count / dur_us / 1e6  # byte per us / 1e6 = TB/s
     intensity = w.flops / w.bytes if w.bytes > 0 else None
-    peak_f = rl.roof(peaks, w.family, w.dtype, K.classify_name(kernel).precision if kernel else "")
+    precision = K.classify_name(kernel).precision if kernel else ""
+    peak_f = rl.roof(peaks, w.family, w.dtype, precision)
     peak_b = peaks.mem_gbps / 1e3 if peaks is not None and peaks.mem_gbps else None
     bound = share = ideal = None
     if peak_f and peak_b:
@@ -196,6 +198,7 @@ def _row(op: str, w: rl.Work, dur_us: float, count: int, n: int, peaks, kernel: 
         tbps=tbps,
         intensity=intensity,
         peak_tflops=peak_f,
+        peak_unit=rl.roof_unit(peaks, w.family, w.dtype, precision) or None,
         peak_tbps=peak_b,
         bound=bound,
         share_of_peak=share,

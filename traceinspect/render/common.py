@@ -218,13 +218,21 @@ def efficiency_rows(report, top: int = 10) -> list[dict]:
 
 
 def efficiency_peaks(report) -> str:
-    """'H100 SXM: 989.4 TFLOP/s bf16/fp16, 3.35 TB/s (source)', unescaped: the caller escapes."""
+    """'H100 SXM: 1978.9 TFLOP/s fp8, 989.4 bf16/fp16, 494.7 TF32, 67 fp32, 3.35 TB/s; source', unescaped:
+    the caller escapes. Only the precisions the GPU has matrix units for are named (a V100 has fp16
+    tensor cores, no bf16, TF32 or fp8 ones)."""
     p = known(report.efficiency.peaks)
     if p is None:
         return "no peak table entry for this GPU (set TRACEINSPECT_HARDWARE; docs/roofline.md)"
+    rates = [
+        (known(p.fp8_tflops), "fp8"),
+        (known(p.half_tflops), "bf16/fp16" if known(p.bf16) else "fp16"),
+        (known(p.tf32_tflops), "TF32"),
+        (known(p.fp32_tflops), "fp32"),
+    ]
+    shown = [f"{sig(v, 5)} {label}" for v, label in rates if v]
     return (
-        f"{known(p.name, '?')}: {sig(p.half_tflops, 5)} TFLOP/s bf16/fp16, {sig(p.tf32_tflops, 5)} "
-        f"TF32, {sig(p.fp32_tflops, 5)} fp32, {sig(p.mem_tbps, 4)} TB/s"
+        f"{known(p.name, '?')}: {', '.join(shown) or 'no compute peak'} TFLOP/s, {sig(p.mem_tbps, 4)} TB/s"
         + (" (approximate)" if known(p.approximate) else "")
         + (f"; {p.source}" if known(p.source) else "")
     )

@@ -46,6 +46,20 @@ class Peaks:
             return self.tf32_tflops
         return self.fp32_tflops
 
+    def matrix_unit(self, dtype: str, precision: str = "") -> str:
+        """What matrix_tflops(dtype, precision) is the peak of, in words: "bf16 matrix" on a GPU with bf16
+        matrix (tensor) cores, "fp32 (no bf16 tensor cores)" where it falls back; one branch per branch there."""
+        unit = "matrix"  # NVIDIA tensor cores, AMD matrix cores
+        if dtype in ("bf16", "fp16"):
+            return f"{dtype} {unit}" if (dtype == "fp16" or self.bf16) else f"fp32 (no {dtype} {unit} cores)"
+        if dtype == "fp8":
+            return f"fp8 {unit}" if self.fp8_tflops else f"fp16 {unit} (no fp8 {unit} cores)"
+        if dtype == "fp64":
+            return "fp64" if self.fp64_tflops else "fp64 (half the fp32 rate assumed)"
+        if dtype == "fp32" and precision == "tf32" and self.tf32_tflops:
+            return f"TF32 {unit}"
+        return "fp32"
+
     def vector_tflops(self) -> float:
         """Peak of elementwise / normalisation / reduction math (CUDA cores, vector units)."""
         return self.fp32_tflops

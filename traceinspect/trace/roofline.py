@@ -368,10 +368,18 @@ def roof(peaks: Peaks | None, family: str, dtype: str, precision: str = "") -> f
     attention, the vector peak otherwise. precision: the kernel's math precision when its name tells
     ("tf32", "fp32"); an fp32 convolution whose kernel does not tell gets the TF32 roof where the GPU
     has one, since cuDNN convolutions may use TF32 by default (torch.backends.cudnn.allow_tf32)."""
-    if peaks is None:
-        return None
+    return None if peaks is None else _roof(peaks, family, dtype, precision)[0]
+
+
+def roof_unit(peaks: Peaks | None, family: str, dtype: str, precision: str = "") -> str:
+    """The unit whose peak roof() returns, in words ("bf16 matrix", "fp32 vector"): a label that names
+    the op's dtype for a rate the GPU runs at another precision would mislabel the number."""
+    return "" if peaks is None else _roof(peaks, family, dtype, precision)[1]
+
+
+def _roof(peaks: Peaks, family: str, dtype: str, precision: str) -> tuple[float, str]:
     if family in MATRIX_FAMILIES:
         if dtype == "fp32" and family == CONV and precision not in ("fp32", "tf32"):
             precision = "tf32"
-        return peaks.matrix_tflops(dtype, precision)
-    return peaks.vector_tflops()
+        return peaks.matrix_tflops(dtype, precision), peaks.matrix_unit(dtype, precision)
+    return peaks.vector_tflops(), "fp32 vector"
