@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..facts.model_family import family_of
 from ..findings import Evidence
 from ..trace import intervals as iv
 from ..trace.tables import name_flags
@@ -92,7 +93,7 @@ class AllocatorChurn(Detector):
 
             # before: every batch padded to its own longest sequence
             args = TrainingArguments(..., group_by_length=False)
-            # after: a few bucket sizes the allocator can reuse
+            # after: a few bucket sizes the allocator can reuse (text models; 64 is an example)
             collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=64)
             # and in the launch environment
             PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
@@ -235,24 +236,28 @@ class AllocatorChurn(Detector):
             time_lost_us=lost,
             confidence="high" if frac >= 0.05 else "medium",
             evidence=ev,
-            fix=self._fix(ctx, no_cache),
+            fix=self._fix(ctx, no_cache, family_of(trace)),
             events=events_from(calls, trace, "runtime"),
             idle_claims=claims,
         )
 
     @staticmethod
-    def _fix(ctx, no_cache: bool) -> str:
+    def _fix(ctx, no_cache: bool, family: str = "unknown") -> str:
         if no_cache:
             return (
                 "Re-enable the caching allocator (unset PYTORCH_NO_CUDA_MEMORY_CACHING) and set "
                 "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True."
             )
-        if ctx.framework in ("hf_trainer", "trl"):
-            return (
-                "Keep shapes static (pad_to_multiple_of=64 in the data collator), set "
-                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, and remove torch.cuda.empty_cache() from callbacks."
-            )
+        hf = ctx.framework in ("hf_trainer", "trl")
+        # static shapes, in the model family's terms (facts/model_family.py); the pad multiple is an example
+        if family == "vision":
+            static = "Keep input shapes static (one image size per batch, drop_last=True)"
+        elif family == "language" or (hf and family == "unknown"):
+            static = "Keep shapes static (pad sequences to a few bucket sizes, for example pad_to_multiple_of=64 in the data collator)"
+        else:
+            static = "Keep shapes static (pad variable-size inputs to a few bucket sizes)"
+        where = "callbacks" if hf else "the training loop"
         return (
-            "Keep shapes static (pad to a few bucket sizes), set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, "
-            "and remove torch.cuda.empty_cache() from the training loop."
+            f"{static}, set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, and remove torch.cuda.empty_cache() "
+            f"from {where}."
         )

@@ -1,4 +1,5 @@
-"""Detector base class: documented thresholds, the doc page contract, and finding helpers.
+"""Detector base class: documented thresholds, the doc page contract, finding helpers, and fix-text
+wording fitted to the run (model family, the optimizer stepped).
 
 A detector reads a Trace and yields Finding | Skipped. It never prints, logs, renders or writes.
 """
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Iterable, Iterator
 
@@ -14,6 +16,8 @@ import numpy as np
 import pandas as pd
 
 from ..facts import claims
+from ..facts.model_family import LANGUAGE, RECOMMENDER, VISION, family_of
+from ..facts.optimizer import stepped_optimizer
 from ..facts.profiler_overhead import ProfilerOverhead
 from ..facts.steps import in_steps  # noqa: F401  (detectors import it from here)
 from ..facts.run import config_value, detect_framework  # noqa: F401  (detectors import them from here)
@@ -263,4 +267,133 @@ def overhead_fix(ov: ProfilerOverhead, settings: tuple[str, ...], min_frac: floa
         f"Re-capture without {names} before acting on this: the estimated host overhead of {names} "
         f"({fmt_us(us)} per step) alone could lift this claim over the {100 * min_frac:g}% threshold; "
         f"if it persists, {rest}"
+    )
+
+
+# --- fix texts fitted to the run ----------------------------------------------------------------
+# The input work a DataLoader does for the model family the trace shows (facts/model_family.py) and the
+# fused step of the optimizer the trace shows stepped (facts/optimizer.py). Numbers in fix texts are the
+# run's own (the trace, the capture's run configuration) or labelled as examples; a family or optimizer
+# the trace does not show gets generic wording, never a guess.
+
+# torch.optim classes with a fused CUDA implementation (fused=True), and the other torch.optim classes
+TORCH_FUSED = {"Adam", "AdamW", "SGD"}
+TORCH_OPTIM = TORCH_FUSED | {
+    "Adadelta",
+    "Adafactor",
+    "Adagrad",
+    "Adamax",
+    "ASGD",
+    "NAdam",
+    "RAdam",
+    "RMSprop",
+    "Rprop",
+    "SparseAdam",
+}
+
+# (single-process loader: what to add to "load batches in background workers", multi-process loader:
+# what makes each worker's batch cheaper), per model family
+_PREP = {
+    LANGUAGE: (
+        "and pre-tokenize the dataset once (dataset.map(tokenize, batched=True)) so a batch is only read and collated",
+        "and pre-tokenize the dataset once instead of tokenizing in __getitem__",
+    ),
+    VISION: (
+        "so image decoding and augmentation run off the training thread (or decode and augment on the GPU: "
+        'torchvision.io.decode_jpeg(..., device="cuda"), NVIDIA DALI)',
+        "and make each sample cheaper: cache decoded, resized images, or decode and augment on the GPU "
+        '(torchvision.io.decode_jpeg(..., device="cuda"), NVIDIA DALI)',
+    ),
+    RECOMMENDER: (
+        "and preprocess the sparse features once, offline (id hashing, lengths), so a batch is only read and collated",
+        "and preprocess the sparse features once, offline, instead of per sample in __getitem__",
+    ),
+}
+_PREP_GENERIC = (
+    "and do costly per-sample preprocessing once, up front, rather than in __getitem__",
+    "and move costly per-sample preprocessing out of __getitem__ (do it once and cache the result)",
+)
+
+
+def dataloader_prep(trace, single_process: bool) -> str:
+    """The clause on the per-sample input work, for the model family the trace shows."""
+    single, multi = _PREP.get(family_of(trace), _PREP_GENERIC)
+    return single if single_process else multi
+
+
+_TOKENIZE = re.compile(r"tokeniz", re.IGNORECASE)
+_IMAGE = re.compile(r"torchvision/transforms|albumentations|PIL/|image_processing|decode_(jpeg|image)", re.IGNORECASE)
+_FEATURES = re.compile(r"feature_extraction|processing_utils", re.IGNORECASE)
+_AUGMENT = re.compile(r"augment", re.IGNORECASE)
+
+
+def preprocessing_kinds(trace, names) -> str:
+    """What the host's input preprocessing is, from the span names that matched it (tokenizers, image
+    transforms, feature extractors), else from the model family; generic when neither says."""
+    names = [str(n) for n in names]
+    kinds = []
+    if any(_TOKENIZE.search(n) for n in names):
+        kinds.append("tokenization")
+    if any(_IMAGE.search(n) for n in names):
+        kinds.append("image decoding / augmentation")
+    elif any(_AUGMENT.search(n) for n in names):
+        kinds.append("augmentation")
+    if any(_FEATURES.search(n) for n in names):
+        kinds.append("feature extraction")
+    if not kinds:
+        fam = family_of(trace)
+        kinds = (
+            ["tokenization"]
+            if fam == LANGUAGE
+            else ["image decoding / augmentation"]
+            if fam == VISION
+            else ["sparse-feature preprocessing"]
+            if fam == RECOMMENDER
+            else ["decoding, tokenization or augmentation"]
+        )
+    return ", ".join(kinds)
+
+
+def fused_step(cls: str | None, impl: str | None, framework: str, trace=None) -> str | None:
+    """How to fuse the optimizer step the trace shows (class `cls`, implementation `impl`), as the
+    object of "use ...": None when it is already fused or runs on the CPU. Without a recorded class
+    the wording is generic (an HF run whose capture recorded optim=adamw_* gets the fused AdamW)."""
+    hf = framework in ("hf_trainer", "trl")
+    optim = config_value(trace, "optim") if trace is not None else None
+    now = f" (now: optim={optim!r})" if isinstance(optim, str) else ""
+    if cls is None:
+        if isinstance(optim, str) and "fused" in optim:
+            return None
+        if hf and isinstance(optim, str) and optim.startswith("adamw"):
+            return f'the fused AdamW: optim="adamw_torch_fused"{now}'
+        if hf:
+            return 'a fused optimizer step (for AdamW: optim="adamw_torch_fused" in TrainingArguments)' + now
+        return "a fused or multi-tensor optimizer step (fused=True, else foreach=True, on your torch.optim optimizer)"
+    if impl in ("fused", "cpu"):
+        return None
+    if hf and cls == "AdamW":
+        return f'your optimizer (AdamW) fused: optim="adamw_torch_fused"{now}'
+    if cls in TORCH_FUSED:
+        return f"your optimizer ({cls}) fused: torch.optim.{cls}(params, ..., fused=True)"
+    if cls in TORCH_OPTIM:
+        return f"your optimizer ({cls}) with fused=True where your PyTorch version offers it for CUDA" + (
+            " (it runs foreach now), or torch.compile its step" if impl == "foreach" else ", else foreach=True"
+        )
+    return f"a fused or multi-tensor step for your optimizer ({cls}), or torch.compile its step"
+
+
+def stepped_fused_step(trace, framework: str) -> str | None:
+    """fused_step for the optimizer the trace shows stepped (generic when none is recorded)."""
+    opt = stepped_optimizer(trace)
+    cls, impl = opt if opt is not None else (None, None)
+    return fused_step(cls, impl, framework, trace)
+
+
+def preprocess_culprit(kinds: str) -> tuple[str, str]:
+    """host-bound's input-preprocessing culprit for `kinds` (preprocessing_kinds): what it is, and its fix."""
+    once = " (or pre-tokenize once with dataset.map)" if kinds.startswith("tokenization") else ""
+    return (
+        f"input preprocessing ({kinds}) on the launching thread, outside DataLoader workers",
+        f"move the {kinds} into the Dataset / its transforms{once} so DataLoader workers run it in parallel "
+        "with the GPU",
     )

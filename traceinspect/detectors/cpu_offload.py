@@ -18,6 +18,7 @@ from ..facts.optimizer import OPT_PREFIX
 from ..facts.run import num_parameters
 from ..facts.device import primary_kernels, primary_memcpy_mask
 from ..facts.steps import step_set
+from ..facts.model_family import family_of
 from ..findings import Evidence
 from ..trace import intervals as iv
 from ..trace.tables import name_flags
@@ -573,7 +574,7 @@ class CpuOffload(Detector):
             time_lost_us=lost,
             confidence="high" if tr.rule in ("both directions", "CPU optimizer") else "medium",
             evidence=ev,
-            fix=_fix(ctx.framework, mem) + _smallest_change(options, mem, n_source),
+            fix=_fix(ctx.framework, mem, family_of(trace)) + _smallest_change(options, mem, n_source),
             idle_claims={"idle_cpu": opt_claim} if len(opt) else None,
             events=events_from(mc, trace, "memcpy", 2) + events_from(opt, trace, "cpu", 1),
         )
@@ -613,19 +614,23 @@ def _smallest_change(options, mem, n_source: str) -> str:
     )
 
 
-def _fix(framework: str, mem: int | None) -> str:
+def _fix(framework: str, mem: int | None, family: str = "unknown") -> str:
     fits = f"the {mem / GB:.0f} GB of GPU memory" if mem else "GPU memory"
+    # adapters (LoRA/QLoRA) are named for language models and runs whose family the trace does not show
+    lora = family in ("language", "unknown")
     if framework in ("hf_trainer", "trl", "accelerate", "lightning"):
         how = (
             "remove offload_optimizer/offload_param from the DeepSpeed config (or the FSDP 'offload' option) and "
-            f"make the state fit in {fits}: more or larger GPUs with ZeRO-3/FSDP sharding, or a smaller state "
-            "(LoRA/QLoRA with load_in_4bit, optim='paged_adamw_8bit', a smaller model)"
+            f"make the state fit in {fits}: more or larger GPUs with ZeRO-3/FSDP sharding, or a smaller state ("
+            + ("LoRA/QLoRA with load_in_4bit, " if lora else "")
+            + "an 8-bit optimizer such as optim='paged_adamw_8bit', a smaller model)"
         )
     else:
         how = (
             "drop CPUOffload/CPUOffloadPolicy or DeepSpeed offload_* and make the state fit in "
-            f"{fits}: more or larger GPUs with FSDP/ZeRO-3 sharding, or a smaller state (LoRA/QLoRA, "
-            "bitsandbytes AdamW8bit, a smaller model)"
+            f"{fits}: more or larger GPUs with FSDP/ZeRO-3 sharding, or a smaller state ("
+            + ("LoRA/QLoRA, " if lora else "")
+            + "an 8-bit optimizer such as bitsandbytes AdamW8bit, a smaller model)"
         )
     return (
         "This is a GPU memory capacity limit, not an offload tuning problem: "

@@ -10,7 +10,18 @@ from ..facts.steps import idle_in_steps
 from ..findings import Evidence
 from ..trace import intervals as iv
 from ..trace.timeline import is_dataloader
-from .base import Detector, config_value, current, events_from, fmt_us, in_steps, option, pct, window_label
+from .base import (
+    Detector,
+    config_value,
+    current,
+    events_from,
+    fmt_us,
+    in_steps,
+    option,
+    pct,
+    window_label,
+    dataloader_prep,
+)
 
 
 @dataclass(frozen=True)
@@ -23,7 +34,7 @@ class DataloaderStall(Detector):
 
     Why it costs time
         With `num_workers=0` (`_SingleProcessDataLoaderIter`) every batch is read, tokenized or
-        decoded and collated on the training thread, serially with the GPU work. With workers that
+        decoded (text, images) and collated on the training thread, serially with the GPU work. With workers that
         are too few or too slow the queue runs dry. Copies from pageable memory (`pin_memory=False`)
         add a staging copy and block the host.
 
@@ -34,6 +45,12 @@ class DataloaderStall(Detector):
         Evidence also gives the DataLoader span per step, which bounds it from above.
 
     How to fix
+        Background workers, pinned memory and persistent workers; then the per-sample work the
+        model family needs (facts/model_family.py): pre-tokenize a language model's dataset once,
+        keep a vision model's image decoding and augmentation in the workers or on the GPU,
+        preprocess a recommender's sparse features offline, and generic wording when the trace does
+        not show the family. With workers already, the fix doubles the count the capture recorded.
+
         HF Trainer / TRL (`TrainingArguments` / `SFTConfig`):
 
             # before
@@ -41,7 +58,7 @@ class DataloaderStall(Detector):
             # after
             args = TrainingArguments(..., dataloader_num_workers=4, dataloader_pin_memory=True,
                                      dataloader_persistent_workers=True)
-            # and tokenize once, up front: dataset = dataset.map(tokenize, batched=True)
+            # text: tokenize once, up front: dataset = dataset.map(tokenize, batched=True)
 
         Plain PyTorch:
 
@@ -166,17 +183,21 @@ class DataloaderStall(Detector):
             )
         workers = config_value(trace, "dataloader_num_workers")
         hf = ctx.framework in ("hf_trainer", "trl")
+        # the per-sample work named is the model family's the trace shows (generic when it does not say);
+        # the worker count is the user's own doubled, or labelled as an example
         if single:
             fix = (
                 (
-                    "Set dataloader_num_workers=4, dataloader_pin_memory=True and dataloader_persistent_workers=True "
-                    "in TrainingArguments"
+                    "Load batches in background workers (for example dataloader_num_workers=4), with "
+                    "dataloader_pin_memory=True and dataloader_persistent_workers=True in TrainingArguments"
                     if hf
-                    else "Load batches in background workers: DataLoader(num_workers=4, pin_memory=True, "
+                    else "Load batches in background workers, for example DataLoader(num_workers=4, pin_memory=True, "
                     "persistent_workers=True)"
                 )
                 + current(trace, "dataloader_num_workers")
-                + ", and pre-tokenize the dataset once."
+                + ", "
+                + dataloader_prep(trace, single_process=True)
+                + "."
             )
         else:
             more = (
@@ -186,8 +207,7 @@ class DataloaderStall(Detector):
             )
             fix = (
                 f"The workers cannot keep up: use {more}{current(trace, 'dataloader_num_workers')}, enable "
-                "pin_memory and persistent_workers, and move tokenization/decoding out of __getitem__ "
-                "(pre-tokenize and cache)."
+                f"pin_memory and persistent_workers, {dataloader_prep(trace, single_process=False)}."
             )
         title = f"GPU idles {fmt_us(idle / ctx.n_steps)} per step ({pct(frac)}) waiting for the DataLoader" + (
             " (num_workers=0)" if single else ""

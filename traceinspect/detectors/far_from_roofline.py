@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..facts.efficiency import ShapeRow, shape_table
+from ..facts.model_family import family_of
 from ..findings import Evidence
 from ..trace import roofline as rl
 from .base import Detector, events_from, fmt_us, in_steps, option, window_label
@@ -177,7 +178,7 @@ class FarFromRoofline(Detector):
             time_lost_us=lost,
             confidence="medium" if why else "low",
             evidence=ev,
-            fix=_fix(top, why),
+            fix=_fix(top, why, family_of(trace)),
             events=events_from(k, trace, "kernel", 3),
         )
 
@@ -221,7 +222,7 @@ def shape_issues(r: ShapeRow, sms: int | None = None) -> list[str]:
     return out
 
 
-def _fix(r: ShapeRow, why: list[str]) -> str:
+def _fix(r: ShapeRow, why: list[str], family: str = "unknown") -> str:
     if any(w.startswith("only ") for w in why) and not any("batch of" in w for w in why):
         return (
             "Give each call more work: a larger batch (or gradient accumulation with a larger micro-batch), "
@@ -234,7 +235,11 @@ def _fix(r: ShapeRow, why: list[str]) -> str:
                 "a fused kernel (F.scaled_dot_product_attention) or torch.compile."
             )
         if any("not a multiple" in w for w in why):
-            return "Pad the matmul dimensions to multiples of 8 (bf16/fp16) or 16 (fp8), e.g. pad_to_multiple_of=8."
+            return "Pad the matmul dimensions to multiples of 8 (bf16/fp16) or 16 (fp8)" + (
+                ": the sequence length or vocabulary (pad_to_multiple_of=8 in the tokenizer / data collator)."
+                if family == "language"
+                else ": the layer widths, or the batch."
+            )
         return "Try torch.compile or another GEMM backend for this shape (cuBLASLt / hipBLASLt tuning, TunableOp)."
     if r.family == rl.CONV:
         return (

@@ -24,6 +24,8 @@ from .base import (
     overhead_fix,
     pct,
     window_label,
+    preprocess_culprit,
+    preprocessing_kinds,
 )
 
 # Python frames that belong to PyTorch itself: skipped when naming the user's code
@@ -77,9 +79,7 @@ CULPRITS = (
     ),
     (
         "preprocess",
-        "tokenization, decoding or augmentation on the launching thread, outside DataLoader workers",
-        "move tokenization / decoding / augmentation into the Dataset (or a one-off dataset.map) so DataLoader "
-        "workers run it in parallel with the GPU",
+        *preprocess_culprit("tokenization, decoding or augmentation"),
         re.compile(
             r"tokeniz|torchvision/transforms|albumentations|PIL/|image_processing|feature_extraction|"
             r"processing_utils|augment",
@@ -113,7 +113,7 @@ CULPRITS = (
 )
 PIPELINE_PREPROCESS_FIX = (
     "the pipeline decodes and transforms its inputs on the calling thread: pass it a "
-    "dataset or generator with batch_size and num_workers (pipe(dataset, batch_size=8, "
+    "dataset or generator with batch_size and num_workers (for example pipe(dataset, batch_size=8, "
     "num_workers=4)) so DataLoader workers preprocess while the GPU runs"
 )
 CPU_TENSOR = (
@@ -134,7 +134,7 @@ SHORT = {
     "recompile": "torch.compile recompiling",
     "gc": "garbage collection",
     "logging": "logging and metrics",
-    "preprocess": "input preprocessing (tokenization, decoding, augmentation)",
+    "preprocess": "input preprocessing",
     "pipeline": "inference pre/post-processing",
     "compiled": "Python overhead around compiled regions",
     "cpu-tensor": "CPU-side tensor work",
@@ -378,6 +378,7 @@ class HostBound(Detector):
 
         # culprits: idle inside any span (CPU op, annotation or Python function) whose name matches
         found: list[tuple[float, str, str, str]] = []
+        short = dict(SHORT)
         taken = iv.EMPTY
         for key, what, fix, rx in CULPRITS:
             m = [t[name_flags(t["name"], rx.search)] for t in (ops, py) if len(t)]
@@ -396,6 +397,10 @@ class HostBound(Detector):
             )
             us = iv.total(s)
             if us >= 0.05 * lost:
+                if key == "preprocess":  # name what it is: the matched spans, else the model family
+                    kinds = preprocessing_kinds(trace, {str(n) for t in m for n in t["name"].astype(str).unique()})
+                    what, fix = preprocess_culprit(kinds)
+                    short["preprocess"] = f"input preprocessing ({kinds})"
                 found.append((us, key, what, fix))
                 taken = iv.union(np.concatenate((taken[0], s[0])), np.concatenate((taken[1], s[1])))
         rest = max(lost - iv.total(taken), 0.0)
@@ -475,7 +480,7 @@ class HostBound(Detector):
         lead.sort(key=lambda x: -x[1])
         title = (
             f"Host-bound: the GPU idles {fmt_us(lost / n)} per step ({pct(frac)}) while the launching thread "
-            f"does other work, mostly {SHORT[top[1]]}"
+            f"does other work, mostly {short[top[1]]}"
             + (f" (top: {lead[0][0][:80]}, {pct(lead[0][1] / lost)} of it)" if lead else "")
         )
         fixes = [f for _, _, _, f in found[:2]] or [OVERHEAD[2]]

@@ -27,6 +27,7 @@ from .base import (
     overhead_fix,
     pct,
     window_label,
+    stepped_fused_step,
 )
 
 GRAPH_CALLS = {"cudaGraphLaunch", "hipGraphLaunch"}
@@ -92,9 +93,10 @@ def batch_arithmetic(run_config, factor: int, framework: str) -> str:
             f"{b_name} {bs} -> {bs * factor} (the effective batch grows {factor}x: rescale the learning rate, "
             f"or divide {a_name} by {factor} if you accumulate)"
         )
+    # the capture recorded neither: no numbers but the replay's factor (the trace shows no accumulation)
     return (
-        f"raise the {b_name} about {factor}x and divide the {a_name} by {factor} to keep the effective batch "
-        f"(e.g. 1 x 16 -> {factor} x {16 // factor})"
+        f"raise the {b_name} about {factor}x, rescaling the learning rate for the larger effective batch or, "
+        f"if you accumulate gradients, dividing the {a_name} by {factor} to keep it"
     )
 
 
@@ -159,8 +161,13 @@ class LaunchBound(Detector):
         accumulation (docs/memory.md). The sweep is in the evidence. When not even 2x fits, or doubling
         gains under 5%, the fix is CUDA graphs alone. Without memory figures the size is not checked
         against device memory, and the fix says so. `whatif --fix launch-bound:batch=N` replays any factor.
+        The batch and accumulation in the fix are the capture's (run_config); without them it names only
+        the factor. The optimizer it asks to fuse is the one the trace shows stepped
+        (`Optimizer.step#<Class>.step`), none when that one is already fused, and generic wording when
+        no step is recorded.
 
-        HF Trainer / TRL (`TrainingArguments` / `SFTConfig`), same effective batch:
+        HF Trainer / TRL (`TrainingArguments` / `SFTConfig`), same effective batch (an example: a
+        batch of 1 with 16 accumulation steps grown 8x):
 
             # before
             args = TrainingArguments(..., per_device_train_batch_size=1, gradient_accumulation_steps=16)
@@ -176,7 +183,7 @@ class LaunchBound(Detector):
             # after: 8x the batch, 8x fewer accumulated micro-batches, and fewer launches
             loader = DataLoader(ds, batch_size=8)
             model = torch.compile(model, mode="reduce-overhead")   # CUDA graphs
-            opt = torch.optim.AdamW(model.parameters(), lr=2e-5, fused=True)
+            opt = torch.optim.AdamW(model.parameters(), lr=2e-5, fused=True)  # your optimizer, fused
 
     False positives
         Many short kernels alone are not a problem: a busy GPU (healthy traces run 40% of kernels
@@ -429,6 +436,9 @@ class LaunchBound(Detector):
 
     @staticmethod
     def _fix(trace, ctx, factor: int, training: bool, has_graphs: bool, fit=None) -> str:
+        # the optimizer the trace shows stepped (none when it is already fused; generic when none is recorded)
+        fused = stepped_fused_step(trace, ctx.framework) if training else None
+        opt = f" and use {fused}" if fused else ""
         graphs = (
             "capture more of the step in CUDA graphs"
             if has_graphs
@@ -448,12 +458,13 @@ class LaunchBound(Detector):
                 return (
                     f"The batch cannot grow: memory already peaks at {gb(fit.fixed_bytes + fit.per_batch_bytes)} of "
                     f"{gb(fit.capacity_bytes)} (over the {fit.margin_frac:.0%} margin at 2x); instead {graphs}"
-                    + (" and use a fused optimizer." if training else ".")
+                    + opt
+                    + "."
                 )
         if factor < 2:
             return (
                 f"No larger batch: doubling it gains under 5% per sample in the replay (see the evidence); "
-                f"instead {graphs}" + (" and use a fused optimizer." if training else ".")
+                f"instead {graphs}{opt}."
             )
         if not training:
             return (
@@ -465,12 +476,7 @@ class LaunchBound(Detector):
             if fit is not None and fit.current_batch
             else batch_arithmetic(trace.meta.run_config, factor, ctx.framework)
         )
-        fused = (
-            'optim="adamw_torch_fused"'
-            if ctx.framework in ("hf_trainer", "trl")
-            else "a fused optimizer (AdamW(fused=True))"
-        )
-        return f"Give each launch more work: {arith}{mem}; then {graphs} and use {fused}."
+        return f"Give each launch more work: {arith}{mem}; then {graphs}{opt}."
 
     @staticmethod
     def _events(trace, k, claimed):

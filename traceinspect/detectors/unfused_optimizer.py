@@ -12,7 +12,7 @@ from ..facts.run import num_parameters
 from ..facts.steps import idle_in_steps
 from ..findings import EventRef, Evidence
 from ..trace import intervals as iv
-from .base import Detector, fmt_us, option, pct, window_label
+from .base import Detector, fmt_us, option, pct, window_label, fused_step
 
 DEFAULT_MIN_KERNELS = 50
 # bytes a single fused pass touches per parameter (fp32 states): Adam-like reads p, g, m, v and writes
@@ -259,19 +259,17 @@ class UnfusedOptimizer(Detector):
             time_lost_us=lost,
             confidence="high" if frac >= 0.05 and impl == "for-loop" else "medium",
             evidence=ev,
-            fix=self._fix(ctx, cls),
+            fix=self._fix(ctx, cls, impl, trace),
             events=events,
             idle_claims={"idle_launch": launch_claim},
         )
 
     @staticmethod
-    def _fix(ctx, cls: str) -> str:
-        adam = bool(re.search(r"adam", cls, re.IGNORECASE))
-        if ctx.framework in ("hf_trainer", "trl") and adam:
-            return 'Use the fused optimizer: set optim="adamw_torch_fused" in TrainingArguments / SFTConfig.'
-        if adam:
-            return f"Use the fused kernel: torch.optim.{cls}(params, lr=..., fused=True)."
-        return (
-            f"Use a fused or multi-tensor step: torch.optim.{cls}(params, ..., fused=True) where your "
-            "PyTorch version offers it, else foreach=True, or torch.compile the optimizer step."
-        )
+    def _fix(ctx, cls: str, impl: str = "for-loop", trace=None) -> str:
+        """The fused step of the optimizer the trace shows stepped (facts/optimizer.py), in its words."""
+        how = fused_step(cls, impl, ctx.framework, trace)
+        if how is None:  # not reached: a fused or CPU step is not reported
+            return "Use a fused optimizer step."
+        if ctx.framework in ("hf_trainer", "trl") and "optim=" in how:
+            return f"Use {how} in TrainingArguments / SFTConfig."
+        return f"Use {how}" + ("." if "torch.compile" in how else ", or torch.compile the optimizer step.")

@@ -136,3 +136,15 @@ def _optimizer_steps(trace) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows, columns=cols)
+
+
+def stepped_optimizer(trace) -> tuple[str, str] | None:
+    """The optimizer the trace shows stepped: (class, implementation) of the most frequent
+    `Optimizer.step#<Class>.step` span in the analysed steps (implementation as in optimizer_steps),
+    or None when no optimizer step is recorded."""
+    o = optimizer_steps(trace)
+    if not len(o):
+        return None
+    cls = str(o["opt_class"].mode().iloc[0])
+    impl = str(o.loc[o["opt_class"] == cls, "impl"].mode().iloc[0])
+    return cls, impl
