@@ -63,8 +63,8 @@ def test_bmm_and_baddbmm():
 
 def test_convolution_forward_takes_its_output_size_from_the_backward_call():
     x, wt, go = [32, 64, 56, 56], [128, 64, 3, 3], [32, 128, 28, 28]  # stride 2
-    out = rl.conv_outputs(["aten::convolution_backward"], [[go, x, wt, [], [], []]])
-    assert out == {(tuple(x), tuple(wt)): (28, 28)}
+    out = rl.conv_geometry(["aten::convolution_backward"], [[go, x, wt, [], [], []]])
+    assert out["go"] == {(tuple(x), tuple(wt)): (28, 28)}
     w = W("aten::cudnn_convolution", [x, wt, [], [], []], [BF, BF, "ScalarList", "ScalarList", "ScalarList"], out)
     # every output element (32 x 128 x 28 x 28) is a dot product of C/g x R x S = 64 x 3 x 3 terms
     assert w.flops == 2 * 32 * 128 * 28 * 28 * 64 * 9
@@ -625,3 +625,147 @@ def test_roofline_evidence_names_the_unit_of_its_peak_on_mi300x(shared_dir):
     (f,) = [f for f in FarFromRoofline().detect(t, Context.of(t)) if hasattr(f, "time_lost_us")]
     (ev,) = [e for e in f.evidence if e.label.startswith("roofline peaks")]
     assert "(bf16)" not in str(ev.value) and ("matrix" in str(ev.value) or "vector" in str(ev.value))
+
+
+# --- issue 32 item 1: cuDNN's own convolution ops, and advice from the trace's own settings -----------
+
+
+def _conv_flops(x, w, go) -> float:
+    # every output element is a dot product of C/g x R x S terms (here groups = 1)
+    return 2.0 * go[0] * go[1] * math.prod(go[2:]) * w[1] * math.prod(w[2:])
+
+
+def test_cudnn_convolution_and_its_backward_ops_are_modelled(tmp_path):
+    t = _load(br.build_cudnn_resnet(), tmp_path)
+    rows = {(r.op, r.shape): r for r in E.shape_table(t)}
+    for x, w, go in (br.CONV_A, br.CONV_B):  # A: the parent backward op carries the sizes; B: joined
+        io = 4 * (math.prod(x) + math.prod(w) + math.prod(go))  # fp32: each pass moves the three once
+        fwd = rows[("aten::cudnn_convolution", f"[{rl._fmt(x)}], [{rl._fmt(w)}]")]
+        b_in = rows[("aten::cudnn_convolution_backward_input", f"[{rl._fmt(go)}], [{rl._fmt(w)}]")]
+        b_wt = rows[("aten::cudnn_convolution_backward_weight", f"[{rl._fmt(go)}], [{rl._fmt(x)}]")]
+        for r, us in ((fwd, br.CONV_US["fwd"]), (b_in, br.CONV_US["bwd_input"]), (b_wt, br.CONV_US["bwd_weight"])):
+            assert r.gflops_per_call * 1e9 == pytest.approx(_conv_flops(x, w, go)), r.op
+            assert r.mbytes_per_call * 1e6 == pytest.approx(io), r.op
+            assert r.peak_tflops == 15.7 and r.share_of_peak == pytest.approx(
+                max(_conv_flops(x, w, go) / 15.7e6, io / 0.9e6) / us  # V100: 15.7 TFLOP/s fp32, 0.9 TB/s
+            )
+        assert fwd.dims["output"] == rl._fmt(go[2:]) and b_wt.dims["kernel"] == rl._fmt(w[2:])
+    # relu as PyTorch 1.8 records it: clamp_min.out(self, min, out=self) reads go once, writes it once
+    clamp = [r for r in E.shape_table(t) if r.op == "aten::clamp_min"]
+    assert clamp and clamp[0].mbytes_per_call * 1e6 == pytest.approx(2 * 4 * math.prod(br.CONV_A[2]))
+    assert E.coverage(t)["modelled_frac"] == pytest.approx(1.0)
+    from traceinspect.whatif.engine import speed_of_light
+
+    sol = speed_of_light(t)
+    want = sum(3 * _conv_flops(*layer) / 15.7e6 for layer in (br.CONV_A, br.CONV_B))
+    assert sol["sol_us"] == pytest.approx(want) and sol["why"] == ""
+
+
+def test_the_geometry_join_leaves_a_weight_used_at_two_resolutions_unknown():
+    w = [64, 64, 3, 3]
+    names = ["aten::cudnn_convolution", "aten::cudnn_convolution", "aten::cudnn_convolution_backward_input"]
+    dims = [[[8, 64, 56, 56], w], [[8, 64, 28, 28], w], [[], [8, 64, 28, 28], w]]
+    geo = rl.conv_geometry(names, dims)
+    assert geo["go"] == {} and geo["x"] == {}  # 56 -> 28 at stride 2 or 28 -> 28 at stride 1: not told
+    work = rl.op_work(names[2], dims[2], ["GenericList", "float", "float"], geo)
+    assert math.isnan(work.flops) and "input size unknown" in work.note
+
+
+def test_sol_advice_names_the_unmodelled_ops_of_a_trace_with_shapes(tmp_path):
+    from traceinspect.whatif.engine import speed_of_light
+
+    t = _load(br.build_cudnn_resnet(extra_op_us=20_000.0), tmp_path)
+    assert t.meta.profiler.get("record_shapes")
+    sol = speed_of_light(t)
+    assert sol["sol_us"] is None  # 20 ms of 26 ms per step unmodelled: below MIN_SOL_COVERAGE
+    assert "record_shapes=True" not in sol["why"]
+    assert "myext::fused_block 20.0 ms/step" in sol["why"], sol["why"]
+    b = br.build_cudnn_resnet(extra_op_us=20_000.0)
+    for e in b.events:
+        e.get("args", {}).pop("Input Dims", None)
+    b.meta["record_shapes"] = 0
+    t = _load(b, tmp_path, "noshapes.json")
+    assert "capture with record_shapes=True" in speed_of_light(t)["why"]
+
+
+def test_a_floor_is_never_above_the_measured_time_of_its_op(tmp_path):
+    """cuDNN runs 3x3 convolutions as Winograd (fewer multiplies than the direct count): a row can run
+    faster than its direct FLOPs at peak allow, and its floor is then its measured time."""
+    from traceinspect.whatif.engine import speed_of_light
+
+    b = br.build_cudnn_resnet()
+    fast = 0.5 * _conv_flops(*br.CONV_A) / 15.7e6  # layer A's forward at twice the direct-count peak
+    for e in b.events:
+        if e.get("cat") == "kernel" and e.get("dur") == br.CONV_US["fwd"]:
+            e["dur"] = fast
+    t = _load(b, tmp_path)
+    sol = speed_of_light(t)
+    a = sum(_conv_flops(*br.CONV_A) / 15.7e6 for _ in range(2))  # A's backward passes at peak
+    bb = 3 * _conv_flops(*br.CONV_B) / 15.7e6
+    assert sol["sol_us"] == pytest.approx(a + bb + fast, rel=1e-3)
+
+
+def test_kineto_v100_cudnn_rows_are_modelled_and_advice_is_true(shared_dir):
+    t, rows = _rows(
+        shared_dir, "pytorch__kineto/tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
+    )
+    by_op: dict = {}
+    for r in rows:
+        by_op.setdefault(r.op, []).append(r)
+    for op in (
+        "aten::cudnn_convolution",
+        "aten::cudnn_convolution_backward_input",
+        "aten::cudnn_convolution_backward_weight",
+    ):
+        modelled = sum(r.gpu_us_per_step for r in by_op[op] if r.share_of_peak is not None)
+        assert modelled > 0.7 * sum(r.gpu_us_per_step for r in by_op[op]), op  # was 0: every row read "n/a"
+    assert E.coverage(t)["modelled_frac"] > 0.5
+    from traceinspect.whatif.engine import speed_of_light
+
+    sol = speed_of_light(t)
+    assert sol["sol_us"] is not None and 0 < sol["sol_us"] < float(t.steps["dur_us"].median())
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [
+        f"{TL}/b200/eager_trace.json.gz",
+        "facebookresearch__HolisticTraceAnalysis/tests/data/trace_diff/control/control.json.gz",
+    ],
+)
+def test_traces_captured_with_shapes_are_not_told_to_capture_with_them(shared_dir, rel):
+    t = load_trace(str(shared_dir / rel))
+    from traceinspect.whatif.engine import speed_of_light
+
+    why = speed_of_light(t)["why"]
+    assert why and "capture with record_shapes" not in why, why
+    assert "the shapes are recorded" in why or "linked to no recorded op" in why, why
+
+
+def test_a_convolution_above_its_direct_count_roof_says_why(tmp_path):
+    b = br.build_cudnn_resnet()
+    fast = 0.5 * _conv_flops(*br.CONV_A) / 15.7e6
+    for e in b.events:
+        if e.get("cat") == "kernel" and e.get("dur") == br.CONV_US["fwd"]:
+            e["dur"] = fast
+    t = _load(b, tmp_path)
+    (r,) = [r for r in E.shape_table(t) if r.op == "aten::cudnn_convolution" and r.share_of_peak > 1]
+    assert "Winograd" in r.note
+    assert all("Winograd" not in r.note for r in E.shape_table(t) if r.share_of_peak <= 1)
+
+
+def test_far_from_roofline_names_the_unmodelled_ops_when_no_row_is_modelled(tmp_path):
+    from builders import TraceBuilder
+
+    t = TraceBuilder("H100")
+    for _ in range(3):
+        with t.step(wait_gpu=True):
+            t.op(
+                "myext::fused_block",
+                kernels=[("myext_fused_block_kernel", 900.0)],
+                input_dims=[[4, 4]],
+                input_type=["float"],
+            )
+    tr = _load(t, tmp_path)
+    (skip,) = list(FarFromRoofline().detect(tr, Context.of(tr)))
+    assert "myext::fused_block" in skip.reason and "record_shapes=True" not in skip.reason

@@ -168,11 +168,11 @@ def test_shape_model_flops_match_a_real_profiler_capture(tmp_path):
     names = ops["name"].astype(str).tolist()
     dims = [tr.shapes(d) if d is not None else None for d in ops["input_dims_raw"]]
     types = [tr.shapes(t) if t is not None else None for t in ops["input_type_raw"]]
-    conv_out = rl.conv_outputs(names, dims)
+    conv_geo = rl.conv_geometry(names, dims)
     ours: dict = {}
     for n, d, t in zip(names, dims, types):
         if n in family:
-            w = rl.op_work(n, d, t, conv_out)
+            w = rl.op_work(n, d, t, conv_geo)
             assert w is not None and w.family == family[n], (n, d, t)
             ours[w.family] = ours.get(w.family, 0) + w.flops
     for fam, f in theirs.items():

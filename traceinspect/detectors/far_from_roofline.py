@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..facts.efficiency import ShapeRow, shape_table
+from ..facts.efficiency import ShapeRow, shape_table, shapes_advice
 from ..facts.model_family import family_of
 from ..findings import Evidence
 from ..trace import roofline as rl
@@ -113,6 +113,8 @@ class FarFromRoofline(Detector):
         if not rows:
             if not trace.meta.profiler.get("record_shapes"):
                 yield self.skip("the trace has no input shapes (capture with record_shapes=True)")
+            else:
+                yield self.skip(f"no op of the analysed steps has a FLOP and byte model; {shapes_advice(trace)}")
             return
         n = max(ctx.n_steps, 1)
         step_us = ctx.window_us / n

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+import numpy as np
 import pandas as pd
 
 from ..trace import roofline as rl
@@ -66,6 +67,58 @@ def coverage(trace) -> dict:
     total = float(k["dur_us"].sum()) if len(k) else 0.0
     modelled = sum(r.gpu_us_per_step for r in shape_table(trace) if r.share_of_peak is not None) * n
     return {"kernel_us_per_step": total / n, "modelled_frac": min(1.0, modelled / total) if total else 0.0}
+
+
+def unmodelled(trace, top: int = 3) -> list[tuple[str, float, bool]]:
+    """The ops whose kernels the table has no FLOPs and bytes for, by their kernel time per step, longest
+    first: what "only N% modelled" is made of, each with whether its calls recorded shapes. Kernels
+    launched outside any recorded op are one entry."""
+    k = _step_kernels(trace)
+    if not len(k):
+        return []
+    n = max(len(trace.steps), 1)
+    idx = k["op_idx"].to_numpy()
+    ops = trace.cpu_ops
+    names = ops["name"].to_numpy().astype(str)
+    shaped = ops["input_dims_raw"].notna().to_numpy()
+    op = np.array([names[i] if i >= 0 else NO_OP for i in idx], dtype=object)
+    has = np.array([bool(shaped[i]) if i >= 0 else False for i in idx])
+    per = k["dur_us"].groupby(op).sum() / n
+    any_shape = pd.Series(has).groupby(op).any()
+    for r in shape_table(trace):
+        if r.share_of_peak is not None and r.op in per.index:
+            per[r.op] -= r.gpu_us_per_step
+    per = per[per > 1e-3 * max(float(per.sum()), 1e-9)].sort_values(ascending=False)
+    return [(str(name), float(us), bool(any_shape[name])) for name, us in per.head(top).items()]
+
+
+NO_OP = "(no recorded op)"
+
+
+def shapes_advice(trace) -> str:
+    """What would let the model cover more kernel time, from the trace's own profiler settings: capture
+    with record_shapes where it was not, else the ops the model has no formula for (their kernel time),
+    apart from those whose calls recorded no shapes."""
+    if not trace.meta.profiler.get("record_shapes"):
+        return "capture with record_shapes=True (and with_flops=True)"
+    missing = unmodelled(trace)
+    if not missing:
+        return "the shapes are recorded; no op is left without a model"
+    parts = []
+    no_model = [f"{name} {_us(us)}/step" for name, us, shaped in missing if shaped and name != NO_OP]
+    no_shapes = [f"{name} {_us(us)}/step" for name, us, shaped in missing if not shaped and name != NO_OP]
+    unlinked = [us for name, us, _ in missing if name == NO_OP]
+    if no_model:
+        parts.append(f"the shapes are recorded, the model has no FLOPs and bytes for: {', '.join(no_model)}")
+    if no_shapes:
+        parts.append(f"record_shapes is on but these ops recorded no shapes: {', '.join(no_shapes)}")
+    if unlinked:
+        parts.append(f"{_us(unlinked[0])}/step of kernels are linked to no recorded op (no shapes to read)")
+    return "; ".join(parts)
+
+
+def _us(us: float) -> str:
+    return f"{us / 1e3:.1f} ms" if us >= 1e3 else f"{us:.0f} us"
 
 
 def section(trace, top: int = 25) -> dict:
@@ -135,19 +188,34 @@ def _table(trace) -> list[ShapeRow]:
     kk = kg.groupby(["grp", "name"], sort=False)["dur"].sum()
     top_kernel = {g: name for g, name in kk.groupby(level=0).idxmax().map(lambda t: t[1]).items()}
     decoded = [trace.shapes(d) if d else None for d in agg["dims"]]
-    conv_out = rl.conv_outputs(list(agg["op"]), decoded)
+    conv_geo = _conv_geometry(trace)
     dev = trace.device
     peaks = dev.peaks if dev is not None else None
     rows = []
     for i, r in enumerate(agg.itertuples(index=False)):
         types = trace.shapes(r.types) if r.types else None
-        w = rl.op_work(r.op, decoded[i], types, conv_out)
+        w = rl.op_work(r.op, decoded[i], types, conv_geo)
         if w is None or not r.sum > 0:
             continue
         kname = top_kernel.get(i, "")
         rows.append(_row(r.op, w, float(r.sum), int(r.count), n, peaks, kname))
     rows.sort(key=lambda x: -x.gpu_us_per_step)
     return rows
+
+
+def _conv_geometry(trace) -> dict:
+    """The convolution layers' sizes from every convolution call of the trace, those that launch no kernel
+    of their own included (PyTorch <= 1.10's cudnn_convolution_backward carries all three sizes; its
+    children launch the kernels)."""
+    ops = trace.cpu_ops
+    if not len(ops):
+        return {}
+    names = ops["name"].astype(str)
+    sel = ops.loc[names.isin(rl.CONV_OPS).to_numpy(), ["name", "input_dims_raw"]].dropna()
+    if not len(sel):
+        return {}
+    sel = sel.drop_duplicates()
+    return rl.conv_geometry(list(sel["name"].astype(str)), [trace.shapes(d) for d in sel["input_dims_raw"]])
 
 
 def _row(op: str, w: rl.Work, dur_us: float, count: int, n: int, peaks, kernel: str) -> ShapeRow:
@@ -190,6 +258,13 @@ def _row(op: str, w: rl.Work, dur_us: float, count: int, n: int, peaks, kernel: 
         bound = "compute" if t_compute >= t_memory else "memory"
         ideal = max(t_compute, t_memory) * count / n
         share = ideal * n / dur_us
+        if share > 1 and w.family == rl.CONV:  # above the roof: the kernel did fewer multiplies than counted
+            base["note"] = "; ".join(
+                filter(
+                    None,
+                    (w.note, "above the direct-count roof: a fast algorithm (Winograd or FFT) does fewer multiplies"),
+                )
+            )
     return ShapeRow(
         **base,
         gflops_per_call=w.flops / 1e9,

@@ -53,7 +53,30 @@ _CONV_FWD = frozenset(
         "aten::_convolution_mode",
     }
 )
-_CONV_BWD = "aten::convolution_backward"
+_CONV_BWD = "aten::convolution_backward"  # (grad_output, input, weight, ...): PyTorch >= 1.11
+# the per-backend backward of PyTorch <= 1.10 (and its children, which launch the kernels):
+# cudnn_convolution_backward(self, grad_output, weight, ...) computes both gradients through
+# ..._backward_input(self_size, grad_output, weight, ...) and ..._backward_weight(weight_size, grad_output,
+# self, ...) (aten/src/ATen/native/native_functions.yaml of those releases; mkldnn spells it "weights")
+_CONV_BWD_XGW = frozenset(
+    {"aten::cudnn_convolution_backward", "aten::miopen_convolution_backward", "aten::mkldnn_convolution_backward"}
+)
+_CONV_BWD_INPUT = frozenset(
+    {
+        "aten::cudnn_convolution_backward_input",
+        "aten::miopen_convolution_backward_input",
+        "aten::mkldnn_convolution_backward_input",
+    }
+)
+_CONV_BWD_WEIGHT = frozenset(
+    {
+        "aten::cudnn_convolution_backward_weight",
+        "aten::miopen_convolution_backward_weight",
+        "aten::mkldnn_convolution_backward_weights",
+    }
+)
+_CONV_ALL = _CONV_FWD | {_CONV_BWD} | _CONV_BWD_XGW | _CONV_BWD_INPUT | _CONV_BWD_WEIGHT
+CONV_OPS = _CONV_ALL  # every op conv_geometry reads
 # fused attention, forward: layout of q/k/v ("bhld": [B, H, L, D]; "blhd": [B, L, H, D])
 _ATTN_FWD = {
     "aten::scaled_dot_product_attention": "bhld",
@@ -88,6 +111,16 @@ _EW = {
     "aten::lerp_": 2,
     "aten::relu": 1,
     "aten::relu_": 1,
+    "aten::clamp_min": 1,  # relu of PyTorch <= 1.8 (relu_ -> clamp_min_ -> clamp_min.out)
+    "aten::clamp_min_": 1,
+    "aten::clamp_max": 1,
+    "aten::clamp_max_": 1,
+    "aten::clamp": 2,
+    "aten::clamp_": 2,
+    "aten::hardtanh": 2,
+    "aten::hardtanh_": 2,
+    "aten::threshold": 1,
+    "aten::threshold_": 1,
     "aten::threshold_backward": 1,
     "aten::gelu": 8,
     "aten::gelu_backward": 12,
@@ -113,6 +146,9 @@ _EW = {
     "aten::zero_": 0,
 }
 _WRITE_ONLY = frozenset({"aten::fill_", "aten::zero_"})
+# arguments of the functional form; a tensor past them is the `out=` of the .out overload (clamp_min_
+# calls clamp_min.out(self, min, out=self)), written once and not read
+_EW_ARITY = {"aten::clamp_min": 2, "aten::clamp_max": 2, "aten::clamp": 3}
 # normalisation: op -> (FLOPs per element, passes over the big tensor: reads + writes at minimum)
 _NORM = {
     "aten::native_layer_norm": (5, 2),
@@ -188,11 +224,11 @@ def _shape(ts) -> str:
     return ", ".join(f"[{_fmt(d)}]" for d, _, _ in ts)
 
 
-def op_work(op: str, dims, types, conv_out: dict | None = None) -> Work | None:
+def op_work(op: str, dims, types, conv_geo: dict | None = None) -> Work | None:
     """FLOPs and bytes of one call of `op` from its Input Dims and Input type, or None when the op is
     not modelled or its arguments do not have the documented shapes."""
     try:
-        return _work(op, dims, types, conv_out or {})
+        return _work(op, dims, types, conv_geo or {})
     except (TypeError, ValueError, IndexError, OverflowError):
         return None
 
@@ -216,7 +252,7 @@ def _incomplete(dims, types) -> bool:
     )
 
 
-def _work(op: str, dims, types, conv_out: dict) -> Work | None:
+def _work(op: str, dims, types, geo: dict) -> Work | None:
     if _incomplete(dims, types):
         return None
     ts = _tensors(dims, types)
@@ -254,8 +290,8 @@ def _work(op: str, dims, types, conv_out: dict) -> Work | None:
         if a[:-2] != w[:-2]:
             return None  # broadcast batch: not modelled
         return _gemm(BMM, math.prod(a[:-2]), a[-2], w[-1], a[-1], es, dt, 0.0, _shape(ts))
-    if op in _CONV_FWD or op == _CONV_BWD:
-        return _conv(op, ts, conv_out)
+    if op in _CONV_ALL:
+        return _conv(op, ts, geo)
     if op in _ATTN_FWD or op in _ATTN_BWD:
         bwd = op in _ATTN_BWD
         layout = _ATTN_BWD[op] if bwd else _ATTN_FWD[op]
@@ -284,13 +320,17 @@ def _work(op: str, dims, types, conv_out: dict) -> Work | None:
             return None
         dt = next((t for _, t, _ in ts if t in FLOAT_DTYPES), ts[0][1])
         n = max(_numel(d) for d, _, _ in ts)
+        shape = _shape(ts)
+        arity = _EW_ARITY.get(op)
+        if arity is not None and len(dims) > arity:  # .out overload: the read tensors are before `out`
+            ts = _tensors(dims[:arity], types[:arity]) or ts
         if op in _WRITE_ONLY:
             byts = float(_numel(ts[0][0]) * ts[0][2])
         elif op == "aten::copy_":  # (dst, src): src read, dst written
             byts = float(sum(_numel(d) * e for d, _, e in ts[:2]))
         else:  # inputs read once, the result written once
             byts = float(sum(_numel(d) * e for d, _, e in ts) + n * ts[0][2])
-        return Work(ELEMENTWISE, float(_EW[op] * n), byts, dt, {}, _shape(ts))
+        return Work(ELEMENTWISE, float(_EW[op] * n), byts, dt, {}, shape)
     if op in _NORM:
         if not ts:
             return None
@@ -308,30 +348,62 @@ def _work(op: str, dims, types, conv_out: dict) -> Work | None:
     return None
 
 
-def _conv(op: str, ts, conv_out: dict) -> Work | None:
+def _conv(op: str, ts, geo: dict) -> Work | None:
+    """A convolution call from the tensors its Input Dims carry, completed from the trace's other
+    convolution calls (`conv_geometry`) where this one lacks a size: every output element is a dot
+    product of C/g x prod(R) terms, so FLOPs = 2 N K prod(P) C/g prod(R) per pass."""
+    go = x = w = None
     if op == _CONV_BWD:  # (grad_out [N,K,*P], input [N,C,*S], weight [K,C/g,*R], ...)
         if len(ts) < 3:
             return None
         (go, dt, es), (x, _, _), (w, _, _) = ts[:3]
-    else:  # (input [N,C,*S], weight [K,C/g,*R], bias, ...)
+    elif op in _CONV_BWD_XGW:  # (input, grad_out, weight, ...)
+        if len(ts) < 3:
+            return None
+        (x, dt, es), (go, _, _), (w, _, _) = ts[:3]
+    elif op in _CONV_BWD_INPUT:  # (input_size: a list, grad_out, weight, ...): computes grad_input
+        if len(ts) < 2:
+            return None
+        (go, dt, es), (w, _, _) = ts[:2]
+        x = _list(geo.get("x", {}).get((tuple(go), tuple(w))))
+    elif op in _CONV_BWD_WEIGHT:  # (weight_size: a list, grad_out, input, ...): computes grad_weight
+        if len(ts) < 2:
+            return None
+        (go, dt, es), (x, _, _) = ts[:2]
+        w = _list(geo.get("w", {}).get((tuple(go), tuple(x))))
+    else:  # forward (input [N,C,*S], weight [K,C/g,*R], bias, ...)
         if len(ts) < 2:
             return None
         (x, dt, es), (w, _, _) = ts[:2]
-        go = None
-        p = conv_out.get((tuple(x), tuple(w)))
+        p = geo.get("go", {}).get((tuple(x), tuple(w)))
         if p is not None:
             go = [x[0], w[0], *p]
-    if len(x) < 3 or len(w) != len(x) or (go is not None and len(go) != len(x)):
+    known = [t for t in (go, x, w) if t is not None]
+    if len(known[0]) < 3 or any(len(t) != len(known[0]) for t in known):
         return None
-    n, c = x[0], x[1]
-    k, cg = w[0], w[1]
-    if min(n, c, k, cg) <= 0 or c % cg:
+    n = (go or x)[0]
+    k = go[1] if go is not None else w[0]
+    if w is not None and go is not None and w[0] != go[1]:
         return None
-    shape = _shape(ts[:3] if op == _CONV_BWD else ts[:2])
-    dims = {"N": n, "C": c, "K": k, "groups": c // cg, "kernel": _fmt(w[2:]), "input": _fmt(x[2:])}
-    if go is None:
-        # the output size needs stride and padding, which Input Dims does not carry; only a backward
-        # call with the same input and weight shapes (which does carry the output gradient) tells it
+    c = x[1] if x is not None else None
+    cg = w[1] if w is not None else None
+    if min(v for v in (n, k, c, cg) if v is not None) <= 0 or (c is not None and cg is not None and c % cg):
+        return None
+    n_tensors = 3 if op == _CONV_BWD or op in _CONV_BWD_XGW else 2
+    shape = _shape(ts[:n_tensors])
+    dims = {"N": n, "K": k}
+    if c is not None:
+        dims["C"] = c
+    if c is not None and cg is not None:
+        dims["groups"] = c // cg
+    if w is not None:
+        dims["kernel"] = _fmt(w[2:])
+    if x is not None:
+        dims["input"] = _fmt(x[2:])
+    if go is None or x is None or w is None:
+        # the output size needs stride and padding, which Input Dims does not carry; only another call
+        # of the same layer that does carry it (a backward call with the output gradient) tells it
+        missing = "output size" if go is None else ("input size" if x is None else "kernel size")
         return Work(
             CONV,
             float("nan"),
@@ -339,28 +411,75 @@ def _conv(op: str, ts, conv_out: dict) -> Work | None:
             dt,
             dims,
             shape,
-            "output size unknown (stride/padding not in Input Dims, no backward call of this shape)",
+            f"{missing} unknown (stride/padding not in Input Dims, no other call of this layer carries it)",
         )
     dims["output"] = _fmt(go[2:])
     flops = 2.0 * n * k * math.prod(go[2:]) * cg * math.prod(w[2:])
     io = _numel(x) + _numel(w) + _numel(go)
-    if op == _CONV_BWD:  # grad_input and grad_weight (output_mask is not in Input Dims)
+    if op == _CONV_BWD or op in _CONV_BWD_XGW:  # grad_input and grad_weight (output_mask is not in Input Dims)
         return Work(
             CONV, 2 * flops, float(es) * 2 * io, dt, dims, shape, "grad_input and grad_weight both assumed computed"
         )
+    # forward: reads x and w, writes the output; grad_input: reads grad_out and w, writes grad_input;
+    # grad_weight: reads grad_out and x, writes grad_weight. Each pass moves the three tensors once.
     return Work(CONV, flops, float(es) * io, dt, dims, shape)
 
 
-def conv_outputs(names, dims_list) -> dict:
-    """(input dims, weight dims) -> output spatial dims, from the convolution_backward calls' grad_output."""
-    out: dict = {}
+def _list(t) -> list | None:
+    return list(t) if t is not None else None
+
+
+def conv_geometry(names, dims_list) -> dict:
+    """The (input, weight, output) sizes of each convolution layer the trace shows, joined from its calls:
+    a backward call that carries all three (convolution_backward, cudnn/miopen/mkldnn_convolution_backward)
+    gives them whole; otherwise the forward's (input, weight), grad_input's (grad_out, weight) and
+    grad_weight's (grad_out, input) pairs of one layer are joined on the tensors they share, where the join
+    is unique (a weight shape used at two resolutions stays unknown). Returns {"go": {(x, w): output
+    spatial}, "x": {(go, w): x}, "w": {(go, x): w}}, the lookups `op_work` needs."""
+    triples: set = set()
+    fwd: set = set()  # (x, w)
+    b_in: set = set()  # (go, w)
+    b_wt: set = set()  # (go, x)
+
+    def ok(*ts) -> bool:
+        return all(_is_dims(t) and len(t) >= 3 and len(t) == len(ts[0]) for t in ts)
+
     for name, dims in zip(names, dims_list):
-        if name != _CONV_BWD or not isinstance(dims, list) or len(dims) < 3:
+        if name not in _CONV_ALL or not isinstance(dims, list):
             continue
-        go, x, w = dims[0], dims[1], dims[2]
-        if _is_dims(go) and _is_dims(x) and _is_dims(w) and len(go) == len(x) == len(w) and len(go) >= 3:
-            out[(tuple(x), tuple(w))] = tuple(go[2:])
-    return out
+        if name == _CONV_BWD or name in _CONV_BWD_XGW:
+            if len(dims) < 3:
+                continue
+            a, b, c = dims[0], dims[1], dims[2]
+            go, x, w = (a, b, c) if name == _CONV_BWD else (b, a, c)
+            if ok(go, x, w) and go[0] == x[0] and go[1] == w[0]:
+                triples.add((tuple(x), tuple(w), tuple(go)))
+        elif len(dims) >= 3 and name in (_CONV_BWD_INPUT | _CONV_BWD_WEIGHT):
+            if ok(dims[1], dims[2]) and dims[1][0] == (dims[2][0] if name in _CONV_BWD_WEIGHT else dims[1][0]):
+                (b_in if name in _CONV_BWD_INPUT else b_wt).add((tuple(dims[1]), tuple(dims[2])))
+        elif len(dims) >= 2 and ok(dims[0], dims[1]):
+            fwd.add((tuple(dims[0]), tuple(dims[1])))
+    # joins: a layer (x, w, go) is seen as fwd (x, w), b_in (go, w) and b_wt (go, x)
+    for x, w in fwd:
+        gos = {go for go, w2 in b_in if w2 == w and go[0] == x[0]} & {go for go, x2 in b_wt if x2 == x}
+        if len(gos) == 1:
+            triples.add((x, w, gos.pop()))
+    for go, w in b_in:
+        xs = {x for x, w2 in fwd if w2 == w and x[0] == go[0]} & {x for go2, x in b_wt if go2 == go}
+        if len(xs) == 1:
+            triples.add((xs.pop(), w, go))
+    for go, x in b_wt:
+        ws = {w for x2, w in fwd if x2 == x and w[0] == go[1]} & {w for go2, w in b_in if go2 == go}
+        if len(ws) == 1:
+            triples.add((x, ws.pop(), go))
+    geo: dict = {"go": {}, "x": {}, "w": {}}
+    for key, val, slot in (((0, 1), 2, "go"), ((2, 1), 0, "x"), ((2, 0), 1, "w")):
+        seen: dict = {}
+        for t in triples:
+            seen.setdefault((t[key[0]], t[key[1]]), set()).add(t[val])
+        geo[slot] = {k: next(iter(v)) for k, v in seen.items() if len(v) == 1}
+    geo["go"] = {k: v[2:] for k, v in geo["go"].items()}
+    return geo
 
 
 def roof(peaks: Peaks | None, family: str, dtype: str, precision: str = "") -> float | None:

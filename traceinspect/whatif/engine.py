@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from .. import detectors as registry
-from ..facts.efficiency import coverage, shape_table
+from ..facts.efficiency import coverage, shape_table, shapes_advice
 from ..facts.steps import in_steps
 from ..findings import Finding
 from ..trace.model import Trace
@@ -287,15 +287,19 @@ def speed_of_light(trace: Trace) -> dict:
         return {"sol_us": None, "why": "the GPU's peak throughput is unknown (no deviceProperties or unknown model)"}
     rows = [r for r in shape_table(trace) if r.family in MATRIX_FAMILIES]
     flops = sum(r.gflops_per_call * 1e9 * r.calls_per_step for r in rows if r.gflops_per_call is not None)
-    sol = sum(
-        r.gflops_per_call * 1e9 * r.calls_per_step / (r.peak_tflops * 1e12) * 1e6
+    # each row's time at its peak, never more than it took: a 3x3 convolution that cuDNN runs as Winograd
+    # does fewer multiplies than the direct count, and a floor cannot be above the measurement
+    # (MFU keeps the direct count, as MFU is defined)
+    at_peak = [
+        (r.gflops_per_call * 1e9 * r.calls_per_step / (r.peak_tflops * 1e12) * 1e6, r.gpu_us_per_step)
         for r in rows
         if r.gflops_per_call is not None and r.peak_tflops
-    )
+    ]
+    sol = sum(min(t, measured) for t, measured in at_peak)
     if not rows or flops <= 0:
         return {
             "sol_us": None,
-            "why": "no GEMM, convolution or attention op with recorded shapes (capture with record_shapes=True)",
+            "why": f"no GEMM, convolution or attention op the model covers; {shapes_advice(trace)}",
         }
     median = float(trace.steps["dur_us"].median())
     cov = coverage(trace).get("modelled_frac", 0.0)
@@ -304,14 +308,13 @@ def speed_of_light(trace: Trace) -> dict:
             "sol_us": None,
             "matrix_flops_per_step": flops,
             "modelled_kernel_frac": cov,
-            "why": f"only {100 * cov:.0f}% of the kernel time has recorded shapes the model knows; "
-            "capture with record_shapes=True (and with_flops=True)",
+            "why": f"only {100 * cov:.0f}% of the kernel time is in ops the model covers; {shapes_advice(trace)}",
         }
     return {
         "sol_us": sol,
         "matrix_flops_per_step": flops,
         "achieved_tflops": flops / median / 1e6,
-        "mfu": sol / median if median else None,
+        "mfu": sum(t for t, _ in at_peak) / median if median else None,
         "modelled_kernel_frac": cov,
         "why": "",
         **_flops_cross_check(trace, flops),
