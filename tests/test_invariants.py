@@ -71,6 +71,18 @@ def _violations(tr) -> tuple[list[str], int]:
         sol = (v.get("whatif", {}).get("speed_of_light") or {}).get("sol_us")
         if sol:
             check(exp >= sol * (1 - NOISE), f"expected step {exp:.0f} below the speed of light {sol:.0f}")
+    # the floor is never below what the report's own efficiency rows imply, nor above the measured step
+    sol_ = v.get("whatif", {}).get("speed_of_light") or {}
+    if sol_.get("sol_us"):
+        rows = (d.get("efficiency") or {}).get("rows") or []
+        implied = sum(
+            min(r["roofline_us_per_step"], r["gpu_us_per_step"]) for r in rows if r.get("roofline_us_per_step")
+        )
+        check(
+            sol_["sol_us"] >= implied * sol_.get("overlap", 1.0) * (1 - 1e-6),
+            f"speed of light {sol_['sol_us']:.0f} below its efficiency rows' floor {implied:.0f}",
+        )
+        check(sol_["sol_us"] <= median * (1 + NOISE), f"speed of light {sol_['sol_us']:.0f} above the median step")
     for s in v.get("path", []):
         check(
             s["to_us"] <= s["from_us"] * (1 + MEDIAN_SHIFT), f"path: {s['fix']} {s['from_us']:.0f} -> {s['to_us']:.0f}"

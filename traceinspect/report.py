@@ -230,9 +230,14 @@ class Identity(Section, frozen=True):
 
 
 class SpeedOfLight(Section, frozen=True):
-    """Per step, the matrix FLOPs from recorded shapes at the GPU's peak (sol_us None: why says what is missing)."""
+    """Per step, the roofline floor of the GPU work: the modelled ops at their roofline (roofline_us), the
+    rest at its measured time (unmodelled_us), scaled by the kernels' overlap; sol_us None: why says what
+    is missing. mfu: matrix FLOPs at peak over the median step (None without matrix FLOPs)."""
 
     sol_us: Union[Num, None, _U] = UNSET
+    roofline_us: Union[Num, _U] = UNSET
+    unmodelled_us: Union[Num, _U] = UNSET
+    overlap: Union[Num, _U] = UNSET
     why: Union[str, _U] = UNSET
     matrix_flops_per_step: Union[Num, _U] = UNSET
     achieved_tflops: Union[Num, _U] = UNSET

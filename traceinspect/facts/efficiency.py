@@ -146,6 +146,12 @@ def section(trace, top: int = 25) -> dict:
     return {"peaks": peaks, **coverage(trace), "rows_total": len(rows), "rows": [r.to_dict() for r in rows[:top]]}
 
 
+def step_kernels(trace) -> pd.DataFrame:
+    """The kernels the table and coverage() count: the primary device's, communication left out, in the
+    analysed steps."""
+    return _step_kernels(trace)
+
+
 def _step_kernels(trace) -> pd.DataFrame:
     k = trace.kernels
     if not len(k) or not len(trace.steps):

@@ -106,6 +106,11 @@ def fix_path(verdict) -> list:
     return [p for p in known(verdict.path, []) if ms(p.from_us) != ms(p.to_us)]
 
 
+def mfu_phrase(sol) -> str:
+    """'41.0% MFU', or 'no matrix FLOPs' where the modelled ops include no GEMM/conv/attention."""
+    return f"{pct(sol.mfu)} MFU" if num(known(sol.mfu)) is not None else "no matrix FLOPs"
+
+
 def pct(x) -> str:
     x = num(x)
     return "n/a" if x is None else f"{100 * x:.1f}%"

@@ -25,6 +25,7 @@ from .common import (
     run_config_items,
     trust_line,
     sev,
+    mfu_phrase,
     speed_of_light,
 )
 
@@ -70,7 +71,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
                 + f"Measured median step {ms(v.median_step_us)}, predicted after these fixes "
                 f"**{ms(v.expected_step_us)}**, "
                 + (
-                    f"speed of light {ms(sol.sol_us)} ({pct(sol.mfu)} MFU)"
+                    f"speed of light {ms(sol.sol_us)} ({md_text(mfu_phrase(sol))})"
                     if known(sol.sol_us)
                     else f"speed of light unknown: {md_text(known(sol.why, 'no model'))}"
                 )

@@ -32,6 +32,7 @@ from .common import (
     run_config_items,
     trust_line,
     count,
+    mfu_phrase,
     speed_of_light,
 )
 
@@ -197,7 +198,7 @@ def light_line(v) -> str:
     """'speed of light 3.1 ms (41.0% MFU)', or why it is unknown, from a Verdict's what-if section."""
     sol = speed_of_light(v)
     return (
-        f"speed of light {ms(sol.sol_us)} ({pct(sol.mfu)} MFU)"
+        f"speed of light {ms(sol.sol_us)} ({mfu_phrase(sol)})"
         if known(sol.sol_us)
         else f"speed of light unknown: {plain(known(sol.why, 'no model'))}"
     )
@@ -321,10 +322,21 @@ def render_whatif(d) -> str:
 def _light(sol: SpeedOfLight) -> str:
     if not known(sol.sol_us):
         return f"Speed of light: unknown ({plain(known(sol.why, 'no model'))})"
-    return (
-        f"Speed of light: {ms(sol.sol_us)} per step; achieved {plain(round(num(sol.achieved_tflops) or 0, 1))}"
-        f" TFLOP/s of GEMM/conv/attention, MFU {pct(sol.mfu)}"
+    parts = ""
+    if known(sol.roofline_us) is not None and known(sol.unmodelled_us) is not None:
+        parts = f" (modelled ops at their roofline {ms(sol.roofline_us)}"
+        if num(sol.unmodelled_us):
+            parts += f", unmodelled kernels at their measured {ms(sol.unmodelled_us)}"
+        if num(known(sol.overlap)) is not None and num(sol.overlap) < 0.995:
+            parts += f", x{plain(round(num(sol.overlap), 2))} for the streams' overlap"
+        parts += ")"
+    matrix = (
+        f"; achieved {plain(round(num(sol.achieved_tflops) or 0, 1))} TFLOP/s of GEMM/conv/attention,"
+        f" MFU {pct(sol.mfu)}"
+        if num(known(sol.mfu)) is not None
+        else "; no matrix FLOPs (MFU n/a)"
     )
+    return f"Speed of light: {ms(sol.sol_us)} per step{parts}{matrix}"
 
 
 def _unit(value: str, unit: str, none: str) -> str:

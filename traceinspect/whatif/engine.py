@@ -278,47 +278,64 @@ def _same_replay_inputs(g: Graph, base: Graph) -> bool:
 
 
 def speed_of_light(trace: Trace) -> dict:
-    """Per step: the GEMM / convolution / attention FLOPs from recorded shapes at the GPU's peak for their
-    dtype. Says what is missing rather than guessing."""
+    """Per step, the roofline floor of the GPU work: every op the efficiency table models at the larger of
+    its FLOPs at peak and its bytes at bandwidth (its `roofline_us_per_step`), never more than it took;
+    the kernels the table does not model at their measured time; the sum scaled by the measured overlap
+    of the step's kernels (busy time over kernel time, 1 on one stream). MFU is the separate matrix figure:
+    GEMM / convolution / attention FLOPs (direct count) at the peak for their dtype over the median step.
+    Says what is missing rather than guessing."""
     if not trace.has_gpu or not len(trace.steps):
         return {}
     dev = trace.device
     if dev is None or dev.peaks is None:
         return {"sol_us": None, "why": "the GPU's peak throughput is unknown (no deviceProperties or unknown model)"}
-    rows = [r for r in shape_table(trace) if r.family in MATRIX_FAMILIES]
-    flops = sum(r.gflops_per_call * 1e9 * r.calls_per_step for r in rows if r.gflops_per_call is not None)
-    # each row's time at its peak, never more than it took: a 3x3 convolution that cuDNN runs as Winograd
-    # does fewer multiplies than the direct count, and a floor cannot be above the measurement
-    # (MFU keeps the direct count, as MFU is defined)
-    at_peak = [
-        (r.gflops_per_call * 1e9 * r.calls_per_step / (r.peak_tflops * 1e12) * 1e6, r.gpu_us_per_step)
-        for r in rows
-        if r.gflops_per_call is not None and r.peak_tflops
-    ]
-    sol = sum(min(t, measured) for t, measured in at_peak)
-    if not rows or flops <= 0:
-        return {
-            "sol_us": None,
-            "why": f"no GEMM, convolution or attention op the model covers; {shapes_advice(trace)}",
-        }
+    table = shape_table(trace)
+    modelled = [r for r in table if r.roofline_us_per_step is not None]
+    if not modelled:
+        return {"sol_us": None, "why": f"no op the model covers; {shapes_advice(trace)}"}
+    rows = [r for r in modelled if r.family in MATRIX_FAMILIES]
+    flops = sum(r.gflops_per_call * 1e9 * r.calls_per_step for r in rows)
+    matrix_at_peak = sum(r.gflops_per_call * 1e9 * r.calls_per_step / (r.peak_tflops * 1e12) * 1e6 for r in rows)
     median = float(trace.steps["dur_us"].median())
-    cov = coverage(trace).get("modelled_frac", 0.0)
-    if cov < MIN_SOL_COVERAGE:  # most kernel time has no shapes: a floor from the rest would be a guess
+    cov = coverage(trace)
+    frac = cov.get("modelled_frac", 0.0)
+    if frac < MIN_SOL_COVERAGE:  # most kernel time has no model: a floor from the rest would be a guess
         return {
             "sol_us": None,
             "matrix_flops_per_step": flops,
-            "modelled_kernel_frac": cov,
-            "why": f"only {100 * cov:.0f}% of the kernel time is in ops the model covers; {shapes_advice(trace)}",
+            "modelled_kernel_frac": frac,
+            "why": f"only {100 * frac:.0f}% of the kernel time is in ops the model covers; {shapes_advice(trace)}",
         }
+    # a row's floor is never above its measurement: cuDNN's Winograd 3x3 convolutions beat the direct count
+    roof = sum(min(r.roofline_us_per_step, r.gpu_us_per_step) for r in modelled)
+    kernel_us = cov.get("kernel_us_per_step", 0.0)
+    unmodelled = max(kernel_us - sum(r.gpu_us_per_step for r in modelled), 0.0)
+    overlap = _overlap(trace, kernel_us)
     return {
-        "sol_us": sol,
+        "sol_us": (roof + unmodelled) * overlap,
+        "roofline_us": roof,
+        "unmodelled_us": unmodelled,
+        "overlap": overlap,
         "matrix_flops_per_step": flops,
         "achieved_tflops": flops / median / 1e6,
-        "mfu": sum(t for t, _ in at_peak) / median if median else None,
-        "modelled_kernel_frac": cov,
+        "mfu": matrix_at_peak / median if median and flops > 0 else None,
+        "modelled_kernel_frac": frac,
         "why": "",
         **_flops_cross_check(trace, flops),
     }
+
+
+def _overlap(trace: Trace, kernel_us_per_step: float) -> float:
+    """The step kernels' busy time (their union) over their summed time: 1 where one stream runs them,
+    below 1 where streams overlap. The floor of a sum of kernel floors is scaled by it."""
+    from ..facts.efficiency import step_kernels
+    from ..trace.intervals import total, union
+
+    k = step_kernels(trace)
+    if not len(k) or kernel_us_per_step <= 0:
+        return 1.0
+    busy = total(union(k["ts_us"].to_numpy(), k["end_us"].to_numpy())) / max(len(trace.steps), 1)
+    return min(1.0, busy / kernel_us_per_step)
 
 
 # ops on which torch.profiler(with_flops=True) records a `flops` arg for matrix math (GEMM, batched GEMM,
