@@ -87,6 +87,15 @@ def _violations(tr) -> tuple[list[str], int]:
         check(
             s["to_us"] <= s["from_us"] * (1 + MEDIAN_SHIFT), f"path: {s['fix']} {s['from_us']:.0f} -> {s['to_us']:.0f}"
         )
+    # the re-diagnosis of the predicted run is the replay of each listed fix on top of the path's
+    for r in v.get("rediagnosed", []):
+        to = E.predict(tr, rep.findings, tuple(r["after"]) + (r["fix"],), with_path=False).median_us
+        check(
+            abs(to - r["to_us"]) <= 1e-6 * max(to, 1.0),
+            f"rediagnosed {r['fix']}: says {r['to_us']:.0f}, replays {to:.0f}",
+        )
+        check(r["share_of_predicted"] >= 0.03, f"rediagnosed {r['fix']} listed at {r['share_of_predicted']:.3f}")
+        check(r["fix"] in v.get("next_bottlenecks", []), f"rediagnosed {r['fix']} not among next_bottlenecks")
     # 4. the verdict names the top-ranked cause
     active = [f for f in rep.findings if not f.masked_by]
     if v.get("top") and active:

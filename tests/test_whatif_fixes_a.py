@@ -173,3 +173,43 @@ def test_padding_with_varlen_attention_leaves_attention_alone(tmp_path):
     assert attn.any() and linear.any()
     np.testing.assert_allclose(g2.g_dur[attn], g.g_dur[attn])
     np.testing.assert_allclose(g2.g_dur[linear], g.g_dur[linear] * VARLEN_Q / (PAD_B * PAD_L), rtol=1e-3)
+
+
+def test_a_declined_cause_is_a_next_bottleneck_once_the_path_is_replayed(tmp_path):
+    """Issue 26 item 3: eager attention hidden behind host time (declined at 0.7%) is asked again in the
+    predicted run; its cost there is the replay of its fix on top of the path, in every format."""
+    tr = _load(build_attention_host_work(cpu_us=100000.0), tmp_path, "before")
+    rep = analyze(tr)
+    v = rep.verdict
+    assert [p.fix for p in v.path] == ["host-bound"]
+    (r,) = [x for x in v.rediagnosed if x.fix == "eager-attention"]
+    host = E.predict(tr, rep.findings, ("host-bound",), with_path=False).median_us
+    both = E.predict(tr, rep.findings, ("host-bound", "eager-attention"), with_path=False).median_us
+    assert r.present == "below threshold" and r.after == ["host-bound"]
+    assert r.from_us == pytest.approx(host) and r.to_us == pytest.approx(both)
+    assert r.saved_per_step_us == pytest.approx(host - both) and r.share_of_predicted >= 0.1
+    assert "eager-attention" in v.next_bottlenecks
+    for text in (rep.to_text(), rep.to_markdown(), rep.to_html()):
+        assert "eager-attention" in text and "once host-bound is fixed" in text
+
+
+def test_a_cause_worth_under_3_percent_after_the_path_is_not_listed(tmp_path):
+    from traceinspect.analyze import NEXT_MIN_FRAC, _rediagnose
+    from traceinspect.findings import Skipped
+
+    tr = _load(build_attention_host_work(cpu_us=100000.0), tmp_path, "before")
+    rep = analyze(tr)
+    memo = {}
+
+    def replayed(fixes):
+        if fixes not in memo:
+            memo[fixes] = E.predict(tr, rep.findings, fixes, with_path=False)
+        return memo[fixes]
+
+    declined = [Skipped(code="TI0", name="eager-attention", reason="r", checked=True)]
+    assert _rediagnose(rep.findings, declined, (), replayed) == []  # nothing fixed first: nothing to ask
+    # a cause whose fix changes nothing after the path (pageable-memcpy: no copies here) is not listed
+    none = [Skipped(code="TI0", name="pageable-memcpy", reason="r", checked=True)]
+    assert _rediagnose(rep.findings, none, ("host-bound",), replayed) == []
+    got = _rediagnose(rep.findings, declined, ("host-bound",), replayed)
+    assert got and got[0]["share_of_predicted"] >= NEXT_MIN_FRAC

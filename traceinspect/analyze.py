@@ -231,7 +231,7 @@ def analyze(
         skipped=skipped,
         failures=failures,
         warnings=warnings,
-        verdict=typed(Verdict, _verdict(trace, findings, account)),
+        verdict=typed(Verdict, _verdict(trace, findings, account, skipped)),
         account=typed(Account, account),
         top_kernels=typed(list[TopKernel], _top_kernels(trace)),
         timeline_sample=typed(TimelineSample, representative_step(trace) if trace.has_gpu else {}),
@@ -561,7 +561,9 @@ def _longest_wait(trace: Trace) -> str:
     return f"; longest wait: {fmt_us(float(r['dur_us']))} before {name} on stream {int(op['stream'])}{when}"
 
 
-def _verdict(trace: Trace, findings: list[Finding], account: dict | None = None) -> dict:
+def _verdict(
+    trace: Trace, findings: list[Finding], account: dict | None = None, skipped: Sequence[Skipped] = ()
+) -> dict:
     """The headline, from the same ranked findings and account the report shows: the top cause is the
     first active finding that costs at least VERDICT_MIN_FRAC of the window, and "expected if fixed"
     always includes it."""
@@ -624,8 +626,11 @@ def _verdict(trace: Trace, findings: list[Finding], account: dict | None = None)
         headline += f". {cannot}"
     ids = st["step"].to_numpy() if "step" in st.columns else np.arange(1, len(st) + 1)
     headline += _slow_steps(st["dur_us"].to_numpy(dtype=float), ids) + "."
-    path, models, whatif = _fix_path(trace, findings, fixable, median)
+    path, models, whatif, rediagnosed = _fix_path(trace, findings, fixable, median, skipped)
     expected = path[-1]["to_us"]
+    if rediagnosed:
+        base["rediagnosed"] = rediagnosed
+        base["next_bottlenecks"] = list(dict.fromkeys(base["next_bottlenecks"] + [r["fix"] for r in rediagnosed]))
     return {
         **base,
         "top": top.name,
@@ -678,7 +683,9 @@ def _assumption(models: list[str]) -> str:
     )
 
 
-def _fix_path(trace: Trace, findings: list[Finding], fixable: list[Finding], median: float):
+def _fix_path(
+    trace: Trace, findings: list[Finding], fixable: list[Finding], median: float, skipped: Sequence[Skipped] = ()
+):
     """The cumulative path in rank order. Each fix with a replay transformation is replayed on top of the
     fixes before it; one without is subtracted (projected_step's 90% rule), and each step says which."""
     known = whatif.transforms() if isinstance(trace, Trace) and trace.has_gpu else {}
@@ -719,7 +726,47 @@ def _fix_path(trace: Trace, findings: list[Finding], fixable: list[Finding], med
                 if f.name in known and not f.masked_by
             },
         }
-    return path, models, extra
+    return path, models, extra, _rediagnose(findings, skipped, tuple(done), replayed) if known else []
+
+
+NEXT_MIN_FRAC = 0.03  # a cause asked again after the path is a next bottleneck from this share of the step
+
+
+def _rediagnose(findings: list[Finding], skipped: Sequence[Skipped], done: tuple, replayed) -> list[dict]:
+    """Next bottlenecks as a re-diagnosis of the predicted run: after the path's replayed fixes, each
+    cause present now that is not on the path (a masked finding, or a detector that saw its signature
+    and declined it as below threshold) is replayed once more on top; those whose fix would then save at
+    least NEXT_MIN_FRAC of that predicted step are listed, largest first. The cost is the replay's: GPU
+    time and launches alike (eager attention in a launch-bound run)."""
+    if not done:
+        return []
+    known = whatif.transforms()
+    cands = {f.name: ("masked", f.title) for f in findings if f.masked_by and f.name in known and f.name not in done}
+    for s in skipped:
+        if s.checked and s.name in known and s.name not in done and s.name not in cands:
+            cands[s.name] = ("below threshold", s.reason)
+    if not cands:
+        return []
+    base = replayed(done).median_us
+    out = []
+    for name, (present, reason) in cands.items():
+        to = replayed(done + (name,)).median_us
+        saved = base - to
+        if base > 0 and saved >= NEXT_MIN_FRAC * base:
+            out.append(
+                {
+                    "fix": name,
+                    "present": present,
+                    "reason": reason,
+                    "after": list(done),
+                    "from_us": base,
+                    "to_us": to,
+                    "saved_per_step_us": saved,
+                    "share_of_predicted": saved / base,
+                }
+            )
+    out.sort(key=lambda r: -r["saved_per_step_us"])
+    return out
 
 
 def _top_kernels(trace: Trace, n: int = 10) -> list[dict]:

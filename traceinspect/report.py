@@ -202,6 +202,22 @@ class FixStep(Section, frozen=True):
     model: Union[str, _U] = UNSET
 
 
+class Rediagnosed(Section, frozen=True):
+    """A cause asked again in the predicted run (docs/whatif.md, "Next bottlenecks"): present now (a
+    masked finding, or a detector's signature below its threshold), what the replay of its fix saves
+    once the verdict's replayed fixes (`after`) are in."""
+
+    required, allow_empty = ("fix", "present", "after", "from_us", "to_us"), False
+    fix: Union[str, _U] = UNSET
+    present: Union[str, _U] = UNSET  # "masked" (a finding) | "below threshold" (the detector declined it)
+    reason: Union[str, _U] = UNSET  # the finding's title, or the detector's reason for declining now
+    after: Union[list[str], _U] = UNSET  # the replayed fixes of the verdict's path it is asked after
+    from_us: Union[Num, _U] = UNSET  # median step of the replay with `after`
+    to_us: Union[Num, _U] = UNSET  # ... and this fix on top
+    saved_per_step_us: Union[Num, _U] = UNSET
+    share_of_predicted: Union[Num, _U] = UNSET  # saved over from_us
+
+
 class ReplayEdges(Section, frozen=True):
     """Where the replay graph's dependencies between streams and threads came from: recorded by the trace
     (`cuda_sync` records) or inferred from timing (docs/whatif.md, "Edges")."""
@@ -264,6 +280,7 @@ class Verdict(Section, frozen=True):
     unexplained_frac_of_step: Union[Num, _U] = UNSET
     explained_frac_of_idle: Union[Num, None, _U] = UNSET
     next_bottlenecks: Union[list[str], _U] = UNSET  # latent causes, hidden by the active ones
+    rediagnosed: Union[list[Rediagnosed], _U] = UNSET  # causes that would cost >= 3% once the path is fixed
     top_per_step_us: Union[Num, None, _U] = UNSET
     top_frac: Union[Num, None, _U] = UNSET
     top_confidence: Union[str, _U] = UNSET

@@ -167,6 +167,18 @@ def sev(f) -> str:
     return severity(num(f.time_lost_frac) or 0.0)
 
 
+def rediagnosed(report) -> list:
+    """The verdict's causes asked again once its replayed fixes are in (report.Rediagnosed), or []."""
+    v = known(report.verdict)
+    return list(known(v.rediagnosed, []) or []) if v else []
+
+
+def rediagnosed_head(r) -> str:
+    """'once host-bound is fixed (replayed step 9.4 ms)': the run the re-diagnosis asks in. Untrusted
+    names: the caller escapes."""
+    return f"once {', '.join(known(r.after, []))} is fixed (replayed step {ms(r.from_us)})"
+
+
 def labels(f) -> str:
     """Severity (share of the window lost) and confidence (strength of the evidence), each named."""
     return f"severity {sev(f)}, confidence {plain(f.confidence)}"

@@ -21,6 +21,8 @@ from .common import (
     count,
     lost,
     per_step,
+    rediagnosed,
+    rediagnosed_head,
     efficiency_peaks,
     efficiency_rows,
     evidence_value,
@@ -441,12 +443,26 @@ def _account(report) -> list[str]:
 def _next_bottlenecks(report) -> list[str]:
     """Masked causes: their cost now and once the causes that hide them are fixed."""
     latent = [f for f in report.findings if f.masked_by]
-    if not latent:
+    again = rediagnosed(report)
+    if not latent and not again:
         return []
     c = num(known(report.steps.count))
     n = int(c) if c is not None and 1 <= c < 1e12 else 1
-    o = [
-        '<section id="next-bottlenecks"><h2>Next bottlenecks (present, masked now)</h2>',
+    o = ['<section id="next-bottlenecks"><h2>Next bottlenecks (present, masked now)</h2>']
+    if again:
+        o.append("<ul>")
+        for r in again:
+            o.append(
+                f"<li><code>{esc(r.fix)}</code> ({esc(r.present)} now): {esc(rediagnosed_head(r))} its fix would "
+                f"save {esc(per_step(r.saved_per_step_us))} ({esc(pct(r.share_of_predicted))} of that step) (replay)"
+                + (f'<br><span class="note">now: {esc(r.reason)}</span>' if known(r.reason) else "")
+                + "</li>"
+            )
+        o.append("</ul>")
+    if not latent:
+        o.append("</section>")
+        return o
+    o += [
         "<table><tr><th>finding</th><th class=n>lost per step now</th><th class=n>once fixed</th><th>masked by</th>"
         "<th>severity</th><th>confidence</th></tr>",
     ]

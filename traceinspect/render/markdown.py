@@ -26,6 +26,9 @@ from .common import (
     trust_line,
     sev,
     mfu_phrase,
+    per_step,
+    rediagnosed,
+    rediagnosed_head,
     speed_of_light,
 )
 
@@ -289,13 +292,23 @@ def account_md(report) -> list[str]:
 def next_bottlenecks_md(report) -> list[str]:
     """Masked causes, with their cost now and once the masking causes are fixed."""
     latent = [f for f in report.findings if f.masked_by]
-    if not latent:
+    again = rediagnosed(report)
+    if not latent and not again:
         return []
     c = num(known(report.steps.count))
     n = int(c) if c is not None and 1 <= c < 1e12 else 1
-    o = [
-        "### Next bottlenecks (present, masked now)",
-        "",
+    o = ["### Next bottlenecks (present, masked now)", ""]
+    for r in again:
+        o.append(
+            f"- {md_code(r.fix)} ({md_text(r.present)} now): {md_text(rediagnosed_head(r))} its fix would save "
+            f"{md_text(per_step(r.saved_per_step_us))} ({pct(r.share_of_predicted)} of that step) (replay)"
+            + (f". Now: {md_text(r.reason)}" if known(r.reason) else "")
+        )
+    if again:
+        o.append("")
+    if not latent:
+        return o
+    o += [
         "| finding | lost per step now | once fixed | masked by | severity | confidence |",
         "|---|---:|---:|---|---|---|",
     ]

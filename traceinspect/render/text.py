@@ -33,6 +33,8 @@ from .common import (
     trust_line,
     count,
     mfu_phrase,
+    rediagnosed,
+    rediagnosed_head,
     speed_of_light,
 )
 
@@ -269,11 +271,23 @@ def quality_lines(report, wrap) -> list[str]:
 def next_bottleneck_lines(report, wrap) -> list[str]:
     """Masked causes: present now but hidden behind the active ones; what they cost now and later."""
     latent = [(i, f) for i, f in numbered(report.findings) if f.masked_by]
-    if not latent:
+    again = rediagnosed(report)
+    if not latent and not again:
         return []
     c = num(known(report.steps.count))
     n = int(c) if c is not None and 1 <= c < 1e12 else 1
     out = ["Next bottlenecks (present, masked now by the causes above)"]
+    for r in again:
+        out.append(
+            wrap(
+                f"- {plain(r.fix)} ({plain(r.present)} now): {plain(rediagnosed_head(r))} its fix would save "
+                f"{per_step(r.saved_per_step_us)} ({pct(r.share_of_predicted)} of that step) [replay]"
+            )
+        )
+        if known(r.reason):
+            out.append(wrap(f"now: {plain(r.reason)}", "   "))
+    if again:
+        out.append("")
     for i, f in latent:
         proj = (num(f.projected_lost_us) or 0.0) / n
         out.append(
