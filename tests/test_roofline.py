@@ -836,3 +836,23 @@ def test_overlapping_streams_scale_the_floor(tmp_path):
     sol = speed_of_light(tr)
     assert busy < 600 and sol["overlap"] == pytest.approx(busy / 600, rel=1e-6)
     assert sol["sol_us"] == pytest.approx(2 * 3 * 2 * n / 3.35e6 * busy / 600, rel=1e-3)
+
+
+def test_fused_serving_kernels_move_each_argument_once():
+    t, h = 888, 2880
+    rms = W("_C::rms_norm", [[t, h], [t, h], [h], []], [BF, BF, BF, "Scalar"])
+    assert rms.family == rl.NORM and rms.bytes == 2 * (t * h + t * h + h)  # out written, input and weight read
+    fused = W("_C::fused_add_rms_norm", [[t, h], [t, h], [h], []], [BF, BF, BF, "Scalar"])
+    assert fused.bytes == 2 * (2 * t * h + 2 * t * h + h)  # input and residual are updated in place
+    silu = W("sgl_kernel::silu_and_mul", [[t, 4 * h], [t, 8 * h]], [BF, BF])
+    assert silu.family == rl.ELEMENTWISE and silu.bytes == 2 * (t * 4 * h + t * 8 * h)
+    # arguments that do not match the signature: no model rather than a wrong one
+    assert W("_C::rms_norm", [[t, h], [h], []], [BF, BF, "Scalar"]) is None
+
+
+def test_sglang_trace_models_its_fused_kernels(shared_dir):
+    t, rows = _rows(shared_dir, f"{TL}/inference/sglang_prefilldecode/sglang_Qwen3-8B_prefilldecode.json.gz")
+    fused = [r for r in rows if r.op in ("aiter::rmsnorm", "aiter::add_rmsnorm", "sgl_kernel::silu_and_mul")]
+    assert {r.op for r in fused} == {"aiter::rmsnorm", "aiter::add_rmsnorm", "sgl_kernel::silu_and_mul"}
+    assert all(r.bound == "memory" and 0 < r.share_of_peak <= 1 for r in fused)
+    assert "aiter::rmsnorm" not in E.shapes_advice(t)

@@ -150,6 +150,23 @@ _WRITE_ONLY = frozenset({"aten::fill_", "aten::zero_"})
 # calls clamp_min.out(self, min, out=self)), written once and not read
 _EW_ARITY = {"aten::clamp_min": 2, "aten::clamp_max": 2, "aten::clamp": 3}
 # normalisation: op -> (FLOPs per element, passes over the big tensor: reads + writes at minimum)
+# fused kernels of the serving and kernel libraries (vLLM csrc/torch_bindings.cpp, sgl-kernel, aiter):
+# op -> (family, FLOPs per element of the largest tensor, times each tensor argument is moved, in order:
+# 1 read or written, 2 read and written in place). Each argument is moved once per call: the kernels are
+# single-pass, so the bytes are exact up to cache hits. An op whose arguments do not match is not modelled.
+_FUSED = {
+    "_C::rms_norm": ("normalization", 4, (1, 1, 1)),  # (out, input, weight, epsilon)
+    "aiter::rmsnorm": ("normalization", 4, (1, 1, 1)),
+    "sgl_kernel::rmsnorm": ("normalization", 4, (1, 1, 1)),
+    "_C::fused_add_rms_norm": ("normalization", 5, (2, 2, 1)),  # (input, residual, weight, eps): in place
+    "sgl_kernel::fused_add_rmsnorm": ("normalization", 5, (2, 2, 1)),
+    "aiter::add_rmsnorm": ("normalization", 5, (1, 1, 1, 1, 1)),  # (out, input, residual_in, residual_out, weight)
+    "_C::silu_and_mul": ("elementwise", 5, (1, 1)),  # (out [T, I], input [T, 2I])
+    "sgl_kernel::silu_and_mul": ("elementwise", 5, (1, 1)),
+    "_C::gelu_and_mul": ("elementwise", 9, (1, 1)),
+    "sgl_kernel::gelu_and_mul": ("elementwise", 9, (1, 1)),
+    "_C::static_scaled_fp8_quant": ("elementwise", 2, (1, 1, 1)),  # (out, input, scale)
+}
 _NORM = {
     "aten::native_layer_norm": (5, 2),
     "aten::native_layer_norm_backward": (8, 3),
@@ -331,6 +348,14 @@ def _work(op: str, dims, types, geo: dict) -> Work | None:
         else:  # inputs read once, the result written once
             byts = float(sum(_numel(d) * e for d, _, e in ts) + n * ts[0][2])
         return Work(ELEMENTWISE, float(_EW[op] * n), byts, dt, {}, shape)
+    if op in _FUSED:
+        family, per, moves = _FUSED[op]
+        if len(ts) != len(moves):
+            return None
+        byts = float(sum(m * _numel(d) * e for m, (d, _, e) in zip(moves, ts)))
+        big, dt, _ = max(ts, key=lambda t: _numel(t[0]))
+        fam = NORM if family == "normalization" else ELEMENTWISE
+        return Work(fam, float(per * _numel(big)), byts, dt, {}, _shape(ts), "fused kernel: each argument moved once")
     if op in _NORM:
         if not ts:
             return None
