@@ -741,9 +741,12 @@ def test_traces_captured_with_shapes_are_not_told_to_capture_with_them(shared_di
     t = load_trace(str(shared_dir / rel))
     from traceinspect.whatif.engine import speed_of_light
 
-    why = speed_of_light(t)["why"]
-    assert why and "capture with record_shapes" not in why, why
-    assert "the shapes are recorded" in why or "linked to no recorded op" in why, why
+    sol = speed_of_light(t)
+    why = sol["why"]
+    assert "capture with record_shapes" not in why, why
+    # either enough is modelled for a floor (control, once its kernels link to their ops by the launch's
+    # enclosing op) or the reason names what the model lacks
+    assert sol["sol_us"] is not None or "the shapes are recorded" in why, why
 
 
 def test_a_convolution_above_its_direct_count_roof_says_why(tmp_path):
