@@ -897,45 +897,53 @@ def _link(gpu: pd.DataFrame, runtime: pd.DataFrame, cpu_ops: pd.DataFrame) -> No
         miss = (op_idx < 0) & ok
         if miss.any():
             li = launch_idx[miss]
-            ops = cpu_ops[~cpu_ops["is_annotation"].to_numpy()]
-            op_idx[miss] = _enclosing(ops, runtime["tid"].to_numpy()[li], runtime["ts_us"].to_numpy()[li])
+            real = np.flatnonzero(~cpu_ops["is_annotation"].to_numpy())
+            op_idx[miss] = _enclosing(
+                cpu_ops.index.to_numpy()[real],
+                cpu_ops["tid"].to_numpy()[real],
+                cpu_ops["ts_us"].to_numpy(dtype=float)[real],
+                cpu_ops["end_us"].to_numpy(dtype=float)[real],
+                runtime["tid"].to_numpy()[li],
+                runtime["ts_us"].to_numpy(dtype=float)[li],
+            )
     gpu["op_idx"] = op_idx
     gpu["op_name"] = _names_at(cpu_ops["name"], op_idx) if n else pd.Categorical([])
 
 
-def _enclosing(ops: pd.DataFrame, q_tid: np.ndarray, q_ts: np.ndarray) -> np.ndarray:
-    """For each query (thread, time): the index (in `ops.index`) of the innermost op of that thread whose
-    [ts, end] holds the time, -1 where none does. Ops on one thread nest (the profiler records a call
-    tree), so the innermost holder is the latest-starting op still open, found by walking up from the
-    latest op that started before the time."""
+def _enclosing(index, tid, ts, end, q_tid: np.ndarray, q_ts: np.ndarray) -> np.ndarray:
+    """For each query (thread, time): the `index` entry of the innermost op of that thread whose [ts, end]
+    holds the time, -1 where none does. Ops on one thread nest (the profiler records a call tree), so the
+    innermost holder is the latest-starting op still open: walk up from the latest op that started before
+    the time. Only the ops that hold some query take part (the queries' ancestors), so the cost follows
+    the unlinked launches, not the trace."""
     out = np.full(len(q_ts), -1, dtype=np.int64)
-    if not len(ops) or not len(q_ts):
-        return out
-    tid = ops["tid"].to_numpy()
     for t in np.unique(q_tid):
+        q = np.flatnonzero(q_tid == t)
+        x = q_ts[q]
         sel = np.flatnonzero(tid == t)
         if not len(sel):
             continue
-        ts = ops["ts_us"].to_numpy(dtype=float)[sel]
-        end = ops["end_us"].to_numpy(dtype=float)[sel]
-        order = np.lexsort((-end, ts))  # by start, the enclosing op first where two start together
-        ts, end, idx = ts[order], end[order], ops.index.to_numpy()[sel][order]
-        parent = np.full(len(ts), -1, dtype=np.int64)
+        xs = np.sort(x)
+        holds = np.searchsorted(xs, ts[sel], side="left") < np.searchsorted(xs, end[sel], side="right")
+        sel = sel[holds]
+        if not len(sel):
+            continue
+        order = sel[np.lexsort((-end[sel], ts[sel]))]  # by start, the enclosing op first at a tie
+        s_ts, s_end, s_idx = ts[order], end[order], index[order]
+        parent = np.full(len(order), -1, dtype=np.int64)
         stack: list[int] = []
-        for i in range(len(ts)):
-            while stack and end[stack[-1]] < ts[i]:
+        for i in range(len(order)):
+            while stack and s_end[stack[-1]] < s_ts[i]:
                 stack.pop()
             parent[i] = stack[-1] if stack else -1
             stack.append(i)
-        q = np.flatnonzero(q_tid == t)
-        x = q_ts[q]
-        j = np.searchsorted(ts, x, side="right") - 1
-        for _ in range(len(ts) + 1):  # depth of the call tree at most
-            up = (j >= 0) & (end[np.maximum(j, 0)] < x)
+        j = np.searchsorted(s_ts, x, side="right") - 1
+        for _ in range(len(order) + 1):  # at most the depth of the call tree
+            up = (j >= 0) & (s_end[np.maximum(j, 0)] < x)
             if not up.any():
                 break
             j = np.where(up, parent[np.maximum(j, 0)], j)
-        out[q] = np.where(j >= 0, idx[np.maximum(j, 0)], -1)
+        out[q] = np.where(j >= 0, s_idx[np.maximum(j, 0)], -1)
     return out
 
 
