@@ -206,3 +206,19 @@ def test_the_report_keeps_a_content_security_policy_that_forbids_scripts(client)
     assert code == 200
     assert "default-src 'none'" in page  # the report's own policy, inside the page
     assert "script-src" in headers.get("Content-Security-Policy", "")  # and TensorBoard's header
+
+
+def test_a_restarted_server_serves_the_cached_report(client):
+    # the second plugin (a TensorBoard restart) finds the report in traceinspect's cache: a hit was the
+    # internal error 'a report is a JSON object, not Report'
+    plugin, get = client
+    tid = _ids(get)["slow/worker0.1700000000000.pt.trace.json.gz"]
+    assert _wait(get, tid)["state"] == "done"
+    again = TraceinspectPlugin(base_plugin.TBContext(logdir=str(plugin._logdir)))
+    apps = again.get_plugin_apps()
+    st = json.loads(Client(apps["/analyze"]).get("/analyze", query_string={"trace": tid}).get_data(as_text=True))
+    deadline = time.monotonic() + 60  # a bound on a hung worker, not a speed assertion
+    while st["state"] not in ("done", "error", "broken") and time.monotonic() < deadline:
+        time.sleep(0.05)
+        st = json.loads(Client(apps["/analyze"]).get("/analyze", query_string={"trace": tid}).get_data(as_text=True))
+    assert (st["state"], st["error"], st["top"]) == ("done", "", "dataloader-stall")

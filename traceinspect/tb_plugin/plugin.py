@@ -102,8 +102,10 @@ class TraceinspectPlugin(base_plugin.TBPlugin):
             key = cache.key_for(
                 path, {"steps": None, "native": native_enabled(), "hardware": hardware.override_signature()}
             )
-            cached = cache.load(key)
-            if cached is None:
+            from ..report import Report
+
+            report = cache.load(key)  # a Report: the cache checked its shape (a bad entry is a miss)
+            if report is None:
                 job["state"], job["phase"] = "running", "reading"
 
                 def progress(frac: float) -> None:
@@ -111,11 +113,10 @@ class TraceinspectPlugin(base_plugin.TBPlugin):
 
                 trace = load_trace(path, progress=progress)
                 job["phase"], job["progress"] = "analysing", 1.0
-                cached = analyze(trace).to_dict()
-                cache.store(key, cached)
-            from ..report import Report
-
-            job["report"] = Report.from_dict(cached)  # the cache checked its shape: a bad entry is a miss
+                fresh = analyze(trace).to_dict()
+                cache.store(key, fresh)
+                report = Report.from_dict(fresh)  # the same form a cache hit has
+            job["report"] = report
             job["state"] = "done"
         except MemoryError:
             job["error"] = f"{entry['rel']}: out of memory while reading the trace"
