@@ -1,6 +1,8 @@
-"""The TensorBoard plugin in a real TensorBoard server and headless Chromium: the run list, a report with
-its verdict, a diff, and a broken trace's error shown in place. Screenshots go to tests/artifacts/. Skips
-where tensorboard, selenium or a browser is missing."""
+"""The TensorBoard plugin in a real TensorBoard server and headless Chromium: the run list, its summaries
+(step time, top finding, trace quality; a broken mark with the error) filled in by the background analysis
+without opening a trace, a report with its verdict, a diff, and a broken trace's error shown in place.
+Screenshots go to tests/artifacts/ (and tmp_path). Skips where tensorboard, selenium or a browser is
+missing."""
 
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ import pytest
 
 pytest.importorskip("tensorboard", reason="the tensorboard extra is not installed")
 from test_html_browser import ARTIFACTS, browser  # noqa: E402,F401  (the fixture)
-from test_tb_plugin import HOSTILE_RUN, make_logdir  # noqa: E402
+from test_tb_plugin import CUT, HOSTILE_FILE, HOSTILE_RUN, TRUNCATED, make_logdir  # noqa: E402
+
+from traceinspect.inert import text as inert_text  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 90  # bounds on waiting, not speed assertions
@@ -128,13 +132,50 @@ def _in_report(drv, check):
         drv.switch_to.parent_frame()
 
 
+# first in this file: the server's first list request queues the background analysis, so the rows start
+# queued and only the tab's polling of the list can fill them in
+def test_the_list_shows_summaries_without_opening_a_trace(tab, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def summaries(d):
+        rows = {
+            r.find_element(By.CSS_SELECTOR, "td.name div").text: r
+            for r in d.find_elements(By.CSS_SELECTOR, "#ti-list tr[data-id]")
+        }
+        states = [r.find_element(By.CSS_SELECTOR, "td.n").text for r in rows.values()]
+        return rows if all(s.endswith(" ms") or s == "broken" for s in states) else None
+
+    rows = WebDriverWait(tab, WAIT_S).until(summaries)
+    assert not tab.find_element(By.ID, "ti-view").get_attribute("src")  # nothing was opened
+    slow = rows["worker0.1700000000000.pt.trace.json.gz"].text
+    assert " ms" in slow and "top: dataloader-stall — GPU idles" in slow and "Trace quality: good" in slow
+    healthy = rows["worker0.pt.trace.json.gz"].text
+    assert " ms" in healthy and "No significant slowdown" in healthy
+    assert "Trace quality: limited" in rows[Path(CUT).name].text
+    cut = rows[Path(TRUNCATED).name]
+    mark = cut.find_element(By.CSS_SELECTOR, "td.n")
+    assert mark.text == "broken" and "broken" in mark.get_attribute("class")
+    err = cut.find_element(By.CSS_SELECTOR, ".top.err").text
+    assert err.startswith(f"{TRUNCATED}: is truncated") and "\n" not in err
+    # the markup file name is text (its invisible characters shown as escapes), and so is its summary
+    hostile = rows[inert_text(HOSTILE_FILE)]
+    assert "top: dataloader-stall" in hostile.text
+    assert tab.execute_script("return document.querySelectorAll('img').length") == 0
+    tab.switch_to.default_content()
+    png = tmp_path / "tb-plugin-list.png"
+    assert tab.save_screenshot(str(png))
+    assert png.stat().st_size > 1000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    _shot(tab, "tb-plugin-list.png")
+
+
 def test_run_list(tab):
     from selenium.webdriver.common.by import By
 
     runs = [h.text for h in tab.find_elements(By.CSS_SELECTOR, "#ti-list h3.run")]
-    assert runs == sorted(["broken", "fast", "slow", HOSTILE_RUN])  # the markup run name is text
+    assert runs == sorted(["broken", "cut", "fast", "slow", HOSTILE_RUN])  # the markup run name is text
     assert tab.execute_script("return document.querySelectorAll('img').length") == 0
-    assert len(tab.find_elements(By.CSS_SELECTOR, "#ti-list tr[data-id]")) == 4
+    assert len(tab.find_elements(By.CSS_SELECTOR, "#ti-list tr[data-id]")) == 7
 
 
 def test_report_renders_with_its_verdict(tab):
@@ -175,7 +216,7 @@ def test_broken_trace_shows_its_error_in_place(tab):
     _row(tab, "worker0.1.pt.trace.json").click()
     err = WebDriverWait(tab, WAIT_S).until(lambda d: d.find_elements(By.ID, "ti-error"))[0].text
     assert err.startswith("broken/worker0.1.pt.trace.json: ") and "\n" not in err
-    assert "failed" in _row(tab, "worker0.1.pt.trace.json").text
+    assert "broken" in _row(tab, "worker0.1.pt.trace.json").text
     assert not tab.find_element(By.ID, "ti-view").get_attribute("src")  # no half-rendered report
     assert tab.find_elements(By.CSS_SELECTOR, "#ti-list tr[data-id]")  # the tab still works
     tab.switch_to.default_content()
