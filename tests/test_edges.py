@@ -157,3 +157,31 @@ def test_identity_reports_the_edge_shares_with_its_error(tmp_path):
     assert e["recorded"] == g.edges.recorded and e["inferred"] == g.edges.inferred
     assert e["recorded_share"] == pytest.approx(g.edges.recorded / (g.edges.recorded + g.edges.inferred))
     assert ident["median_error_frac"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_a_threads_first_call_follows_the_call_that_handed_off_to_it(tmp_path):
+    """The backward thread's first call in the window (DLRM's autograd thread) has no predecessor on its
+    thread: it follows the other thread's call that ended last before it, so when that call moves earlier
+    it moves too. It was pinned at its measured time, and with it every collective it launched (the
+    exposed-communication replay of the DLRM ranks saved 0 ms)."""
+    from builders import TraceBuilder
+
+    t = TraceBuilder("H100")
+    with t.step(wait_gpu=True):
+        t.op("aten::mm", kernels=[(GEMM_BF16, 100.0)], cpu_us=5000.0)
+        n = len(t.events)
+        t.op("autograd::engine::evaluate_function: MmBackward0", kernels=[(GEMM_BF16, 200.0)], cpu_us=50.0)
+        for e in t.events[n:]:
+            if e.get("cat") in ("cpu_op", "cuda_runtime"):
+                e["tid"] = 99  # the backward thread
+    g = _graph(t, tmp_path)
+    r0 = replay(g)
+    first = int(np.flatnonzero(g.h_tid == 99)[0])
+    assert g.h_prev[first] < 0 and g.h_tid[g.h_xprev[first]] != 99
+    bwd = int(np.flatnonzero(g.g_launch == first)[0])
+    # the main thread's 5 ms of host work before its launch goes
+    main_launch = int(g.g_launch[np.flatnonzero(g.g_ts < g.g_ts[bwd])[0]])
+    g2 = g.copy()
+    g2.h_gap[main_launch] = 0.0
+    r1 = replay(g2)
+    assert r1.g_start[bwd] == pytest.approx(r0.g_start[bwd] - g.h_gap[main_launch], abs=1.0)

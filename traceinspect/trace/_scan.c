@@ -995,8 +995,9 @@ static PyObject *replay(PyObject *self, PyObject *args) {
                 double t;
                 int64_t bd;
                 if (p >= 0) { t = he[p] + h_gap[i]; bd = RB_THREAD; }
+                else if (x >= 0) { t = he[x] + h_xgap[i]; bd = RB_XTHREAD; } /* a thread's first call */
                 else { t = hs[i]; bd = RB_FIXED; }
-                if (x >= 0) {
+                if (x >= 0 && bd != RB_XTHREAD) {
                     double tx = he[x] + h_xgap[i];
                     if (tx > t) { t = tx; bd = RB_XTHREAD; }
                 }

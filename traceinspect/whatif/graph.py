@@ -452,7 +452,10 @@ def build(trace: Trace) -> Graph:
     h_prev = _prev_in_group(h_tid, order)
     h_gap = np.where(h_prev >= 0, h_ts - h_end[np.maximum(h_prev, 0)], 0.0)
     # cross-thread predecessor: the call of another thread that ended last before this one started, when
-    # this thread idled and that end is later than its own predecessor's (a hand-off between threads)
+    # this thread idled and that end is later than its own predecessor's (a hand-off between threads). A
+    # thread's first call in the window idled since before it: the autograd engine's thread starts when
+    # the main thread calls backward, a DataLoader's pin thread when a batch is ready; without the edge it
+    # stays pinned at its measured time whatever the thread that started it does
     h_xprev = np.full(n_h, -1, dtype=np.int64)
     if n_h and len(np.unique(h_tid)) > 1:
         by_end = np.argsort(h_end, kind="stable")
@@ -462,7 +465,7 @@ def build(trace: Trace) -> Graph:
         ok = (
             (cand >= 0)
             & (h_tid[np.maximum(cand, 0)] != h_tid)
-            & (h_gap >= CROSS_THREAD_MIN_GAP_US)
+            & ((h_gap >= CROSS_THREAD_MIN_GAP_US) | (h_prev < 0))
             & (h_end[np.maximum(cand, 0)] > own_end)
         )
         h_xprev[ok] = cand[ok]

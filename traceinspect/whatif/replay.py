@@ -146,10 +146,14 @@ def _replay_py(g: Graph, kinds: np.ndarray, idxs: np.ndarray) -> tuple:
     hb, heb, gb = [FIXED] * n_h, [OWN] * n_h, [FIXED] * n_g
     for k, i in zip(kinds.tolist(), idxs.tolist()):
         if k == 1:
-            p = h_prev[i]
-            t, b = (he[p] + h_gap[i], THREAD) if p >= 0 else (hs[i], FIXED)
-            x = h_x[i]
-            if x >= 0:
+            p, x = h_prev[i], h_x[i]
+            if p >= 0:
+                t, b = he[p] + h_gap[i], THREAD
+            elif x >= 0:  # a thread's first call: it starts when the call that handed off to it ends
+                t, b = he[x] + h_xgap[i], XTHREAD
+            else:
+                t, b = hs[i], FIXED
+            if x >= 0 and b != XTHREAD:
                 tx = he[x] + h_xgap[i]
                 if tx > t:
                     t, b = tx, XTHREAD
