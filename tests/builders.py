@@ -352,15 +352,16 @@ def build_healthy(steps: int = 4, gpu: str = "H100") -> TraceBuilder:
     return t
 
 
-def build_dataloader_stall(steps: int = 4, load_us: float = 30_000) -> TraceBuilder:
-    """num_workers=0: each step the host spends load_us in __next__ while the GPU has drained."""
+def build_dataloader_stall(steps: int = 4, load_us: float = 30_000, layer=None) -> TraceBuilder:
+    """num_workers=0: each step the host spends load_us in __next__ while the GPU has drained. `layer`
+    (TraceBuilder -> None) replaces the 12 healthy layers' ops of each step."""
     t = TraceBuilder()
     for _ in range(steps):
         with t.step(wait_gpu=True):
             t.dataloader(load_us)
             t.memcpy("HtoD", "Pageable", "Device", nbytes=8 << 20, dur_us=700)
             for _ in range(12):
-                _healthy_layer(t)
+                (layer or _healthy_layer)(t)
     return t
 
 

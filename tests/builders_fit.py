@@ -9,7 +9,7 @@ layer is a pooled sparse lookup (aten::embedding_bag) and an MLP.
 
 from __future__ import annotations
 
-from builders import ELEMENTWISE, FLASH_FWD, GEMM_BF16, TraceBuilder
+from builders import ELEMENTWISE, FLASH_FWD, GEMM_BF16, TraceBuilder, build_dataloader_stall
 from builders_host import ADD_KERNEL, FUSED_ADAMW_KERNEL, MUL_KERNEL, HostTraceBuilder
 from builders_profiler import ProfilerTraceBuilder
 
@@ -48,15 +48,7 @@ LAYERS = {"vision": vision_layer, "language": language_layer, "recommender": rec
 
 def build_dataloader_stall_family(family: str, steps: int = 4, load_us: float = 30_000) -> TraceBuilder:
     """builders.build_dataloader_stall (num_workers=0) whose layers are `family`'s ops."""
-    t = TraceBuilder()
-    layer = LAYERS[family]
-    for _ in range(steps):
-        with t.step(wait_gpu=True):
-            t.dataloader(load_us)
-            t.memcpy("HtoD", "Pageable", "Device", nbytes=8 << 20, dur_us=700)
-            for _ in range(12):
-                layer(t)
-    return t
+    return build_dataloader_stall(steps, load_us, layer=LAYERS[family])
 
 
 def build_dataloader_stall_vision() -> TraceBuilder:

@@ -761,18 +761,20 @@ def test_a_convolution_above_its_direct_count_roof_says_why(tmp_path):
     assert all("Winograd" not in r.note for r in E.shape_table(t) if r.share_of_peak <= 1)
 
 
-def test_far_from_roofline_names_the_unmodelled_ops_when_no_row_is_modelled(tmp_path):
+def _h100_steps(ops, steps: int = 3):
+    """An H100 trace of `steps` steps, each running ops: (name, kernel, us, input dims, input types, stream)."""
     from builders import TraceBuilder
 
     t = TraceBuilder("H100")
-    for _ in range(3):
+    for _ in range(steps):
         with t.step(wait_gpu=True):
-            t.op(
-                "myext::fused_block",
-                kernels=[("myext_fused_block_kernel", 900.0)],
-                input_dims=[[4, 4]],
-                input_type=["float"],
-            )
+            for name, kernel, us, dims, types, stream in ops:
+                t.op(name, kernels=[(kernel, us)], input_dims=dims, input_type=types, stream=stream)
+    return t
+
+
+def test_far_from_roofline_names_the_unmodelled_ops_when_no_row_is_modelled(tmp_path):
+    t = _h100_steps([("myext::fused_block", "myext_fused_block_kernel", 900.0, [[4, 4]], ["float"], 7)])
     tr = _load(t, tmp_path)
     (skip,) = list(FarFromRoofline().detect(tr, Context.of(tr)))
     assert "myext::fused_block" in skip.reason and "record_shapes=True" not in skip.reason
@@ -781,21 +783,11 @@ def test_far_from_roofline_names_the_unmodelled_ops_when_no_row_is_modelled(tmp_
 def test_speed_of_light_counts_memory_bound_ops_at_their_roofline(tmp_path):
     """A step of modelled elementwise work and a tiny GEMM: the floor is each op's larger of FLOPs at
     peak and bytes at bandwidth, not the GEMM's FLOPs alone (issue 26: '4 us' on 5 ms of kernels)."""
-    from builders import TraceBuilder
     from traceinspect.whatif.engine import speed_of_light
 
     n = 64 * 1024 * 1024  # bf16 elements: an add reads 2n, writes n
-    t = TraceBuilder("H100")
-    for _ in range(3):
-        with t.step(wait_gpu=True):
-            for _ in range(4):
-                t.op(
-                    "aten::add",
-                    kernels=[("add_kernel", 150.0)],
-                    input_dims=[[n], [n], []],
-                    input_type=[BF, BF, "Scalar"],
-                )
-            t.op("aten::mm", kernels=[("tiny_gemm", 10.0)], input_dims=[[64, 64], [64, 64]], input_type=[BF, BF])
+    add = ("aten::add", "add_kernel", 150.0, [[n], [n], []], [BF, BF, "Scalar"], 7)
+    t = _h100_steps([add] * 4 + [("aten::mm", "tiny_gemm", 10.0, [[64, 64], [64, 64]], [BF, BF], 7)])
     tr = _load(t, tmp_path)
     sol = speed_of_light(tr)
     add_roof = 3 * 2 * n / 3.35e6  # us per add at the H100's 3.35 TB/s
@@ -809,28 +801,12 @@ def test_speed_of_light_counts_memory_bound_ops_at_their_roofline(tmp_path):
 
 
 def test_overlapping_streams_scale_the_floor(tmp_path):
-    from builders import TraceBuilder
     from traceinspect.whatif.engine import speed_of_light
 
     n = 64 * 1024 * 1024
-    t = TraceBuilder("H100")
-    for _ in range(3):
-        with t.step(wait_gpu=True):
-            # two adds on two streams, launched back to back: they run side by side
-            t.op(
-                "aten::add",
-                kernels=[("add_kernel", 300.0)],
-                input_dims=[[n], [n], []],
-                input_type=[BF, BF, "Scalar"],
-                stream=7,
-            )
-            t.op(
-                "aten::add",
-                kernels=[("add_kernel", 300.0)],
-                input_dims=[[n], [n], []],
-                input_type=[BF, BF, "Scalar"],
-                stream=8,
-            )
+    # two adds on two streams, launched back to back: they run side by side
+    add = ("aten::add", "add_kernel", 300.0, [[n], [n], []], [BF, BF, "Scalar"])
+    t = _h100_steps([(*add, 7), (*add, 8)])
     tr = _load(t, tmp_path)
     k = E.step_kernels(tr)
     from traceinspect.trace.intervals import total, union
