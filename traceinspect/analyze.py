@@ -531,7 +531,7 @@ def _longest_wait(trace: Trace) -> str:
     g = tl.gaps
     if g is None or not len(g):
         return ""
-    g = g[g["cause"].to_numpy() == "unknown"]
+    g = g[(g["cause"] == "unknown").to_numpy()]
     if not len(g):
         return ""
     g = in_steps(g, trace, col="start_us")

@@ -32,8 +32,8 @@ def on_critical_path(trace, kin: pd.DataFrame, delta: np.ndarray) -> tuple[float
     pieces = tl.gaps
     gaps = iv.union(pieces["start_us"].to_numpy(), pieces["end_us"].to_numpy())
     first = np.searchsorted(pieces["start_us"].to_numpy(), gaps[0], side="left")
-    cause = pieces["cause"].to_numpy()[np.minimum(first, len(pieces) - 1)]
-    ends_run = cause != "unknown"
+    unknown = (pieces["cause"] == "unknown").to_numpy()
+    ends_run = ~unknown[np.minimum(first, len(pieces) - 1)]
     gaps = (gaps[0][ends_run], gaps[1][ends_run])
     names = rt["name"]
     sync = name_flags(names, lambda n: n in SYNC_CALLS or n.startswith(("cudaMemcpy", "hipMemcpy")))

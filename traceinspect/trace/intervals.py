@@ -54,24 +54,60 @@ def complement(a: Set, lo: float, hi: float) -> Set:
 
 
 def intersect(a: Set, b: Set) -> Set:
+    """The parts covered by both a and b.
+
+    A merge of the two sorted sets, not a sort of their boundaries: for each interval of a, the run of
+    b's intervals that overlap it (two binary searches), and one piece per overlapping pair. The pieces
+    come out sorted and disjoint, and the memory is that of the pairs (at most len(a) + len(b)), so
+    intersecting a million kernels with a few steps costs a few arrays of the result's size.
+    """
     if a[0].size == 0 or b[0].size == 0:
         return EMPTY
-    # every boundary of both sets; a point is inside both when covered by a and by b
-    pts = np.unique(np.concatenate((a[0], a[1], b[0], b[1])))
-    mids = (pts[:-1] + pts[1:]) / 2
-    ina = _contains(a, mids)
-    inb = _contains(b, mids)
-    both = ina & inb
-    return union(pts[:-1][both], pts[1:][both])
+    a, b = _normal(a), _normal(b)
+    first = np.searchsorted(b[1], a[0], side="right")  # first b interval ending after a's start
+    last = np.searchsorted(b[0], a[1], side="left")  # b intervals starting before a's end
+    n = np.maximum(last - first, 0)
+    total = int(n.sum())
+    if total == 0:
+        return EMPTY
+    ia = np.repeat(np.arange(a[0].size), n)
+    # b's index for each pair: first[ia] plus the pair's rank within its a interval
+    ib = np.arange(total) - np.repeat(np.cumsum(n) - n, n) + first[ia]
+    s = np.maximum(a[0][ia], b[0][ib])
+    e = np.minimum(a[1][ia], b[1][ib])
+    return _merge_touching(s, e)
 
 
 def subtract(a: Set, b: Set) -> Set:
+    """The parts of a not covered by b: a intersected with b's complement over a's span."""
+    a = _normal(a)
     if a[0].size == 0 or b[0].size == 0:
         return a
-    pts = np.unique(np.concatenate((a[0], a[1], b[0], b[1])))
-    mids = (pts[:-1] + pts[1:]) / 2
-    keep = _contains(a, mids) & ~_contains(b, mids)
-    return union(pts[:-1][keep], pts[1:][keep])
+    return intersect(a, complement(_normal(b), float(a[0][0]), float(a[1][-1])))
+
+
+def _normal(a: Set) -> Set:
+    """a itself when it is sorted, disjoint and without empty intervals (what union returns), else union(a)."""
+    s, e = a
+    if s.size and ((~(e > s)).any() or (s[1:] < e[:-1]).any()):  # ~(e > s) also catches NaN
+        return union(s, e)
+    return s, e
+
+
+def _merge_touching(s: np.ndarray, e: np.ndarray) -> Set:
+    """Sorted disjoint pieces with empty ones dropped and touching ones joined, as union would give."""
+    keep = e > s
+    if not keep.all():
+        s, e = s[keep], e[keep]
+    if s.size < 2:
+        return s, e
+    new = np.empty(s.size, dtype=bool)
+    new[0] = True
+    np.greater(s[1:], e[:-1], out=new[1:])
+    if new.all():
+        return s, e
+    idx = np.flatnonzero(new)
+    return s[idx], e[np.r_[idx[1:] - 1, s.size - 1]]
 
 
 def _contains(a: Set, x: np.ndarray) -> np.ndarray:

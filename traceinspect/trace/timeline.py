@@ -92,22 +92,28 @@ def build_timeline(tables, steps: pd.DataFrame, device: int | None) -> Timeline:
     lo = float(steps["start_us"].min())
     hi = float(steps["end_us"].max())
     tl = Timeline(device=device, lo_us=lo, hi_us=hi)
-    k = tables.kernels
-    m = tables.memcpy
-    if device is not None:
-        k = k[k["device"] == device]
-        m = m[m["device"] == device]
-    comm_mask = is_comm_kernel(k["name"]) if len(k) else np.zeros(0, dtype=bool)
-    kc = k[~comm_mask]
-    kn = k[comm_mask]
-    compute = iv.clip(iv.union(kc["ts_us"], kc["end_us"]), lo, hi)
-    comm_all = iv.clip(iv.union(kn["ts_us"], kn["end_us"]), lo, hi)
+    # only the columns the timeline reads, as arrays: a filtered copy of the whole kernel table (twenty
+    # columns) per selection would cost its full width per kernel at the analysis's peak
+    k = _gpu_columns(tables.kernels, device)
+    m = _gpu_columns(tables.memcpy, device)
+    comm_mask = is_comm_kernel(tables.kernels["name"])[k["rows"]] if k["rows"].size else np.zeros(0, dtype=bool)
     kernels_all = iv.clip(iv.union(k["ts_us"], k["end_us"]), lo, hi)
-    copies = iv.clip(iv.union(m["ts_us"], m["end_us"]), lo, hi)
-    comm = iv.subtract(comm_all, compute)
-    mem = iv.subtract(copies, kernels_all)
-    busy = iv.union(np.concatenate((kernels_all[0], copies[0])), np.concatenate((kernels_all[1], copies[1])))
+    if comm_mask.any():
+        compute = iv.clip(iv.union(k["ts_us"][~comm_mask], k["end_us"][~comm_mask]), lo, hi)
+        comm_all = iv.clip(iv.union(k["ts_us"][comm_mask], k["end_us"][comm_mask]), lo, hi)
+        comm = iv.subtract(comm_all, compute)
+        del comm_all
+    else:  # no collective: compute is every kernel (one set, not two copies of it)
+        compute, comm = kernels_all, iv.EMPTY
+    if m["rows"].size:
+        copies = iv.clip(iv.union(m["ts_us"], m["end_us"]), lo, hi)
+        mem = iv.subtract(copies, kernels_all)
+        busy = iv.union(np.concatenate((kernels_all[0], copies[0])), np.concatenate((kernels_all[1], copies[1])))
+        del copies
+    else:
+        mem, busy = iv.EMPTY, kernels_all
     gaps = iv.complement(busy, lo, hi)
+    del busy, kernels_all
 
     idle = _classify_gaps(tables, gaps, k, m, lo, hi, device is not None)
     tl.sets = {"compute": compute, "comm": comm, "memcpy": mem, **idle}
@@ -123,12 +129,33 @@ def build_timeline(tables, steps: pd.DataFrame, device: int | None) -> Timeline:
         out[f"{part}_us"] = iv.per_window(tl.sets[part], st["start_us"].to_numpy(), st["end_us"].to_numpy())
     tl.per_step = pd.DataFrame(out)
 
-    rows = []
-    for part in IDLE_PARTS:
-        s, e = tl.sets[part]
-        rows.append(pd.DataFrame({"start_us": s, "end_us": e, "dur_us": e - s, "cause": part[5:]}))
-    tl.gaps = pd.concat(rows, ignore_index=True).sort_values("start_us", kind="stable").reset_index(drop=True)
+    tl.gaps = _gap_table(tl.sets)
     return tl
+
+
+def _gpu_columns(df: pd.DataFrame, device: int | None) -> dict:
+    """The timeline's columns of the kernel or memcpy table, on `device` (all rows when None), as arrays;
+    "rows" are their positions in the table."""
+    rows = np.flatnonzero(df["device"].to_numpy() == device) if device is not None else np.arange(len(df))
+    whole = rows.size == len(df)
+    out = {"rows": rows}
+    for c in ("ts_us", "end_us", "launch_ts_us", "launch_dur_us"):
+        a = df[c].to_numpy()
+        out[c] = a if whole else a[rows]
+    return out
+
+
+def _gap_table(sets: dict) -> pd.DataFrame:
+    """Every idle piece, sorted by start, with its cause as a category (one byte a piece, not a
+    pointer to a string): the arrays are gathered once and the DataFrame takes them without a copy."""
+    s = np.concatenate([sets[p][0] for p in IDLE_PARTS])
+    e = np.concatenate([sets[p][1] for p in IDLE_PARTS])
+    codes = np.repeat(np.arange(len(IDLE_PARTS), dtype=np.int8), [sets[p][0].size for p in IDLE_PARTS])
+    order = np.argsort(s, kind="stable")  # ties keep IDLE_PARTS order, as the concatenation had it
+    s, e, codes = s[order], e[order], codes[order]
+    del order
+    cause = pd.Categorical.from_codes(codes, categories=[p[5:] for p in IDLE_PARTS])
+    return pd.DataFrame({"start_us": s, "end_us": e, "dur_us": e - s, "cause": cause}, copy=False)
 
 
 def _classify_gaps(tables, gaps, k, m, lo, hi, has_gpu) -> dict:
@@ -145,17 +172,26 @@ def _classify_gaps(tables, gaps, k, m, lo, hi, has_gpu) -> dict:
     # The GPU op that ends each gap, and when the host launched it. If it was launched before the GPU
     # went idle, the host was not late: the GPU waited on queued work (inter-kernel latency, a
     # cross-stream or event dependency), whatever the host was doing meanwhile.
-    g_ts = np.concatenate((k["ts_us"].to_numpy(), m["ts_us"].to_numpy()))
-    g_launch = np.concatenate((k["launch_ts_us"].to_numpy(), m["launch_ts_us"].to_numpy()))
-    g_issued = g_launch + np.nan_to_num(np.concatenate((k["launch_dur_us"].to_numpy(), m["launch_dur_us"].to_numpy())))
+    nk = k["ts_us"].size
+    g_ts = np.concatenate((k["ts_us"], m["ts_us"])) if m["ts_us"].size else k["ts_us"]
     order = np.argsort(g_ts, kind="stable")
-    g_ts, g_launch, g_issued = g_ts[order], g_launch[order], g_issued[order]
-    nxt = np.searchsorted(g_ts, gaps[1] - 1e-6, side="left")
+    nxt = np.searchsorted(g_ts[order], gaps[1] - 1e-6, side="left")
     has_next = nxt < g_ts.size
-    launch = np.full(gaps[0].size, np.nan)
-    launch[has_next] = g_launch[nxt[has_next]]
-    issued = np.full(gaps[0].size, np.nan)
-    issued[has_next] = g_issued[nxt[has_next]]
+    del g_ts
+    sel = order[nxt[has_next]]  # the GPU op that ends each gap (that has one), as a row of k then m
+    del order
+
+    def at_next(col: str) -> np.ndarray:
+        out = np.full(gaps[0].size, np.nan)
+        ink = sel < nk
+        vals = np.empty(sel.size)
+        vals[ink] = k[col][sel[ink]]
+        vals[~ink] = m[col][sel[~ink] - nk]
+        out[has_next] = vals
+        return out
+
+    launch = at_next("launch_ts_us")
+    issued = launch + np.nan_to_num(at_next("launch_dur_us"))
     queued = ~np.isnan(launch) & (launch <= gaps[0])
     # The host was late, but once the op was issued the GPU sat idle longer than a launch takes: from
     # then on the GPU waited on a dependency (an event, another stream or process), not on the host.
