@@ -136,3 +136,16 @@ def test_output_names_and_formats(stall, tmp_path):
     assert (tmp_path / "report.htm").read_text().startswith("## traceinspect")
     assert run("analyze", stall, "-o", os.devnull)[0] == 0  # no extension: text, as without -o
     assert run("analyze", stall, "--steps", "0:3:0")[0] == 2
+
+
+def test_a_closed_stdout_stops_quietly_not_as_an_unreadable_trace(stall):
+    # `traceinspect analyze t.json | head`: the reader going away is no error of the trace; it used to
+    # exit 3 with "cannot read (Broken pipe) / check the path and its permissions"
+    p = subprocess.Popen(
+        [sys.executable, "-m", "traceinspect", "analyze", str(stall), "-f", "json", "--no-cache"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    p.stdout.close()  # before the report is written: its write meets EPIPE
+    err = p.stderr.read()
+    assert p.wait() == 141 and err == b"", err

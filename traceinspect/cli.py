@@ -46,6 +46,8 @@ class _Group(click.Group):
                 "analyse one rank at a time (--rank N) or a shorter capture (fewer active steps)",
                 3,
             )
+        except BrokenPipeError:  # stdout's reader went away (| head): stop quietly, as a SIGPIPE'd tool does
+            _stdout_gone()
         except OSError as e:  # reading an input (output errors are UsageErrors with their own message)
             where = f"{e.filename}: " if e.filename else ""
             _fail(f"error: {where}cannot read ({e.strerror or e})", "check the path and its permissions", 3)
@@ -61,6 +63,17 @@ class _Group(click.Group):
                 "this is a traceinspect bug; rerun with TRACEINSPECT_DEBUG=1 and attach the output to an issue",
                 EXIT_INTERNAL,
             )
+
+
+def _stdout_gone() -> None:
+    """Exit 141 (128 + SIGPIPE) without a word: the reader of stdout closed it, which is no error of the
+    trace. stdout is pointed at /dev/null first so the interpreter's final flush cannot raise again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no real stdout descriptor (a test runner): nothing to flush
+        pass
+    sys.exit(141)
 
 
 def _say(msg: str) -> None:
