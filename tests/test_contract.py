@@ -128,6 +128,7 @@ _LAYER_OF = {
     "inert": 0,  # whatif: above the detectors (it applies their fixes), below analyze
     "config": 1.5,
     "api": 4.5,
+    "catalogue": 0,  # the detectors' codes, names and summaries: standard library only
 }  # config: detector options; api: the library calls the CLI makes
 # facts: derived facts shared by detectors (device selection, kernel classes, claims), below them
 

@@ -35,6 +35,27 @@ def test_cli_help_loads_neither_pandas_nor_the_analyzer():
     assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
 
 
+def test_cli_detectors_lists_the_catalogue_without_loading_pandas_or_a_detector():
+    # issue 29: the catalogue command reads traceinspect/catalogue.py only
+    loaded = _loaded_after(
+        "import contextlib, io\nfrom traceinspect.cli import cli\nbuf = io.StringIO()\n"
+        "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(buf):\n"
+        "    cli(['detectors'], prog_name='traceinspect')\n"
+        "assert buf.getvalue().count('TI') >= 13, buf.getvalue()"
+    )
+    assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
+
+
+def test_the_catalogue_names_and_orders_every_detector_class():
+    from traceinspect import catalogue
+    from traceinspect.detectors import ALL
+
+    assert [d.code for d in ALL] == [e.code for e in catalogue.CATALOGUE]
+    for d, e in zip(ALL, catalogue.CATALOGUE):
+        assert (d.name, d.summary, d.__module__.rsplit(".", 1)[1], d.__name__) == (e.name, e.summary, e.module, e.cls)
+    assert len(catalogue.BY_KEY) == 2 * len(ALL)  # codes and names are unique
+
+
 def test_the_api_module_and_its_root_names_load_nothing_heavy_until_called():
     loaded = _loaded_after(
         "import traceinspect, traceinspect.api\ntraceinspect.load, traceinspect.analyze, traceinspect.diff"

@@ -439,9 +439,9 @@ def whatif(path, fixes, fmt, steps):
 @cli.command()
 def detectors():
     """List the detector catalogue."""
-    from .detectors import ALL
+    from .catalogue import CATALOGUE  # the standard library only: no pandas, no detector module
 
-    for d in ALL:
+    for d in CATALOGUE:
         click.echo(f"{d.code}  {d.name:<22} {d.summary}")
 
 

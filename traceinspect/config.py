@@ -34,12 +34,23 @@ class Config:
     source: str | None = None  # the file the settings came from, if any
     strict: bool = False  # as --strict: exit 4 when a detector fails or the trace quality is poor
 
+    def runs(self, det) -> bool:
+        """Whether this configuration runs `det` (a detector class or a catalogue entry: code and name)."""
+        chosen = not self.select or any(_matches(det, s) for s in self.select)
+        return chosen and not any(_matches(det, s) for s in self.ignore)
+
+    def codes(self) -> tuple[str, ...]:
+        """The codes of the detectors this configuration runs, in registry order (read from the
+        catalogue: no detector module is loaded)."""
+        from .catalogue import CATALOGUE
+
+        return tuple(e.code for e in CATALOGUE if self.runs(e))
+
     def detectors(self) -> tuple:
         """The registry's detectors this configuration runs, in registry order."""
         from .detectors import ALL
 
-        chosen = [d for d in ALL if not self.select or any(_matches(d, s) for s in self.select)]
-        return tuple(d for d in chosen if not any(_matches(d, s) for s in self.ignore))
+        return tuple(d for d in ALL if self.runs(d))
 
     def make(self, cls):
         """An instance of detector class `cls` with this configuration's thresholds."""
@@ -55,10 +66,10 @@ class Config:
         for det, opts in sorted(self.options.items()):
             for k, v in sorted(opts.items()):
                 out[f"{det}.{k}"] = v
-        from .detectors import ALL
+        from .catalogue import CATALOGUE
 
-        on = set(self.detectors())
-        off = [f"{d.code} {d.name}" for d in ALL if d not in on]
+        on = set(self.codes())
+        off = [f"{e.code} {e.name}" for e in CATALOGUE if e.code not in on]
         if off:  # named, so a report that checked less says exactly what it did not check
             out["detectors_off"] = off
         if out and self.source:
@@ -72,9 +83,9 @@ def _matches(det, sel: str) -> bool:
 
 
 def _known(sel: str) -> bool:
-    from .detectors import ALL
+    from .catalogue import CATALOGUE
 
-    return any(_matches(d, sel) for d in ALL)
+    return any(_matches(e, sel) for e in CATALOGUE)
 
 
 def _detector(name: str):

@@ -1,6 +1,9 @@
-"""The one ordered registry of detectors. Adding a detector: its file, one line here, its test."""
+"""The detector classes, in the catalogue's order. Adding a detector: its entry in
+traceinspect/catalogue.py, its file, one line here, its test."""
 
 from __future__ import annotations
+
+from ..catalogue import CATALOGUE
 
 from .allocator_churn import AllocatorChurn
 from .cpu_offload import CpuOffload
@@ -16,20 +19,25 @@ from .padding_waste import PaddingWaste
 from .pageable_memcpy import PageableMemcpy
 from .unfused_optimizer import UnfusedOptimizer
 
-ALL = (
-    LaunchBound,
-    PaddingWaste,
-    EagerAttention,
-    DataloaderStall,
-    CpuOffload,
-    Fp32Gemm,
-    FarFromRoofline,
-    HostSync,
-    HostBound,
-    UnfusedOptimizer,
-    ExposedCommunication,
-    PageableMemcpy,
-    AllocatorChurn,
-)
+_CLASSES = {
+    d.code: d
+    for d in (
+        AllocatorChurn,
+        CpuOffload,
+        DataloaderStall,
+        EagerAttention,
+        ExposedCommunication,
+        FarFromRoofline,
+        Fp32Gemm,
+        HostBound,
+        HostSync,
+        LaunchBound,
+        PaddingWaste,
+        PageableMemcpy,
+        UnfusedOptimizer,
+    )
+}
+# registry order is the catalogue's (traceinspect/catalogue.py), which also names and describes each
+ALL = tuple(_CLASSES[e.code] for e in CATALOGUE)
 
 BY_KEY = {**{d.code: d for d in ALL}, **{d.name: d for d in ALL}}

@@ -119,8 +119,6 @@ class AllocatorChurn(Detector):
     """
 
     code = "TI205"
-    name = "allocator-churn"
-    summary = "cudaMalloc/cudaFree calls in steady-state steps stall the GPU"
     fires_on = ("builders_host.build_allocator_churn",)
     silent_on = ("builders.build_healthy", "builders_host.build_allocator_warmup")
 

@@ -15,6 +15,7 @@ from typing import Any, Callable, ClassVar, Iterable, Iterator
 import numpy as np
 import pandas as pd
 
+from ..catalogue import BY_CODE
 from ..facts import claims
 from ..facts.model_family import LANGUAGE, RECOMMENDER, VISION, family_of
 from ..facts.optimizer import stepped_optimizer
@@ -89,6 +90,11 @@ class Detector:
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
+        if "code" in cls.__dict__ and "name" not in cls.__dict__:
+            # a registry detector: its name and summary are written once, in traceinspect/catalogue.py
+            # (a class outside the catalogue, such as a test's, declares all three itself)
+            entry = BY_CODE[cls.code]
+            cls.name, cls.summary = entry.name, entry.summary
         claims.register(cls)
 
     def reserved(self, trace: Trace) -> iv.Set:

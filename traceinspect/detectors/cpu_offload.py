@@ -209,8 +209,6 @@ class CpuOffload(Detector):
     """
 
     code = "TI105"
-    name = "cpu-offload"
-    summary = "Optimizer states or parameters in host memory cross PCIe every step (GPU memory capacity limit)"
     fires_on = ("builders_transfer.build_cpu_offload", "builders_transfer.build_fsdp_param_offload")
     silent_on = (
         "builders.build_healthy",

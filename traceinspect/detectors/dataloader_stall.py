@@ -80,8 +80,6 @@ class DataloaderStall(Detector):
     """
 
     code = "TI104"
-    name = "dataloader-stall"
-    summary = "GPU idle while the host waits for the next batch from the DataLoader"
     fires_on = ("builders.build_dataloader_stall",)
     silent_on = ("builders.build_healthy", "builders.build_launch_bound")
 

@@ -86,8 +86,6 @@ class EagerAttention(Detector):
     """
 
     code = "TI103"
-    name = "eager-attention"
-    summary = "unfused attention (bmm + softmax + mask/dropout + bmm) instead of a fused attention kernel"
     fires_on = (
         "builders_compute.build_eager_attention",
         "builders_compute.build_eager_attention_no_shapes",

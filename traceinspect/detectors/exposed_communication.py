@@ -192,8 +192,6 @@ class ExposedCommunication(Detector):
     """
 
     code = "TI203"
-    name = "exposed-communication"
-    summary = "NCCL/RCCL collective time not overlapped with compute"
     fires_on = ("builders_transfer.build_exposed_nccl", "builders_transfer.build_straggler_nccl")
     silent_on = (
         "builders.build_healthy",

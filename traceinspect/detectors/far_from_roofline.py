@@ -88,8 +88,6 @@ class FarFromRoofline(Detector):
     """
 
     code = "TI107"
-    name = "far-from-roofline"
-    summary = "Op shapes whose kernels run at a small share of the GPU's roofline (degenerate shapes)"
     fires_on = ("builders_roofline.build_tiny_bmm",)
     silent_on = ("builders.build_healthy", "builders_roofline.build_big_gemm", "builders.build_launch_bound")
 

@@ -99,8 +99,6 @@ class Fp32Gemm(Detector):
     """
 
     code = "TI106"
-    name = "fp32-gemm"
-    summary = "fp32 matmuls / convolutions on CUDA cores of a GPU with tensor cores"
     fires_on = (
         "builders_compute.build_fp32_gemm",
         "builders_compute.build_fp32_gemm_v100",

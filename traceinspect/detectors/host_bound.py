@@ -283,8 +283,6 @@ class HostBound(Detector):
     """
 
     code = "TI206"
-    name = "host-bound"
-    summary = "GPU idle while the launching thread does other CPU work (Python, CPU tensors, logging, compile, gc)"
     fires_on = ("builders_host.build_host_bound",)
     silent_on = ("builders.build_healthy", "builders.build_launch_bound")
 

@@ -120,8 +120,6 @@ class HostSync(Detector):
     """
 
     code = "TI201"
-    name = "host-sync"
-    summary = "Synchronising calls (.item(), nonzero, blocking copies) inside the step leave the GPU idle"
     fires_on = ("builders_host.build_item_sync", "builders_host.build_nonzero_sync")
     silent_on = ("builders.build_healthy", "builders_host.build_end_of_step_sync", "builders.build_launch_bound")
 

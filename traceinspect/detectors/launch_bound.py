@@ -201,8 +201,6 @@ class LaunchBound(Detector):
     """
 
     code = "TI101"
-    name = "launch-bound"
-    summary = "GPU idles between short kernels while the host launches them (batch too small)"
     fires_on = ("builders.build_launch_bound", "builders_host.build_launch_bound_hf")
     silent_on = (
         "builders.build_healthy",

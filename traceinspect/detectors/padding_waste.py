@@ -94,8 +94,6 @@ class PaddingWaste(Detector):
     """
 
     code = "TI102"
-    name = "padding-waste"
-    summary = "GPU work on pad tokens: variable-length batches padded instead of packed"
     fires_on = (
         "builders_compute.build_padding_metadata",
         "builders_compute.build_padded_shapes",

@@ -88,8 +88,6 @@ class PageableMemcpy(Detector):
     """
 
     code = "TI204"
-    name = "pageable-memcpy"
-    summary = "Host<->device copies through pageable memory: half the bus bandwidth and a blocked host"
     fires_on = ("builders_transfer.build_input_copies_only", "builders_transfer.build_pageable_outputs")
     silent_on = (
         "builders.build_healthy",

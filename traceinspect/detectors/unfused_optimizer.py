@@ -96,8 +96,6 @@ class UnfusedOptimizer(Detector):
     """
 
     code = "TI202"
-    name = "unfused-optimizer"
-    summary = "Optimizer step made of many small per-parameter or multi-tensor kernels instead of a fused one"
     fires_on = ("builders_host.build_unfused_optimizer", "builders_host.build_unfused_optimizer_hf")
     silent_on = ("builders.build_healthy", "builders_host.build_fused_optimizer")
 
