@@ -29,3 +29,37 @@ def shared_dir() -> Path:
 @pytest.fixture(scope="session")
 def expected(shared_dir) -> dict:
     return json.loads((shared_dir / "EXPECTED.json").read_text())
+
+
+# --- the fast development run: pytest -m "not slow" (README "Tests"); CI runs everything -------------
+# Slow is what reads the real-trace set (../shared), the address-space bombs, the fuzzers and the
+# browser checks: found here by what a test uses, so a new test over the shared set is marked without
+# anyone remembering to.
+SLOW_FILES = {"test_fuzz_load.py", "test_fuzz_reports.py", "test_differential.py"}
+SLOW_DIRS = {"browser"}
+
+
+def _from_shared(v) -> bool:
+    try:
+        return isinstance(v, (str, os.PathLike)) and SHARED.parent in Path(v).resolve().parents
+    except (OSError, ValueError):
+        return False
+
+
+def _slow(item) -> bool:
+    if {"shared_dir", "expected"} & set(getattr(item, "fixturenames", ())):
+        return True
+    # a test skipped where ../shared is absent reads it
+    if any("shared" in str(m.kwargs.get("reason", "")) for m in item.iter_markers("skipif")):
+        return True
+    cs = getattr(item, "callspec", None)
+    if cs is not None and any(_from_shared(v) for v in cs.params.values()):
+        return True
+    p = Path(str(item.fspath))
+    return p.name in SLOW_FILES or bool(SLOW_DIRS & set(p.parts))
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if _slow(item):
+            item.add_marker(pytest.mark.slow)

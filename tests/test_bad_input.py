@@ -127,6 +127,7 @@ def _limit_address_space(limit: int):
 AS_LIMIT = 1536 << 20  # 1.5 GiB of address space for the whole CLI process
 
 
+@pytest.mark.slow  # each inflates up to 1.5 GiB
 @pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_AS is enforced as documented on Linux")
 @pytest.mark.parametrize(
     "prefix, fill, bound",
