@@ -31,6 +31,14 @@ def expected(shared_dir) -> dict:
     return json.loads((shared_dir / "EXPECTED.json").read_text())
 
 
+@pytest.fixture(autouse=True)
+def _terminal_width(monkeypatch):
+    """Text reports wrap at the terminal's width (shutil.get_terminal_size: COLUMNS first). Tests read
+    them at the width the CLI uses when its output is not a terminal, 100, whatever terminal (or xdist
+    worker) they run in: a test of wrapped text must not pass at one width and fail at another."""
+    monkeypatch.setenv("COLUMNS", "100")
+
+
 # --- the fast development run: pytest -m "not slow" (README "Tests"); CI runs everything -------------
 # Slow is what reads the real-trace set (../shared), the address-space bombs, the fuzzers and the
 # browser checks: found here by what a test uses, so a new test over the shared set is marked without
