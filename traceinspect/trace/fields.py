@@ -8,7 +8,8 @@ the msgspec `Args` struct (`trace/load.py`), the scanner's column lists and `pre
 both extraction functions (every declared column must carry the field's value from both readers).
 
 Adding a field: one `Field(...)` here, the C enum entry, name and key line (the test says which is
-missing), and the line in `tables.extract` / `extract_scanned` that puts it in its table column.
+missing), and the line in `tables._columnize` that puts it in its table column (both readers go
+through it; `tables._event_columns` fills int and float fields from this list by itself).
 Old spellings of a key are fields of their own with `old_of` set: the reader prefers the new one.
 """
 
@@ -25,7 +26,7 @@ class Field:
     name: str  # Args attribute; for int/float also the scan column
     key: str  # JSON key inside an event's "args"
     kind: str  # one of KINDS
-    columns: tuple[str, ...]  # "table.column" it fills (the Tables kinds of tables.extract)
+    columns: tuple[str, ...]  # "table.column" it fills (the Tables kinds of tables._columnize)
     doc: str
     old_of: str | None = None  # an older spelling of this field: read only when the newer is absent
     nan_absent: bool = False  # float: an absent key is NaN in the columns (0 is a value of its own), not 0.0

@@ -20,7 +20,7 @@ import pandas as pd
 from ..errors import TraceError, UsageError
 from . import load as _load
 from .hardware import Peaks, peaks_for
-from .tables import Tables, assemble, extract, name_flags
+from .tables import Tables, assemble, extract_events, name_flags
 from .timeline import Timeline, build_timeline
 
 _STEP = re.compile(r"ProfilerStep#[0-9]{1,18}\Z")
@@ -423,8 +423,15 @@ def _cap_names(tables: Tables, warnings: list[str]) -> None:
         )
 
 
+_SLICE = 1 << 17  # events per column slice of a file decoded in one piece (~32 MB of scan-layout columns)
+
+
 def from_loaded(loaded: _load.Loaded, *, warn_default_rank: bool = False) -> Trace:
-    tables = assemble(loaded.partials if loaded.partials is not None else [extract(loaded.events)])
+    parts = loaded.partials
+    if parts is None:  # decoded in one piece: columns made a slice at a time, as the streaming reader's chunks
+        ev = loaded.events
+        parts = [extract_events(ev[i : i + _SLICE]) for i in range(0, len(ev), _SLICE)] or [extract_events([])]
+    tables = assemble(parts)
     loaded.events = []  # the structs are no longer needed; let them go before analysis
     loaded.partials = None
     doc = loaded.doc

@@ -23,7 +23,7 @@ import msgspec
 
 from ..errors import TraceError
 from . import load as L
-from .tables import extract, extract_scanned
+from .tables import extract_events, extract_scanned
 
 try:  # the optional native scanner (setup.py builds it where a C compiler exists)
     from . import _scan
@@ -107,7 +107,7 @@ def _parse_chunk(data) -> dict:
                 _, events, dropped, partial = L._decode_lenient("", bytes(data), True, [])
             except msgspec.DecodeError as e2:
                 return {"error": str(e2)}
-        part = extract(events)
+        part = extract_events(events)
         del events  # releases the views into the caller's buffer before it is resized
         part["dropped"] = dropped
         part["partial"] = partial  # events kept without the fields that did not fit
@@ -302,7 +302,7 @@ def _load(p: Path, size: int, blocks, warnings: list[str], jobs: int, lim: L.Lim
             origin = json_bytes - (len(buf) - 1) - len(prefix)  # where tail[0] would sit in the file
             del buf
             last = _decode_tail(p, tail, size, warnings, cut_ok=bool(parts), origin=origin)
-            last.partials = [extract(last.events)]
+            last.partials = [extract_events(last.events)]
             last.top_keys = keys
     finally:
         if pool is not None:

@@ -91,15 +91,10 @@ def name_flags(names: pd.Series, match) -> np.ndarray:
 _INT64_MAX = (1 << 63) - 1
 
 
-def _tid(t) -> int:
-    """A pid/tid/stream as an int64; -1 (absent) where it has no digits or leaves int64 (a string of 30
-    digits): never a crash, never a wrap."""
-    return _tid_checked(t)[0]
-
-
 def _tid_checked(t) -> tuple[int, bool]:
-    """_tid's value, and whether it is absent because it left int64 (what the tables count and warn
-    about; a string without digits is simply not an id)."""
+    """A pid/tid/stream/flow id as an int64, -1 (absent) where it has no digits or leaves int64 (a
+    string of 30 digits): never a crash, never a wrap; and whether it is absent because it left
+    int64 (what the tables count and warn about; a string without digits is simply not an id)."""
     if not isinstance(t, int):
         try:
             t = int(t)
@@ -118,49 +113,17 @@ class _Beyond:
         self.n = 0
 
 
-def _id_column(values: list, beyond: _Beyond | None = None) -> np.ndarray:
-    """pid/tid/stream columns: ints in current traces, strings ('25738', 'stream 7') in 2021 ones."""
-    try:
-        return np.array(values, dtype=np.int64)
-    except (TypeError, ValueError, OverflowError):
-        memo: dict = {}
-        out = []
-        for v in values:
-            r = memo.get(v)
-            if r is None:
-                r = memo[v] = _tid_checked(v)
-            out.append(r[0])
-            if r[1] and beyond is not None:
-                beyond.n += 1
-        return np.array(out, dtype=np.int64)
-
-
-def _opt(values: list, fallback: np.ndarray | None = None, default: int = -1) -> np.ndarray:
-    """An optional int column; None -> the fallback column's value, else default."""
-    if fallback is None:
-        return np.array([default if v is None else v for v in values], dtype=np.int64)
-    return np.array([f if v is None else v for v, f in zip(values, fallback.tolist())], dtype=np.int64)
-
-
-def _ext(args: list) -> np.ndarray:
-    return np.array(
-        [
-            -1
-            if a is None
-            else (
-                a.external_id if a.external_id is not None else (-1 if a.external_id_old is None else a.external_id_old)
-            )
-            for a in args
-        ],
-        dtype=np.int64,
-    )
-
-
 def _grid_product(lists: list) -> np.ndarray:
+    """_prod of each grid/block list (None -> 0): vectorised where every list is three integers, with
+    the few products near or past int64 (where int64 would wrap) done by _prod; else one _prod per list."""
     try:
         arr = np.array([g if g is not None else (0, 0, 0) for g in lists], dtype=np.int64)
-        if arr.ndim == 2 and arr.shape[0]:
-            return arr.prod(axis=1)
+        if arr.ndim == 2 and arr.shape[0] and arr.shape[1] == 3:
+            out = arr.prod(axis=1)
+            near = np.flatnonzero(np.abs(arr.astype(np.float64)).prod(axis=1) >= 2.0**62)
+            for i in near.tolist():
+                out[i] = _prod(lists[i])
+            return out
     except (TypeError, ValueError, OverflowError):
         pass
     return np.array([_prod(g) for g in lists], dtype=np.int64)
@@ -177,212 +140,12 @@ def _no_collectives(n: int) -> dict:
     }
 
 
-def _collective_columns(ka: list) -> dict:
-    """NCCL/RCCL args of kernels launched under record_param_comms (SIGNATURES.md 1.4); the
-    per-kernel passes run only when the chunk has a collective at all."""
-    coll = [a.collective if a is not None else None for a in ka]
-    if all(c is None for c in coll):
-        return _no_collectives(len(ka))
-    return {
-        "collective": np.array(coll, dtype=object),
-        "in_msg_nelems": _opt([a.in_msg_nelems if a is not None else None for a in ka]),
-        "out_msg_nelems": _opt([a.out_msg_nelems if a is not None else None for a in ka]),
-        "group_size": _opt([a.group_size if a is not None else None for a in ka]),
-        "comm_dtype": np.array([a.dtype if a is not None else None for a in ka], dtype=object),
-    }
-
-
 # A "partial" holds the columns of one chunk of events: {kind: {column: array}} plus counters. Chunks
 # are extracted independently (possibly in worker processes) and assembled once; names are factorised
 # per chunk as (codes, uniques) so that only compact arrays cross process boundaries.
 
 
-def _factor(values: list[str]) -> tuple[np.ndarray, list]:
-    codes, uniques = pd.factorize(np.array(values, dtype=object), use_na_sentinel=False)
-    return codes.astype(np.int32), list(uniques)  # a chunk holds far fewer than 2^31 events
-
-
-def extract(events: list[Event]) -> dict:
-    """One chunk of decoded events -> plain columns per table (times still absolute)."""
-    buckets: dict[str, list[Event]] = {k: [] for k in set(CATEGORY.values())}
-    thread_meta: list[Event] = []
-    unknown: dict[str, int] = {}
-    no_dur = neg_dur = 0
-    beyond = _Beyond()
-    cat_of: dict[str, str | None] = {}
-    for e in events:
-        ph = e.ph
-        if ph == "X":
-            c = e.cat
-            kind = cat_of.get(c, 0)
-            if kind == 0:
-                kind = cat_of[c] = CATEGORY.get(c.lower())
-            if kind is None:
-                if c:
-                    unknown[c] = unknown.get(c, 0) + 1
-                continue
-            d = e.dur
-            if d is None:
-                no_dur += 1
-            elif d < 0:
-                neg_dur += 1
-            else:
-                buckets[kind].append(e)
-        elif ph == "s" or ph == "f":
-            c = e.cat
-            kind = cat_of.get(c, 0)
-            if kind == 0:
-                kind = cat_of[c] = CATEGORY.get(c.lower())
-            if kind == "flow":  # launch flows only; fwdbwd links are not needed
-                buckets["flow"].append(e)
-        elif ph == "i" or ph == "I":
-            if e.name == "[memory]":
-                buckets["instant"].append(e)
-        elif ph == "M" and e.name == "thread_name":
-            thread_meta.append(e)
-
-    def base(evs: list[Event]) -> dict:
-        return {
-            "ts_us": np.array([e.ts for e in evs], dtype=np.float64),
-            "dur_us": np.array([e.dur for e in evs], dtype=np.float64),
-            "name": _factor([e.name for e in evs]),
-        }
-
-    def gpu(evs: list[Event], args: list) -> dict:
-        dev = [a.device if a is not None else None for a in args]
-        stream = [a.stream if a is not None else None for a in args]
-        # device/stream come from args; the pid/tid fallback is built only when an arg is missing
-        dev_col = (
-            _opt(dev, _id_column([e.pid if isinstance(e.pid, int) else 0 for e in evs], beyond))
-            if None in dev
-            else np.array(dev, dtype=np.int64)
-        )
-        stream_col = (
-            _opt(stream, _id_column([e.tid for e in evs], beyond))
-            if None in stream
-            else np.array(stream, dtype=np.int64)
-        )
-        return {
-            "device": dev_col,
-            "stream": stream_col,
-            "correlation": _opt([a.correlation if a is not None else None for a in args]),
-            "external_id": _ext(args),
-        }
-
-    def host(evs: list[Event]) -> dict:
-        return {"tid": _id_column([e.tid for e in evs], beyond)}
-
-    raw_once: dict[bytes, bytes] = {}
-
-    def interned(raw) -> bytes:
-        """One bytes object per distinct shape or type list (ops repeat a few thousand of them), as
-        the native scanner's interned spans give: not one per event."""
-        b = bytes(raw)
-        return raw_once.setdefault(b, b)
-
-    out: dict = {}
-    kev = buckets["kernel"]
-    ka = [e.args for e in kev]
-    out["kernel"] = {
-        **base(kev),
-        **gpu(kev, ka),
-        "grid_blocks": _grid_product([a.grid if a is not None else None for a in ka]),
-        "block_threads": _grid_product([a.block if a is not None else None for a in ka]),
-        **_collective_columns(ka),
-    }
-    mev = buckets["memcpy"] + buckets["memset"]
-    ma = [e.args for e in mev]
-    out["memcpy"] = {
-        **base(mev),
-        **gpu(mev, ma),
-        "size_bytes": np.array([(a.nbytes or 0) if a is not None else 0 for a in ma], dtype=np.float64),
-        "is_memset": np.arange(len(mev)) >= len(buckets["memcpy"]),
-    }
-    gev = buckets["gpu_annotation"]
-    out["gpu_annotation"] = {**base(gev), **gpu(gev, [e.args for e in gev])}
-    sev = buckets["sync"]
-    sa = [e.args for e in sev]
-    out["sync"] = {
-        **base(sev),
-        **gpu(sev, sa),
-        "wait_on_stream": _opt([a.wait_on_stream if a is not None else None for a in sa]),
-        "wait_record_corr": _opt([a.wait_on_record if a is not None else None for a in sa]),
-    }
-    rev = buckets["runtime"]
-    ra = [e.args for e in rev]
-    out["runtime"] = {
-        **base(rev),
-        **host(rev),
-        "correlation": _opt([a.correlation if a is not None else None for a in ra]),
-        "external_id": _ext(ra),
-        "cbid": _opt([(a.cbid if a.cbid is not None else a.cid) if a is not None else None for a in ra]),
-    }
-    cev = buckets["cpu_op"] + buckets["annotation"]
-    ca = [e.args for e in cev]
-    out["cpu_op"] = {
-        **base(cev),
-        **host(cev),
-        "external_id": _ext(ca),
-        "is_annotation": np.arange(len(cev)) >= len(buckets["cpu_op"]),
-        # shapes stay undecoded bytes; Trace.shapes decodes one op's on demand
-        "input_dims_raw": np.array(
-            [
-                None
-                if a is None
-                else (
-                    interned(a.input_dims)
-                    if len(a.input_dims)
-                    else (interned(a.input_dims_old) if len(a.input_dims_old) else None)
-                )
-                for a in ca
-            ],
-            dtype=object,
-        ),
-        "input_type_raw": np.array(
-            [None if a is None or not len(a.input_type) else interned(a.input_type) for a in ca], dtype=object
-        ),
-        # with_flops: None -> NaN where the op has no `flops` arg (0 is a recorded value)
-        "flops": np.array([None if a is None else a.flops for a in ca], dtype=np.float64),
-    }
-    pev = buckets["python"]
-    out["python"] = {**base(pev), **host(pev)}
-    iev = buckets["instant"]
-    ia = [e.args for e in iev]
-    out["memory"] = {
-        "ts_us": np.array([e.ts for e in iev], dtype=np.float64),
-        "alloc_bytes": np.array([(a.mem_bytes or 0) if a is not None else 0 for a in ia], dtype=np.float64),
-        "total_allocated_bytes": np.array(
-            [(a.total_allocated or 0) if a is not None else 0 for a in ia], dtype=np.float64
-        ),
-        "total_reserved_bytes": np.array(
-            [(a.total_reserved or 0) if a is not None else 0 for a in ia], dtype=np.float64
-        ),
-        "device_type": _opt([a.device_type if a is not None else None for a in ia]),
-        "device_id": _opt([a.device_id if a is not None else None for a in ia]),
-    }
-    fev = buckets["flow"]
-    out["flow"] = {
-        "id": _id_column([e.id if e.id is not None else -1 for e in fev], beyond),
-        "is_start": np.array([e.ph == "s" for e in fev], dtype=bool),
-        "ts_us": np.array([e.ts for e in fev], dtype=np.float64),
-        "tid": _id_column([e.tid for e in fev], beyond),
-    }
-    threads = {}
-    for e in thread_meta:
-        if e.args is not None and e.args.name:
-            threads[(_tid(e.pid), _tid(e.tid))] = e.args.name
-    return {
-        "tables": out,
-        "threads": threads,
-        "unknown": unknown,
-        "no_dur": no_dur,
-        "neg_dur": neg_dur,
-        "ids_beyond_int64": beyond.n,
-        "n_events": len(events),
-    }
-
-
-# ---- the native path: traceinspect.trace._scan columns -> the same partial as extract() ----
+# ---- both readers: the native scanner's column layout -> one partial per chunk ----
 
 _NONE = np.iinfo(np.int64).min  # the value _scan gives an absent int; absence is a `present` bit
 # bit k of the scan's `present` column: the k-th int64 column below holds a value (not absent or null)
@@ -417,68 +180,137 @@ def _scan_dtype(name: str):
     return np.int32 if name.endswith(("_idx", "_str")) else np.int64
 
 
-def _fill_row(a: dict, i: int, ev: Event, strings: list, raws: list) -> None:
-    """Write one event decoded by the Python path into row i of the scanner's columns."""
+_astuple = msgspec.structs.astuple
+_ARG_FIELDS = tuple(f.name for f in _fields.ARGS)  # the order of load.Args's fields (tests/test_fields.py)
 
-    def sid(v):
-        if v is None:
-            return -1
-        strings.append(v)
-        return len(strings) - 1
 
-    def rid(v):
-        if v is None:
-            return -1
-        raws.append(v)
-        return len(raws) - 1
+def _event_columns(events: list[Event]) -> tuple[dict, list, list]:
+    """Decoded events -> the native scanner's column layout (`_scan.scan`'s columns, string spans and
+    raw spans): the one conversion of a decoded event into columns. The pure-Python reader's chunks go
+    through it whole, and the scanner's deferred events one by one, so both readers share every step
+    from the columns on (`_columnize`)."""
+    n = len(events)
+    strings: list = [e.cat for e in events]
+    strings += [e.name for e in events]
+    raws: list = []
+    a: dict = {}
+    phs = [e.ph for e in events]
+    code = {p: (ord(p) if len(p) == 1 and ord(p) < 128 else (0 if p == "" else 1)) for p in set(phs)}
+    a["ph"] = np.array([code[p] for p in phs], dtype=np.uint8)
+    a["cat_idx"] = np.arange(n, dtype=np.int32)
+    a["name_idx"] = np.arange(n, 2 * n, dtype=np.int32)
+    present = np.zeros(n, dtype=np.uint32)
 
-    present = 0
-
-    def given(key, v):
+    def mark(key: str, given: np.ndarray) -> None:
         nonlocal present
-        if v is not None:
-            present |= 1 << _PRESENT_BIT[key]
+        present |= given.astype(np.uint32) << np.uint32(_PRESENT_BIT[key])
 
-    def int_or_str(key, v, absent):
-        given(key, v)
-        if v is None:
-            a[key][i], a[key + "_str"][i] = absent, -1
-        elif isinstance(v, str):
-            a[key][i], a[key + "_str"][i] = 0, sid(v)
-        else:
-            a[key][i], a[key + "_str"][i] = v, -1
+    def str_ids(values: list) -> np.ndarray:
+        """string ids of a column of str | None (None -> -1)"""
+        out = np.full(len(values), -1, dtype=np.int32)
+        at = [i for i, v in enumerate(values) if v is not None]
+        if at:
+            out[at] = np.arange(len(strings), len(strings) + len(at), dtype=np.int32)
+            strings.extend(values[i] for i in at)
+        return out
 
-    p = ev.ph
-    a["ph"][i] = ord(p) if len(p) == 1 and ord(p) < 128 else (0 if p == "" else 1)
-    a["cat_idx"][i], a["name_idx"][i] = sid(ev.cat), sid(ev.name)
-    int_or_str("pid", ev.pid, 0)
-    int_or_str("tid", ev.tid, 0)
-    int_or_str("id", ev.id, _NONE)
-    a["ts"][i] = ev.ts
-    a["dur"][i] = np.nan if ev.dur is None else ev.dur
-    g = ev.args
-    a["has_args"][i] = g is not None
+    for key, absent in (("pid", 0), ("tid", 0), ("id", _NONE)):
+        vals = [getattr(e, key) for e in events]
+        if vals.count(None) == n:  # (ids of complete events)
+            a[key], a[key + "_str"] = np.full(n, absent, dtype=np.int64), np.full(n, -1, dtype=np.int32)
+            continue
+        is_str = [type(v) is str for v in vals]
+        given = np.array([v is not None for v in vals], dtype=bool)
+        a[key] = np.array([v if type(v) is int else (0 if v is not None else absent) for v in vals], dtype=np.int64)
+        a[key + "_str"] = str_ids([v if s else None for v, s in zip(vals, is_str)])
+        mark(key, given)
+    a["ts"] = np.array([e.ts for e in events], dtype=np.float64)
+    a["dur"] = np.array([np.nan if e.dur is None else e.dur for e in events], dtype=np.float64)
+    args = [e.args for e in events]
+    has = np.array([g is not None for g in args], dtype=bool)
+    a["has_args"] = has.astype(np.uint8)
+    rows = np.flatnonzero(has)
+    ga = [g for g in args if g is not None]
+    # the args of every event as one tuple each, then one sequence per field (a getattr per field and
+    # event costs twice the whole decode)
+    by_field = dict(zip(_ARG_FIELDS, zip(*map(_astuple, ga)))) if ga else dict.fromkeys(_ARG_FIELDS, ())
+
+    def field(name: str, fill, dtype) -> tuple[np.ndarray, np.ndarray]:
+        """one args attribute over every event: (column, given)"""
+        col = np.full(n, fill, dtype=dtype)
+        given = np.zeros(n, dtype=bool)
+        seq = by_field[name]
+        if seq.count(None) == len(seq):  # most fields belong to one kind of event: nothing to fill
+            return col, given
+        vals = np.array(seq, dtype=object)
+        if len(vals):
+            g_ = np.not_equal(vals, None)
+            if g_.any():
+                col[rows[g_]] = vals[g_].astype(dtype)
+                given[rows[g_]] = True
+        return col, given
+
     for f in _SCAN_INT_FIELDS:
-        v = getattr(g, f) if g is not None else None
-        given(f, v)
-        a[f][i] = _NONE if v is None else v
+        a[f], given = field(f, _NONE, np.int64)
+        mark(f, given)
     for f in _SCAN_FLOAT_FIELDS:
-        v = getattr(g, f) if g is not None else None
-        a[f][i] = np.nan if v is None else v
-    a["grid"][i] = _prod(g.grid) if g is not None and g.grid is not None else 0
-    a["block"][i] = _prod(g.block) if g is not None and g.block is not None else 0
-    a["collective_idx"][i] = sid(g.collective) if g is not None else -1
-    a["dtype_idx"][i] = sid(g.dtype) if g is not None else -1
-    a["arg_name_idx"][i] = sid(g.name) if g is not None else -1
-    a["dims_idx"][i] = rid(
-        None
-        if g is None
-        else (
-            bytes(g.input_dims) if len(g.input_dims) else (bytes(g.input_dims_old) if len(g.input_dims_old) else None)
-        )
-    )
-    a["type_idx"][i] = rid(None if g is None or not len(g.input_type) else bytes(g.input_type))
-    a["present"][i] = present
+        a[f], _ = field(f, np.nan, np.float64)
+    for key in ("grid", "block"):
+        col = np.zeros(n, dtype=np.int64)
+        col[rows] = _grid_product(list(by_field[key]))
+        a[key] = col
+    for col_name, attr in (("collective_idx", "collective"), ("dtype_idx", "dtype"), ("arg_name_idx", "name")):
+        col = np.full(n, -1, dtype=np.int32)
+        col[rows] = str_ids(list(by_field[attr]))
+        a[col_name] = col
+    once: dict[bytes, int] = {}  # one raw span per distinct shape or type list, as the scanner interns them
+
+    def raw_id(raw) -> int:
+        if not len(raw):
+            return -1
+        b = bytes(raw)
+        i = once.get(b)
+        if i is None:
+            i = once[b] = len(raws)
+            raws.append(b)
+        return i
+
+    dims = np.full(n, -1, dtype=np.int32)
+    types = np.full(n, -1, dtype=np.int32)
+    dims[rows] = [raw_id(d if len(d) else o) for d, o in zip(by_field["input_dims"], by_field["input_dims_old"])]
+    types[rows] = [raw_id(t) for t in by_field["input_type"]]
+    a["dims_idx"], a["type_idx"] = dims, types
+    a["present"] = present
+    return a, strings, raws
+
+
+# the string-id and raw-id columns of the layout: offsets when deferred events' columns join a scan
+_STRING_ID_COLUMNS = (
+    "cat_idx",
+    "name_idx",
+    "pid_str",
+    "tid_str",
+    "id_str",
+    "collective_idx",
+    "dtype_idx",
+    "arg_name_idx",
+)
+_RAW_ID_COLUMNS = ("dims_idx", "type_idx")
+
+
+# events the tables read: complete events, flows, instants (the [memory] ones) and metadata (thread
+# names); the rest (counters, async spans, ...) are counted in n_events only
+_READ_PHASES = frozenset("XsfiIM")
+
+
+def extract_events(events: list[Event]) -> dict:
+    """One chunk of events decoded by the Python reader -> the partial `extract_scanned` makes from the
+    same events: the same columns, built by the same code from the scanner's column layout."""
+    read = [e for e in events if e.ph in _READ_PHASES]
+    arrays, strings, raws = _event_columns(read)
+    part = _columnize(len(read), arrays, strings, raws)
+    part["n_events"] = len(events)
+    return part
 
 
 def extract_scanned(scanned) -> dict:
@@ -497,6 +329,7 @@ def extract_scanned(scanned) -> dict:
         # events the scanner was not sure about: decoded exactly as the Python path does, in place
         arrays = {k: v.copy() for k, v in arrays.items()}
         keep = np.ones(n, dtype=bool)
+        at, evs = [], []
         for row, raw in deferred:
             try:
                 ev, part = _EVENT_DECODER.decode(raw), False
@@ -507,10 +340,29 @@ def extract_scanned(scanned) -> dict:
                 keep[row] = False
                 dropped += 1
             else:
-                _fill_row(arrays, row, ev, strings, raws)
+                at.append(row)
+                evs.append(ev)
+        if evs:
+            cols, more_strings, more_raws = _event_columns(evs)
+            for k, v in cols.items():
+                if k in _STRING_ID_COLUMNS or k in _RAW_ID_COLUMNS:
+                    off = len(strings) if k in _STRING_ID_COLUMNS else len(raws)
+                    v = np.where(v >= 0, v + off, -1).astype(v.dtype)
+                arrays[k][at] = v
+            strings += more_strings
+            raws += more_raws
         if dropped:
             arrays = {k: v[keep] for k, v in arrays.items()}
             n = int(keep.sum())
+    part = _columnize(n, arrays, strings, raws)
+    part["dropped"] = dropped
+    part["partial"] = partial
+    return part
+
+
+def _columnize(n: int, arrays: dict, strings: list, raws: list) -> dict:
+    """Columns in the scanner's layout (n rows; string and raw ids into strings / raws) -> one partial:
+    the events each table keeps, in file order, with the counters. Both readers end here."""
     strings.append("")  # id -1 ("absent") -> ""
     # two raw spans can decode to one string (an escape): one canonical id per distinct string
     canon, uniq = pd.factorize(np.array(strings, dtype=object), use_na_sentinel=False)
@@ -529,7 +381,7 @@ def extract_scanned(scanned) -> dict:
     name = sid("name_idx")
     dur = col("dur")
 
-    # kind per distinct category, as extract() resolves it
+    # kind per distinct category (CATEGORY, case-insensitive)
     kinds = sorted(set(CATEGORY.values()))
     kind_code = {k: i for i, k in enumerate(kinds)}
     cat_kind = np.array([kind_code.get(CATEGORY.get(c.lower()), -1) for c in uniq], dtype=np.int64)
@@ -573,7 +425,7 @@ def extract_scanned(scanned) -> dict:
     beyond = _Beyond()
 
     def ids(name_, idx, absent=None, count=True):
-        """pid/tid/id columns: ints as they are, strings through _tid (per distinct string)."""
+        """pid/tid/id columns: ints as they are, strings through _tid_checked (per distinct string)."""
         v = col(name_)[idx]
         s_ = col(name_ + "_str")[idx]
         if absent is not None:
@@ -601,7 +453,7 @@ def extract_scanned(scanned) -> dict:
     def gpu(idx):
         dev = col("device")[idx]
         stream = col("stream")[idx]
-        pid0 = col("pid")[idx]  # string pids are 0 here, as in extract()
+        pid0 = col("pid")[idx]  # string pids are 0 here: a device falls back to an int pid only
         has_stream = given("stream", idx)
         return {
             "device": np.where(given("device", idx), dev, pid0),
@@ -709,8 +561,6 @@ def extract_scanned(scanned) -> dict:
         "neg_dur": neg_dur,
         "ids_beyond_int64": beyond.n,
         "n_events": int(n),
-        "dropped": dropped,
-        "partial": partial,
     }
 
 
@@ -757,7 +607,7 @@ def assemble(partials: list[dict]) -> Tables:
     partials' tables are consumed (emptied) as they are assembled, so their memory goes as the
     tables' arrives."""
     if not partials:
-        partials = [extract([])]
+        partials = [extract_events([])]
     firsts = [float(p["tables"][k]["ts_us"].min()) for p in partials for k in _TIMED if len(p["tables"][k]["ts_us"])]
     # + 0.0 turns -0.0 into 0.0: JSON's integer -0 is -0.0 to the native reader's strtod and 0 to
     # Python's int, and the readers must agree to the bit
