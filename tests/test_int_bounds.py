@@ -94,3 +94,12 @@ def test_ids_beyond_int64_given_as_strings_are_counted_in_one_warning_by_both_re
     assert codes == [0, 0], out
     # 3 cpu_op tids + 1 flow id, each read as absent and counted once
     assert [w for w in json.loads(out)["warnings"] if "beyond int64" in w][0].startswith("4 pid/tid/stream/flow id")
+
+
+def test_grid_products_that_leave_int64_are_absent_not_wrapped():
+    """A grid of in-range components whose product leaves int64 is 0 (absent), as _prod says, in the
+    vectorised path too: numpy's int64 product wrapped it to a negative count of blocks."""
+    from traceinspect.trace.tables import _grid_product, _prod
+
+    grids = [[3037000500, 3037000500, 2], [2**31 - 1, 65535, 65535], [128, 1, 1], None]
+    assert _grid_product(grids).tolist() == [_prod(g) for g in grids] == [0, (2**31 - 1) * 65535 * 65535, 128, 0]
