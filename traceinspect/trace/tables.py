@@ -193,77 +193,87 @@ def _event_columns(events: list[Event]) -> tuple[dict, list, list]:
     strings: list = [e.cat for e in events]
     strings += [e.name for e in events]
     raws: list = []
-    a: dict = {}
     phs = [e.ph for e in events]
     code = {p: (ord(p) if len(p) == 1 and ord(p) < 128 else (0 if p == "" else 1)) for p in set(phs)}
-    a["ph"] = np.array([code[p] for p in phs], dtype=np.uint8)
-    a["cat_idx"] = np.arange(n, dtype=np.int32)
-    a["name_idx"] = np.arange(n, 2 * n, dtype=np.int32)
+    a: dict = {
+        "ph": np.array([code[p] for p in phs], dtype=np.uint8),
+        "cat_idx": np.arange(n, dtype=np.int32),
+        "name_idx": np.arange(n, 2 * n, dtype=np.int32),
+        "ts": np.array([e.ts for e in events], dtype=np.float64),
+        "dur": np.array([np.nan if e.dur is None else e.dur for e in events], dtype=np.float64),
+    }
+    present = _id_columns(events, a, strings)
+    present |= _args_columns([e.args for e in events], a, strings, raws)
+    a["present"] = present
+    return a, strings, raws
+
+
+def _str_ids(values: list, strings: list) -> np.ndarray:
+    """The string ids of a column of str | None (None -> -1), appending the strings to `strings`."""
+    out = np.full(len(values), -1, dtype=np.int32)
+    at = [i for i, v in enumerate(values) if v is not None]
+    if at:
+        out[at] = np.arange(len(strings), len(strings) + len(at), dtype=np.int32)
+        strings.extend(values[i] for i in at)
+    return out
+
+
+def _bits(key: str, given: np.ndarray) -> np.ndarray:
+    """`key`'s bit of the layout's `present` column where given."""
+    return given.astype(np.uint32) << np.uint32(_PRESENT_BIT[key])
+
+
+def _id_columns(events: list[Event], a: dict, strings: list) -> np.ndarray:
+    """pid, tid and id into `a` (an int, or 0 and the string's id in `<key>_str`); their present bits."""
+    n = len(events)
     present = np.zeros(n, dtype=np.uint32)
-
-    def mark(key: str, given: np.ndarray) -> None:
-        nonlocal present
-        present |= given.astype(np.uint32) << np.uint32(_PRESENT_BIT[key])
-
-    def str_ids(values: list) -> np.ndarray:
-        """string ids of a column of str | None (None -> -1)"""
-        out = np.full(len(values), -1, dtype=np.int32)
-        at = [i for i, v in enumerate(values) if v is not None]
-        if at:
-            out[at] = np.arange(len(strings), len(strings) + len(at), dtype=np.int32)
-            strings.extend(values[i] for i in at)
-        return out
-
     for key, absent in (("pid", 0), ("tid", 0), ("id", _NONE)):
         vals = [getattr(e, key) for e in events]
         if vals.count(None) == n:  # (ids of complete events)
             a[key], a[key + "_str"] = np.full(n, absent, dtype=np.int64), np.full(n, -1, dtype=np.int32)
             continue
-        is_str = [type(v) is str for v in vals]
-        given = np.array([v is not None for v in vals], dtype=bool)
         a[key] = np.array([v if type(v) is int else (0 if v is not None else absent) for v in vals], dtype=np.int64)
-        a[key + "_str"] = str_ids([v if s else None for v, s in zip(vals, is_str)])
-        mark(key, given)
-    a["ts"] = np.array([e.ts for e in events], dtype=np.float64)
-    a["dur"] = np.array([np.nan if e.dur is None else e.dur for e in events], dtype=np.float64)
-    args = [e.args for e in events]
-    has = np.array([g is not None for g in args], dtype=bool)
-    a["has_args"] = has.astype(np.uint8)
-    rows = np.flatnonzero(has)
-    ga = [g for g in args if g is not None]
-    # the args of every event as one tuple each, then one sequence per field (a getattr per field and
-    # event costs twice the whole decode)
-    by_field = dict(zip(_ARG_FIELDS, zip(*map(_astuple, ga)))) if ga else dict.fromkeys(_ARG_FIELDS, ())
+        a[key + "_str"] = _str_ids([v if type(v) is str else None for v in vals], strings)
+        present |= _bits(key, np.array([v is not None for v in vals], dtype=bool))
+    return present
 
-    def field(name: str, fill, dtype) -> tuple[np.ndarray, np.ndarray]:
-        """one args attribute over every event: (column, given)"""
+
+def _args_columns(args: list, a: dict, strings: list, raws: list) -> np.ndarray:
+    """Every `args` field into `a` (trace/fields.py's ints and floats, grid/block products, string and
+    raw-span ids; one raw span per distinct shape or type list, as the scanner interns them); the
+    ints' present bits."""
+    n = len(args)
+    present = np.zeros(n, dtype=np.uint32)
+    a["has_args"] = np.array([g is not None for g in args], dtype=np.uint8)
+    rows = np.flatnonzero(a["has_args"])
+    given_args = [g for g in args if g is not None]
+    # one tuple per event's args, then one sequence per field (a getattr per field and event costs
+    # twice the whole decode)
+    by_field = dict(zip(_ARG_FIELDS, zip(*map(_astuple, given_args)))) if given_args else dict.fromkeys(_ARG_FIELDS, ())
+
+    def number(name: str, fill, dtype) -> tuple[np.ndarray, np.ndarray]:
         col = np.full(n, fill, dtype=dtype)
         given = np.zeros(n, dtype=bool)
         seq = by_field[name]
-        if seq.count(None) == len(seq):  # most fields belong to one kind of event: nothing to fill
-            return col, given
-        vals = np.array(seq, dtype=object)
-        if len(vals):
-            g_ = np.not_equal(vals, None)
-            if g_.any():
-                col[rows[g_]] = vals[g_].astype(dtype)
-                given[rows[g_]] = True
+        if seq.count(None) < len(seq):  # most fields belong to one kind of event: else nothing to fill
+            vals = np.array(seq, dtype=object)
+            has = np.not_equal(vals, None)
+            col[rows[has]] = vals[has].astype(dtype)
+            given[rows[has]] = True
         return col, given
 
     for f in _SCAN_INT_FIELDS:
-        a[f], given = field(f, _NONE, np.int64)
-        mark(f, given)
+        a[f], given = number(f, _NONE, np.int64)
+        present |= _bits(f, given)
     for f in _SCAN_FLOAT_FIELDS:
-        a[f], _ = field(f, np.nan, np.float64)
+        a[f] = number(f, np.nan, np.float64)[0]
     for key in ("grid", "block"):
-        col = np.zeros(n, dtype=np.int64)
-        col[rows] = _grid_product(list(by_field[key]))
-        a[key] = col
+        a[key] = np.zeros(n, dtype=np.int64)
+        a[key][rows] = _grid_product(list(by_field[key]))
     for col_name, attr in (("collective_idx", "collective"), ("dtype_idx", "dtype"), ("arg_name_idx", "name")):
-        col = np.full(n, -1, dtype=np.int32)
-        col[rows] = str_ids(list(by_field[attr]))
-        a[col_name] = col
-    once: dict[bytes, int] = {}  # one raw span per distinct shape or type list, as the scanner interns them
+        a[col_name] = np.full(n, -1, dtype=np.int32)
+        a[col_name][rows] = _str_ids(list(by_field[attr]), strings)
+    once: dict[bytes, int] = {}
 
     def raw_id(raw) -> int:
         if not len(raw):
@@ -275,13 +285,13 @@ def _event_columns(events: list[Event]) -> tuple[dict, list, list]:
             raws.append(b)
         return i
 
-    dims = np.full(n, -1, dtype=np.int32)
-    types = np.full(n, -1, dtype=np.int32)
-    dims[rows] = [raw_id(d if len(d) else o) for d, o in zip(by_field["input_dims"], by_field["input_dims_old"])]
-    types[rows] = [raw_id(t) for t in by_field["input_type"]]
-    a["dims_idx"], a["type_idx"] = dims, types
-    a["present"] = present
-    return a, strings, raws
+    a["dims_idx"] = np.full(n, -1, dtype=np.int32)
+    a["dims_idx"][rows] = [
+        raw_id(d if len(d) else o) for d, o in zip(by_field["input_dims"], by_field["input_dims_old"])
+    ]
+    a["type_idx"] = np.full(n, -1, dtype=np.int32)
+    a["type_idx"][rows] = [raw_id(t) for t in by_field["input_type"]]
+    return present
 
 
 # the string-id and raw-id columns of the layout: offsets when deferred events' columns join a scan
