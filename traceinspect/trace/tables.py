@@ -373,205 +373,238 @@ def extract_scanned(scanned) -> dict:
 def _columnize(n: int, arrays: dict, strings: list, raws: list) -> dict:
     """Columns in the scanner's layout (n rows; string and raw ids into strings / raws) -> one partial:
     the events each table keeps, in file order, with the counters. Both readers end here."""
-    strings.append("")  # id -1 ("absent") -> ""
-    # two raw spans can decode to one string (an escape): one canonical id per distinct string
-    canon, uniq = pd.factorize(np.array(strings, dtype=object), use_na_sentinel=False)
-    uniq = list(uniq)
-    canon = canon.astype(np.int64)
+    lay = _Layout(n, arrays, strings, raws)
+    tables = {**_gpu_tables(lay), **_host_tables(lay), **_instant_and_flow_tables(lay)}
+    return {
+        "tables": tables,
+        "threads": _thread_names(lay),
+        "unknown": lay.unknown,
+        "no_dur": lay.no_dur,
+        "neg_dur": lay.neg_dur,
+        "ids_beyond_int64": lay.beyond.n,
+        "n_events": int(n),
+    }
 
-    def col(name):
-        return arrays[name]
 
-    def sid(name):  # canonical string ids, "absent" -> the id of ""
-        return canon[col(name)]
+_KIND_LIST = sorted(set(CATEGORY.values()))
+_KIND_CODE = {k: i for i, k in enumerate(_KIND_LIST)}
 
-    ph = col("ph")
-    has_args = col("has_args").astype(bool)
-    cat = sid("cat_idx")
-    name = sid("name_idx")
-    dur = col("dur")
 
-    # kind per distinct category (CATEGORY, case-insensitive)
-    kinds = sorted(set(CATEGORY.values()))
-    kind_code = {k: i for i, k in enumerate(kinds)}
-    cat_kind = np.array([kind_code.get(CATEGORY.get(c.lower()), -1) for c in uniq], dtype=np.int64)
-    kind = cat_kind[cat] if n else np.empty(0, dtype=np.int64)
-    is_x = ph == ord("X")
-    has_dur = ~np.isnan(dur)
-    x_ok = is_x & (kind >= 0) & has_dur
-    x_ok &= ~(dur < 0)
-    no_dur = int(np.count_nonzero(is_x & (kind >= 0) & ~has_dur))
-    neg_dur = int(np.count_nonzero(is_x & (kind >= 0) & has_dur & (dur < 0)))
-    unknown: dict[str, int] = {}
-    unk = is_x & (kind < 0)
-    if unk.any():
-        ucodes, ucats = pd.factorize(cat[unk])
-        counts = np.bincount(ucodes)
-        for c, k in zip(ucats, counts):
-            if uniq[c]:
-                unknown[uniq[c]] = int(k)
-    mem_name = uniq.index("[memory]") if "[memory]" in uniq else -2
-    thread_name = uniq.index("thread_name") if "thread_name" in uniq else -2
+class _Layout:
+    """One chunk in the scanner's column layout, read a table at a time: which rows each table keeps
+    (`sel`), the counters of the events none keeps, and the column readers the tables share."""
 
-    def sel(k: str) -> np.ndarray:
-        m = x_ok & (kind == kind_code[k])
+    def __init__(self, n: int, arrays: dict, strings: list, raws: list) -> None:
+        self.arrays, self.strings, self.raws = arrays, strings, raws
+        strings.append("")  # id -1 ("absent") -> ""
+        # two raw spans can decode to one string (an escape): one canonical id per distinct string
+        canon, uniq = pd.factorize(np.array(strings, dtype=object), use_na_sentinel=False)
+        self.uniq = list(uniq)
+        self.canon = canon.astype(np.int64)
+        self.ph = arrays["ph"]
+        self.has_args = arrays["has_args"].astype(bool)
+        self.cat = self.sid("cat_idx")
+        self.name = self.sid("name_idx")
+        self.ts, self.dur, self.present = arrays["ts"], arrays["dur"], arrays["present"]
+        self.beyond = _Beyond()
+        # kind per distinct category (CATEGORY, case-insensitive)
+        cat_kind = np.array([_KIND_CODE.get(CATEGORY.get(c.lower()), -1) for c in self.uniq], dtype=np.int64)
+        self.kind = kind = cat_kind[self.cat] if n else np.empty(0, dtype=np.int64)
+        dur = self.dur
+        timed = (self.ph == ord("X")) & (kind >= 0)
+        has_dur = ~np.isnan(dur)
+        self.x_ok = timed & has_dur & ~(dur < 0)
+        self.no_dur = int(np.count_nonzero(timed & ~has_dur))
+        self.neg_dur = int(np.count_nonzero(timed & has_dur & (dur < 0)))
+        self.unknown: dict[str, int] = {}
+        unk = (self.ph == ord("X")) & (kind < 0)
+        if unk.any():
+            ucodes, ucats = pd.factorize(self.cat[unk])
+            for c, k in zip(ucats, np.bincount(ucodes)):
+                if self.uniq[c]:
+                    self.unknown[self.uniq[c]] = int(k)
+
+    def string_id(self, s: str) -> int:
+        """The canonical id of a string of the chunk, -2 where it has none."""
+        return self.uniq.index(s) if s in self.uniq else -2
+
+    def col(self, name: str) -> np.ndarray:
+        return self.arrays[name]
+
+    def sid(self, name: str) -> np.ndarray:
+        """canonical string ids, "absent" -> the id of \"\""""
+        return self.canon[self.arrays[name]]
+
+    def sel(self, k: str) -> np.ndarray:
+        ph, kind = self.ph, self.kind
+        m = self.x_ok & (kind == _KIND_CODE[k])
         if k == "flow":
-            m |= ((ph == ord("s")) | (ph == ord("f"))) & (kind == kind_code["flow"])
+            m |= ((ph == ord("s")) | (ph == ord("f"))) & (kind == _KIND_CODE["flow"])
         elif k == "instant":
-            m |= ((ph == ord("i")) | (ph == ord("I"))) & (name == mem_name)
+            m |= ((ph == ord("i")) | (ph == ord("I"))) & (self.name == self.string_id("[memory]"))
         return np.flatnonzero(m)
 
-    ts = col("ts")
+    def given(self, name: str, idx) -> np.ndarray:
+        return (self.present[idx] >> _PRESENT_BIT[name]) & 1 == 1
 
-    present = col("present")
+    def opt(self, name: str, idx, default=-1) -> np.ndarray:
+        return np.where(self.given(name, idx), self.col(name)[idx], default)
 
-    def given(name_, idx):
-        return (present[idx] >> _PRESENT_BIT[name_]) & 1 == 1
-
-    def opt(name_, idx, default=-1):
-        v = col(name_)[idx]
-        return np.where(given(name_, idx), v, default)
-
-    beyond = _Beyond()
-
-    def ids(name_, idx, absent=None, count=True):
+    def ids(self, name: str, idx, absent=None, count=True) -> np.ndarray:
         """pid/tid/id columns: ints as they are, strings through _tid_checked (per distinct string)."""
-        v = col(name_)[idx]
-        s_ = col(name_ + "_str")[idx]
+        v = self.col(name)[idx]
+        s_ = self.col(name + "_str")[idx]
         if absent is not None:
-            v = np.where(given(name_, idx), v, absent)
+            v = np.where(self.given(name, idx), v, absent)
         if (s_ >= 0).any():
-            ustr = np.unique(s_[s_ >= 0])
-            for u in ustr:  # v is already a copy (fancy indexing)
+            for u in np.unique(s_[s_ >= 0]):  # v is already a copy (fancy indexing)
                 at = s_ == u
-                val, out_of_range = _tid_checked(strings[u])
+                val, out_of_range = _tid_checked(self.strings[u])
                 v[at] = val
                 if out_of_range and count:
-                    beyond.n += int(np.count_nonzero(at))
+                    self.beyond.n += int(np.count_nonzero(at))
         return v
 
-    def base(idx):
-        codes, u = pd.factorize(name[idx], use_na_sentinel=False)
-        return {"ts_us": ts[idx], "dur_us": dur[idx], "name": (codes.astype(np.int32), [uniq[c] for c in u])}
-
-    def ext(idx):
-        e = col("external_id")[idx]
-        old = col("external_id_old")[idx]
-        e = np.where(given("external_id", idx), e, np.where(given("external_id_old", idx), old, -1))
-        return np.where(has_args[idx], e, -1)
-
-    def gpu(idx):
-        dev = col("device")[idx]
-        stream = col("stream")[idx]
-        pid0 = col("pid")[idx]  # string pids are 0 here: a device falls back to an int pid only
-        has_stream = given("stream", idx)
+    def base(self, idx) -> dict:
+        codes, u = pd.factorize(self.name[idx], use_na_sentinel=False)
         return {
-            "device": np.where(given("device", idx), dev, pid0),
-            "stream": np.where(has_stream, stream, ids("tid", idx)) if not has_stream.all() else stream,
-            "correlation": opt("correlation", idx),
-            "external_id": ext(idx),
+            "ts_us": self.ts[idx],
+            "dur_us": self.dur[idx],
+            "name": (codes.astype(np.int32), [self.uniq[c] for c in u]),
         }
 
-    def strs(name_, idx):
-        v = col(name_)[idx]
-        out = np.array(strings, dtype=object)[v]
+    def ext(self, idx) -> np.ndarray:
+        e = np.where(
+            self.given("external_id", idx),
+            self.col("external_id")[idx],
+            np.where(self.given("external_id_old", idx), self.col("external_id_old")[idx], -1),
+        )
+        return np.where(self.has_args[idx], e, -1)
+
+    def gpu(self, idx) -> dict:
+        stream = self.col("stream")[idx]
+        has_stream = self.given("stream", idx)
+        return {
+            # string pids are 0 here: a device falls back to an int pid only
+            "device": np.where(self.given("device", idx), self.col("device")[idx], self.col("pid")[idx]),
+            "stream": np.where(has_stream, stream, self.ids("tid", idx)) if not has_stream.all() else stream,
+            "correlation": self.opt("correlation", idx),
+            "external_id": self.ext(idx),
+        }
+
+    def strs(self, name: str, idx) -> np.ndarray:
+        v = self.col(name)[idx]
+        out = np.array(self.strings, dtype=object)[v]
         out[v < 0] = None
         return out
 
-    out: dict = {}
-    k = sel("kernel")
-    coll = col("collective_idx")[k]
-    kern = {**base(k), **gpu(k), "grid_blocks": col("grid")[k], "block_threads": col("block")[k]}
-    if (coll < 0).all():
+
+def _gpu_tables(lay: _Layout) -> dict:
+    """kernel (with the collectives' args), memcpy (and memset), gpu_annotation and sync."""
+    k = lay.sel("kernel")
+    kern = {**lay.base(k), **lay.gpu(k), "grid_blocks": lay.col("grid")[k], "block_threads": lay.col("block")[k]}
+    if (lay.col("collective_idx")[k] < 0).all():
         kern.update(_no_collectives(len(k)))
     else:
         kern.update(
             {
-                "collective": strs("collective_idx", k),
-                "in_msg_nelems": opt("in_msg_nelems", k),
-                "out_msg_nelems": opt("out_msg_nelems", k),
-                "group_size": opt("group_size", k),
-                "comm_dtype": strs("dtype_idx", k),
+                "collective": lay.strs("collective_idx", k),
+                "in_msg_nelems": lay.opt("in_msg_nelems", k),
+                "out_msg_nelems": lay.opt("out_msg_nelems", k),
+                "group_size": lay.opt("group_size", k),
+                "comm_dtype": lay.strs("dtype_idx", k),
             }
         )
-    out["kernel"] = kern
-    mc, ms = sel("memcpy"), sel("memset")
+    mc, ms = lay.sel("memcpy"), lay.sel("memset")
     m = np.concatenate([mc, ms])
-    nb = col("nbytes")[m]
-    out["memcpy"] = {
-        **base(m),
-        **gpu(m),
-        "size_bytes": np.where(np.isnan(nb), 0.0, nb),
-        "is_memset": np.arange(len(m)) >= len(mc),
+    nb = lay.col("nbytes")[m]
+    g, sy = lay.sel("gpu_annotation"), lay.sel("sync")
+    return {
+        "kernel": kern,
+        "memcpy": {
+            **lay.base(m),
+            **lay.gpu(m),
+            "size_bytes": np.where(np.isnan(nb), 0.0, nb),
+            "is_memset": np.arange(len(m)) >= len(mc),
+        },
+        "gpu_annotation": {**lay.base(g), **lay.gpu(g)},
+        "sync": {
+            **lay.base(sy),
+            **lay.gpu(sy),
+            "wait_on_stream": lay.opt("wait_on_stream", sy),
+            "wait_record_corr": lay.opt("wait_on_record", sy),
+        },
     }
-    g = sel("gpu_annotation")
-    out["gpu_annotation"] = {**base(g), **gpu(g)}
-    sy = sel("sync")
-    out["sync"] = {
-        **base(sy),
-        **gpu(sy),
-        "wait_on_stream": opt("wait_on_stream", sy),
-        "wait_record_corr": opt("wait_on_record", sy),
-    }
-    r = sel("runtime")
-    cb = np.where(given("cbid", r), col("cbid")[r], np.where(given("cid", r), col("cid")[r], -1))
-    out["runtime"] = {
-        **base(r),
-        "tid": ids("tid", r),
-        "correlation": opt("correlation", r),
-        "external_id": ext(r),
-        "cbid": cb,
-    }
-    co, an = sel("cpu_op"), sel("annotation")
-    c = np.concatenate([co, an])
-    raw_obj = np.empty(len(raws) + 1, dtype=object)  # shared bytes objects; id -1 -> None (last)
-    raw_obj[: len(raws)] = raws
-    dims = raw_obj[col("dims_idx")[c]]
-    types = raw_obj[col("type_idx")[c]]
-    out["cpu_op"] = {
-        **base(c),
-        "tid": ids("tid", c),
-        "external_id": ext(c),
-        "is_annotation": np.arange(len(c)) >= len(co),
-        "input_dims_raw": dims,
-        "input_type_raw": types,
-        "flops": col("flops")[c],
-    }
-    p = sel("python")
-    out["python"] = {**base(p), "tid": ids("tid", p)}
-    i = sel("instant")
 
-    def zero_nan(name_):
-        v = col(name_)[i]
+
+def _host_tables(lay: _Layout) -> dict:
+    """runtime, cpu_op (and CPU user annotations, with their raw shapes) and python."""
+    r = lay.sel("runtime")
+    cb = np.where(lay.given("cbid", r), lay.col("cbid")[r], np.where(lay.given("cid", r), lay.col("cid")[r], -1))
+    co, an = lay.sel("cpu_op"), lay.sel("annotation")
+    c = np.concatenate([co, an])
+    raw_obj = np.empty(len(lay.raws) + 1, dtype=object)  # shared bytes objects; id -1 -> None (last)
+    raw_obj[: len(lay.raws)] = lay.raws
+    p = lay.sel("python")
+    return {
+        "runtime": {
+            **lay.base(r),
+            "tid": lay.ids("tid", r),
+            "correlation": lay.opt("correlation", r),
+            "external_id": lay.ext(r),
+            "cbid": cb,
+        },
+        "cpu_op": {
+            **lay.base(c),
+            "tid": lay.ids("tid", c),
+            "external_id": lay.ext(c),
+            "is_annotation": np.arange(len(c)) >= len(co),
+            "input_dims_raw": raw_obj[lay.col("dims_idx")[c]],
+            "input_type_raw": raw_obj[lay.col("type_idx")[c]],
+            "flops": lay.col("flops")[c],
+        },
+        "python": {**lay.base(p), "tid": lay.ids("tid", p)},
+    }
+
+
+def _instant_and_flow_tables(lay: _Layout) -> dict:
+    """memory ([memory] instants) and flow (launch flows' start and finish)."""
+    i = lay.sel("instant")
+
+    def zero_nan(name):
+        v = lay.col(name)[i]
         return np.where(np.isnan(v), 0.0, v)
 
-    out["memory"] = {
-        "ts_us": ts[i],
-        "alloc_bytes": zero_nan("mem_bytes"),
-        "total_allocated_bytes": zero_nan("total_allocated"),
-        "total_reserved_bytes": zero_nan("total_reserved"),
-        "device_type": opt("device_type", i),
-        "device_id": opt("device_id", i),
-    }
-    f = sel("flow")
-    out["flow"] = {"id": ids("id", f, absent=-1), "is_start": ph[f] == ord("s"), "ts_us": ts[f], "tid": ids("tid", f)}
-    threads = {}
-    tm = np.flatnonzero((ph == ord("M")) & (name == thread_name))
-    if len(tm):
-        an_ = col("arg_name_idx")[tm]
-        pids, tids = ids("pid", tm, count=False), ids("tid", tm, count=False)  # labels only
-        for a, pv, tv in zip(an_.tolist(), pids.tolist(), tids.tolist()):
-            if a >= 0 and strings[a]:
-                threads[(pv, tv)] = strings[a]
+    f = lay.sel("flow")
     return {
-        "tables": out,
-        "threads": threads,
-        "unknown": unknown,
-        "no_dur": no_dur,
-        "neg_dur": neg_dur,
-        "ids_beyond_int64": beyond.n,
-        "n_events": int(n),
+        "memory": {
+            "ts_us": lay.ts[i],
+            "alloc_bytes": zero_nan("mem_bytes"),
+            "total_allocated_bytes": zero_nan("total_allocated"),
+            "total_reserved_bytes": zero_nan("total_reserved"),
+            "device_type": lay.opt("device_type", i),
+            "device_id": lay.opt("device_id", i),
+        },
+        "flow": {
+            "id": lay.ids("id", f, absent=-1),
+            "is_start": lay.ph[f] == ord("s"),
+            "ts_us": lay.ts[f],
+            "tid": lay.ids("tid", f),
+        },
     }
+
+
+def _thread_names(lay: _Layout) -> dict:
+    """(pid, tid) -> name, from the thread_name metadata events."""
+    threads = {}
+    tm = np.flatnonzero((lay.ph == ord("M")) & (lay.name == lay.string_id("thread_name")))
+    if len(tm):
+        an_ = lay.col("arg_name_idx")[tm]
+        pids, tids = lay.ids("pid", tm, count=False), lay.ids("tid", tm, count=False)  # labels only
+        for a, pv, tv in zip(an_.tolist(), pids.tolist(), tids.tolist()):
+            if a >= 0 and lay.strings[a]:
+                threads[(pv, tv)] = lay.strings[a]
+    return threads
 
 
 _TIMED = ("kernel", "memcpy", "cpu_op", "runtime", "gpu_annotation", "python")
