@@ -39,10 +39,13 @@ def _terminal_width(monkeypatch):
     monkeypatch.setenv("COLUMNS", "100")
 
 
-# --- the fast development run: pytest -m "not slow" (README "Tests"); CI runs everything -------------
-# Slow is what reads the real-trace set (../shared), the address-space bombs, the fuzzers and the
-# browser checks: found here by what a test uses, so a new test over the shared set is marked without
-# anyone remembering to.
+# --- the fast development run and the full one (README "Tests") ------------------------------------
+# `pytest -q` is the fast run: it leaves out the tests marked slow, and runs the CLI in-process
+# (tests/clirun.py). `pytest -q --full` (the README's test command, what CI runs) runs everything, the
+# CLI in fresh processes. Slow is what reads the real-trace set (../shared), the address-space bombs,
+# the fuzzers and the browser checks: found here by what a test uses, so a new test over the shared set
+# is marked without anyone remembering to. An explicit -m, or a test file or node id named on the
+# command line, runs what it names.
 SLOW_FILES = {"test_fuzz_load.py", "test_fuzz_reports.py", "test_differential.py"}
 SLOW_DIRS = {"browser"}
 
@@ -67,7 +70,31 @@ def _slow(item) -> bool:
     return p.name in SLOW_FILES or bool(SLOW_DIRS & set(p.parts))
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--full",
+        action="store_true",
+        help="run every test, the slow ones too, and the CLI in fresh processes (what CI runs)",
+    )
+
+
+def pytest_configure(config):
+    import clirun
+
+    clirun.IN_PROCESS = not config.getoption("--full")
+
+
+def _names_tests(config) -> bool:
+    return any("::" in a or a.endswith(".py") for a in config.args)
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if _slow(item):
             item.add_marker(pytest.mark.slow)
+    if config.getoption("--full") or config.getoption("markexpr") or _names_tests(config):
+        return
+    keep = [i for i in items if not i.get_closest_marker("slow")]
+    if len(keep) < len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i.get_closest_marker("slow")])
+        items[:] = keep

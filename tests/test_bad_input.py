@@ -1,4 +1,5 @@
-"""The bad-input corpus through the CLI (a subprocess, as a user runs it): bounded resources and honest
+"""The bad-input corpus through the CLI (a subprocess, as a user runs it; in-process in the fast run:
+tests/clirun.py): bounded resources and honest
 partial data. Each case asserts the exit code and that the one-line error names the file and the
 problem. Big inputs (gzip bombs, absurd names, cut traces) are generated here; tests/corpus holds
 the small files (see its README)."""
@@ -9,13 +10,13 @@ import gzip
 import json
 import os
 import re
-import subprocess
 import sys
 import zlib
 from pathlib import Path
 
 import pytest
 
+import clirun
 from builders import build_healthy
 from corpus.bombs import write_bomb
 from traceinspect import load_trace
@@ -36,14 +37,7 @@ def _env(tmp_path, **extra) -> dict:
 
 
 def cli(tmp_path, path, *args, preexec_fn=None, timeout=120, **env):
-    r = subprocess.run(
-        [sys.executable, "-m", "traceinspect", "analyze", str(path), *map(str, args)],
-        capture_output=True,
-        text=True,
-        env=_env(tmp_path, **env),
-        timeout=timeout,
-        preexec_fn=preexec_fn,
-    )
+    r = clirun.run(["analyze", path, *args], env=_env(tmp_path, **env), timeout=timeout, preexec_fn=preexec_fn)
     return r.returncode, r.stdout, r.stderr
 
 

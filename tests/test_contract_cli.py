@@ -1,14 +1,12 @@
 """The error contract, end to end: every case of the bad-input corpus (tests/corpus/contract_cases.py)
-in a fresh `python -m traceinspect` process. An error is one line naming the file and the problem, a
+in a fresh `python -m traceinspect` process (in-process in the fast run: tests/clirun.py). An error is one line naming the file and the problem, a
 hint line, and exit 2 (usage) or 3 (input); never a traceback, never exit 5, never a hang."""
 
 import json
 import os
-import subprocess
-import sys
-
 import pytest
 
+import clirun
 from corpus.contract_cases import CASES
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -17,14 +15,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def cli(argv, tmp_path, timeout=120):
     env = dict(os.environ, PYTHONPATH=REPO, TRACEINSPECT_CACHE_DIR=str(tmp_path / "cache"))
     env.pop("TRACEINSPECT_DEBUG", None)
-    return subprocess.run(
-        [sys.executable, "-m", "traceinspect", *argv],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-        cwd=tmp_path,
-    )
+    return clirun.run(argv, env=env, timeout=timeout, cwd=tmp_path)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
