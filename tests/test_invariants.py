@@ -17,7 +17,7 @@ from traceinspect.whatif import engine as E
 from traceinspect.whatif.batch import batch_plan
 
 NOISE = 1e-3  # relative: the identity replay's largest per-step error on the shared traces is 0.04%
-# a fix moves time between steps where the window is GPU-bound (the hold of engine._hold): over a window
+# a fix moves time between steps where the window is GPU-bound (the hold of hold.hold): over a window
 # of a few steps the median may move by that much although the window's total does not
 MEDIAN_SHIFT = 0.01
 _ABOUT = re.compile(r"about (\d+(?:\.\d+)?)x")

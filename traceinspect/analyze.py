@@ -708,7 +708,7 @@ def _fix_path(
             to, gpu_left = max(p.median_us, floor), float(np.median(p.floor_us)) if len(p.floor_us) else 0.0
             model = whatif.MODEL_REPLAY
         else:  # no transformation: subtract, but never below the GPU work the replayed fixes leave (the
-            # replay's floor, engine._hold), nor above the step it starts from
+            # replay's floor, hold.hold), nor above the step it starts from
             to = min(before, max(projected_step(before, f.time_lost_per_step_us), gpu_left, floor))
             model = "subtraction"
         path.append({"fix": f.name, "from_us": before, "to_us": to, "model": model})

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..facts.memory_fit import BatchFit, batch_fit_for
 from ..trace.model import Trace
+from .hold import graph_of, replay_steps
 
 # Doubling the batch must still cut the replayed time per sample by this share to be worth it: below it
 # the step is bound by work that grows with the batch and a larger batch only costs memory.
@@ -39,7 +40,6 @@ def batch_plan(trace: Trace) -> BatchPlan:
 
 def _plan(trace: Trace) -> BatchPlan:
     from ..detectors.launch_bound import LaunchBound
-    from .engine import graph_of, replay_steps
 
     probe = batch_fit_for(trace, 1)
     cap = probe.max_factor if probe is not None else None
