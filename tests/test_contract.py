@@ -133,11 +133,6 @@ _LAYER_OF = {
 # facts: derived facts shared by detectors (device selection, kernel classes, claims), below them
 
 
-# upward imports that are allowed, each inside a function (lazy), never at module level: the report's
-# format methods (Report.to_text/to_markdown/to_html/to_json) are a facade over render/
-LAZY_UPWARD = {("report", "render")}
-
-
 def _layer(rel: Path) -> str:
     return rel.parts[0].removesuffix(".py")
 
@@ -153,7 +148,6 @@ def test_layering_imports_flow_one_way():
             bad.append(f"{rel}: a module with no layer (add it to _LAYER_OF)")
             continue
         tree = ast.parse(f.read_text())
-        top_level = {id(n) for n in tree.body}
         for node in ast.walk(tree):
             targets = []
             if isinstance(node, ast.ImportFrom) and node.level:
@@ -178,8 +172,6 @@ def test_layering_imports_flow_one_way():
                     between.add((rel.stem, t.split(".")[1] if "." in t else t))
                 if other == "cli" and me not in ("cli", "__main__"):
                     bad.append(f"{rel} imports cli")
-                if (me, other) in LAZY_UPWARD and id(node) not in top_level:
-                    continue
                 if other in _LAYER_OF and me in _LAYER_OF and _LAYER_OF[other] > _LAYER_OF[me] and me != "__init__":
                     bad.append(f"{rel} ({me}) imports {t} ({other})")
     assert not bad, bad
@@ -188,3 +180,71 @@ def test_layering_imports_flow_one_way():
     shared = {"base", "__init__", "detectors"}
     found = {(a, b) for a, b in between if b not in shared and a not in shared}
     assert not found, f"a detector imports another: {sorted(found)}"
+
+
+def _module_of(pkg: Path, dotted: str) -> str | None:
+    """The module file a dotted name inside the package is: 'render.text' -> 'render/text.py',
+    'render' -> 'render/__init__.py'; None where it is no module (a name a module defines)."""
+    p = pkg.joinpath(*dotted.split(".")) if dotted else pkg
+    if p.with_suffix(".py").is_file():
+        return str(p.with_suffix(".py").relative_to(pkg))
+    if (p / "__init__.py").is_file():
+        return str((p / "__init__.py").relative_to(pkg))
+    return None
+
+
+def _imports(pkg: Path, f: Path) -> set[str]:
+    """The package's modules `f` imports, at module level or inside a function (a lazy import is still a
+    dependency), leaving out what only a type checker reads (`if TYPE_CHECKING:`)."""
+    rel = f.relative_to(pkg)
+    here = list(rel.parts[:-1])  # the package `f` is in
+    tree = ast.parse(f.read_text())
+    skip = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip |= {id(n) for b in node.body for n in ast.walk(b)}
+    out = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        bases = []
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here[: len(here) - (node.level - 1)] if node.level > 1 else here
+                dotted = ".".join(base + ([node.module] if node.module else []))
+            elif node.module and (node.module == "traceinspect" or node.module.startswith("traceinspect.")):
+                dotted = node.module.removeprefix("traceinspect").removeprefix(".")
+            else:
+                continue
+            for a in node.names:  # `from X import a`: the module X.a where there is one, else X
+                bases.append(_module_of(pkg, f"{dotted}.{a.name}".strip(".")) or _module_of(pkg, dotted))
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name == "traceinspect" or a.name.startswith("traceinspect."):
+                    bases.append(_module_of(pkg, a.name.removeprefix("traceinspect").removeprefix(".")))
+        out |= {b for b in bases if b and b != str(rel)}
+    return out
+
+
+def test_the_import_graph_has_no_circle():
+    """No module imports, even lazily, a module that imports it back through any chain: each part of the
+    house can be read, tested and replaced from the bottom up."""
+    pkg = REPO / "traceinspect"
+    graph = {str(f.relative_to(pkg)): _imports(pkg, f) for f in pkg.rglob("*.py")}
+    assert "report.py" in graph and "render/text.py" in graph["render/__init__.py"]  # the graph is read
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    circles = []
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for n in sorted(graph.get(m, ())):
+            if state.get(n) == 1:
+                circles.append(" -> ".join(path[path.index(n) :] + [m, n]) if n in path else f"{m} -> {n}")
+            elif n not in state:
+                visit(n, path + [m])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [])
+    assert not circles, circles

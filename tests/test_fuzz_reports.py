@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from builders import build_dataloader_stall, build_launch_bound
 from traceinspect import cache
+from traceinspect.api import render
 from traceinspect.cli import cli
 from traceinspect.report import Report
 
@@ -76,7 +77,7 @@ def test_a_mutated_saved_report_is_read_or_refused_with_a_value_error(reports):
         except ValueError:
             continue
         for fmt in ("text", "md", "html", "json"):  # what was accepted renders
-            getattr(r, {"text": "to_text", "md": "to_markdown", "html": "to_html", "json": "to_json"}[fmt])()
+            render(r, fmt)
 
 
 @pytest.mark.parametrize("value", [HUGE, -HUGE, 1 << 63])
@@ -109,7 +110,7 @@ def test_a_mutated_cache_entry_is_a_miss(reports, tmp_path, monkeypatch):
         except Exception as e:  # noqa: BLE001 - the point: nothing escapes the cache reader
             pytest.fail(f"mutation at {path}: {type(e).__name__}: {e}")
         if r is not None:
-            r.to_text()
+            render(r, "text")
     doc = copy.deepcopy(reports[0])
     doc["steps"]["count"] = HUGE
     cache.store(key, doc)

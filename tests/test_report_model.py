@@ -12,6 +12,7 @@ import msgspec
 import pytest
 
 from builders import TraceBuilder, build_healthy
+from traceinspect.api import render
 from traceinspect.analyze import analyze
 from traceinspect.render import RENDERERS
 from traceinspect.report import Gpu, Report, Steps, TraceInfo
@@ -42,11 +43,11 @@ def _round_trip(rep: Report) -> None:
     import json
 
     d = rep.to_dict()
-    back = Report.from_dict(json.loads(rep.to_json()))
+    back = Report.from_dict(json.loads(render(rep, "json")))
     assert back.to_dict() == json.loads(json.dumps(d, default=float))
     assert isinstance(back.trace, TraceInfo) and isinstance(back.steps, Steps)
-    assert back.to_json() == rep.to_json()
-    assert back.to_text() == rep.to_text() and back.to_markdown() == rep.to_markdown()
+    assert render(back, "json") == render(rep, "json")
+    assert render(back, "text") == render(rep, "text") and render(back, "md") == render(rep, "md")
 
 
 @pytest.mark.parametrize("make", _builders())
@@ -126,12 +127,12 @@ def test_analyze_is_idempotent(tmp_path):
     assert analyze(trace).to_dict() == first
 
 
-def test_format_methods_delegate_to_the_renderers(tmp_path):
+def test_api_render_is_the_renderers(tmp_path):
+    """api.render is the one way to a document (the report model knows no renderer: no import circle)."""
     rep = analyze(load_trace(str(build_healthy().write(tmp_path / "t.pt.trace.json"))))
-    assert rep.to_text(width=100) == RENDERERS["text"][0](rep, width=100)
-    assert rep.to_markdown() == RENDERERS["md"][0](rep)
-    assert rep.to_json() == RENDERERS["json"][0](rep)
-    assert rep.to_html() == RENDERERS["html"][0](rep)
+    for fmt, (fn, _) in RENDERERS.items():
+        assert render(rep, fmt) == fn(rep, width=100)
+    assert not any(hasattr(rep, m) for m in ("to_text", "to_markdown", "to_html", "to_json"))
 
 
 def test_an_assumed_rank_is_reported_from_its_rank_source(tmp_path):

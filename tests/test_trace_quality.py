@@ -9,6 +9,7 @@ from click.testing import CliRunner
 import builders_quality as bq
 from builders import build_healthy, build_launch_bound
 from conftest import SHARED, shared_available
+from traceinspect.api import render
 from traceinspect.analyze import analyze
 from traceinspect.cli import cli
 from traceinspect.report import Report
@@ -30,10 +31,10 @@ def test_a_healthy_trace_is_good_and_says_so_on_top_of_the_verdict(tmp_path):
     assert rep.trace_quality.status == "good"
     assert rep.trace_quality.line == "Trace quality: good"
     assert {c.status for c in rep.trace_quality.checks} == {"ok"}
-    text = rep.to_text()
+    text = render(rep, "text")
     assert text.index("Trace quality: good") < text.index(rep.verdict.headline[:40])
-    assert "Trace quality (good)" in text and "### Trace quality: good" in rep.to_markdown()
-    assert 'id="trace-quality"' in rep.to_html() and 'id="trust"' in rep.to_html()
+    assert "Trace quality (good)" in text and "### Trace quality: good" in render(rep, "md")
+    assert 'id="trace-quality"' in render(rep, "html") and 'id="trust"' in render(rep, "html")
     assert rep.to_dict()["trace_quality"]["status"] == "good"
 
 
@@ -52,7 +53,7 @@ def test_graph_replay_idle_is_named_not_unexplained(tmp_path):
     assert art.check == "graph-replays" and "inside graph replays" in art.label
     assert not rep.verdict.headline.startswith("No cause found for"), rep.verdict.headline
     assert "inside graph replays" in rep.verdict.headline
-    assert "not unexplained, inside graph replays" in rep.to_text()
+    assert "not unexplained, inside graph replays" in render(rep, "text")
 
 
 def test_kernels_without_a_launch_call_are_counted(tmp_path):
@@ -121,7 +122,7 @@ def test_clock_skew_lowers_the_confidence_of_time_claims(tmp_path):
 def test_the_section_survives_a_saved_report(tmp_path):
     rep = _report(bq.build_graph_replay(), tmp_path)
     back = Report.from_dict(rep.to_dict())
-    assert back.trace_quality == rep.trace_quality and back.to_text() == rep.to_text()
+    assert back.trace_quality == rep.trace_quality and render(back, "text") == render(rep, "text")
 
 
 def test_strict_exits_4_on_a_poor_trace(tmp_path, monkeypatch):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from builders_whatif import build_attention_host_work, build_optimizer, build_padded_host_work, build_small_batch
+from traceinspect.api import render
 from traceinspect.analyze import analyze
 from traceinspect.detectors.base import projected_step
 from traceinspect.trace.model import load_trace
@@ -189,7 +190,7 @@ def test_a_declined_cause_is_a_next_bottleneck_once_the_path_is_replayed(tmp_pat
     assert r.from_us == pytest.approx(host) and r.to_us == pytest.approx(both)
     assert r.saved_per_step_us == pytest.approx(host - both) and r.share_of_predicted >= 0.1
     assert "eager-attention" in v.next_bottlenecks
-    for text in (rep.to_text(), rep.to_markdown(), rep.to_html()):
+    for text in (render(rep, "text"), render(rep, "md"), render(rep, "html")):
         assert "eager-attention" in text and "once host-bound is fixed" in text
 
 

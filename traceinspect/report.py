@@ -703,27 +703,6 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(f"schema_version is {r.schema_version}; this traceinspect reads 1 to {SCHEMA_VERSION}")
         return r
 
-    # --- renderers (traceinspect.render): one method per format -----------------------------------
-    def to_text(self, *, width: int = 100, color: bool = False) -> str:
-        from .render import text
-
-        return text.render(self, width=width, color=color)
-
-    def to_markdown(self, *, width: int = 100) -> str:
-        from .render import markdown
-
-        return markdown.render(self, width=width)
-
-    def to_html(self, *, width: int = 100) -> str:
-        from .render import html
-
-        return html.render(self, width=width)
-
-    def to_json(self) -> str:
-        from .render import json
-
-        return json.render(self)
-
 
 _SECTION_TYPES = {c.__name__: c for c in Section.__subclasses__()}  # every typed section, by name
 REQUIRED_KEYS = ("breakdown", "findings", "schema_version")  # every report has these (the JSON Schema says so)
