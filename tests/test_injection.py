@@ -65,6 +65,7 @@ MD_TAGS = {
     "ul",
     "ol",
     "li",
+    "br",  # an item's second line (render/markdown.blocks: a hard line break)
     "strong",
     "em",
     "code",
@@ -491,7 +492,20 @@ def test_real_process_with_non_utf8_argv(tmp_path, env):
 
 # --- make it hard to forget ----------------------------------------------------------------------------
 
-SAFE_MD_CALLS = {"md_text", "md_code", "ms", "pct", "count", "lost", "per_step", "_signed", "_opt", "_ms", "_pct"}
+SAFE_MD_CALLS = {
+    "md_text",
+    "md_code",
+    "ms",
+    "pct",
+    "count",
+    "lost",
+    "per_step",
+    "_signed",
+    "_opt",
+    "_ms",
+    "_pct",
+    "_spans",
+}
 
 
 def _markdown_functions():
@@ -500,8 +514,7 @@ def _markdown_functions():
     yield REPO / "traceinspect/render/markdown.py", "account_md"
     yield REPO / "traceinspect/render/markdown.py", "next_bottlenecks_md"
     yield REPO / "traceinspect/render/markdown.py", "cross_rank_md"
-    yield REPO / "traceinspect/render/markdown.py", "quality_md"
-    yield REPO / "traceinspect/render/markdown.py", "_memory"
+    yield REPO / "traceinspect/render/markdown.py", "blocks"
     yield REPO / "traceinspect/render/diff.py", "render_md"
     yield REPO / "traceinspect/tensorboard.py", "summary_markdown"
 

@@ -33,7 +33,7 @@ def test_a_healthy_trace_is_good_and_says_so_on_top_of_the_verdict(tmp_path):
     assert {c.status for c in rep.trace_quality.checks} == {"ok"}
     text = render(rep, "text")
     assert text.index("Trace quality: good") < text.index(rep.verdict.headline[:40])
-    assert "Trace quality (good)" in text and "### Trace quality: good" in render(rep, "md")
+    assert "Trace quality: good" in text and "### Trace quality: good" in render(rep, "md")
     assert 'id="trace-quality"' in render(rep, "html") and 'id="trust"' in render(rep, "html")
     assert rep.to_dict()["trace_quality"]["status"] == "good"
 

@@ -14,7 +14,8 @@ import json
 from ..inert import valid_unicode
 from ..findings import numbered
 from ..report import Gpu, Part, known
-from . import charts
+from . import charts, view
+from .view import C, KeyValue, Para, T
 from .common import (
     config_line,
     BREAKDOWN_ORDER,
@@ -27,13 +28,11 @@ from .common import (
     efficiency_rows,
     evidence_value,
     gpu_line,
-    memory_rows,
     replay_line,
     ms,
     num,
     pct,
     plain,
-    quality_rows,
     sev,
     trust_line,
 )
@@ -102,14 +101,14 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
     body += _breakdown(report)
     body += _timeline(report)
     body += _account(report)
-    body += _quality(report)
+    body += _sections(report, "quality")
     body += _findings(report)
     body += _next_bottlenecks(report)
     body += _kernels(report)
     body += efficiency_section(report)
-    body += _memory(report)
+    body += _sections(report, "memory")
     body += _ranks(report)
-    body += _problems(report)
+    body += _sections(report, "failures", "warnings", "skipped")
     body += _environment(report)
     title = f"traceinspect: {known(t.file, '?')}"
     return _page(title, body, report.to_dict(), f"schema {report.schema_version}")
@@ -382,24 +381,6 @@ def _findings(report) -> list[str]:
     return o
 
 
-def _quality(report) -> list[str]:
-    """The trace-quality checks: status, what each measured, and what the report does about it."""
-    rows = quality_rows(report)
-    if not rows:
-        return []
-    o = [
-        f'<section id="trace-quality"><h2>Trace quality: {esc(known(report.trace_quality.status, ""))}</h2>',
-        "<table><tr><th>check</th><th>status</th><th>measured</th><th>so</th></tr>",
-    ]
-    for check, status, summary, effect in rows:
-        o.append(
-            f"<tr><td><code>{esc(check)}</code></td><td>{esc(status)}</td><td>{esc(summary)}</td>"
-            f"<td>{esc(effect)}</td></tr>"
-        )
-    o.append("</table></section>")
-    return o
-
-
 def _account(report) -> list[str]:
     """The explained-time account: GPU idle time per finding, the unexplained rest, and why."""
     a = report.account
@@ -519,17 +500,6 @@ def efficiency_section(report, top: int = 15) -> list[str]:
     return o
 
 
-def _memory(report) -> list[str]:
-    rows = memory_rows(report.memory)
-    if not rows:
-        return []
-    return (
-        ['<section id="memory"><h2>Device memory</h2>', "<table>"]
-        + [f'<tr><th scope="row">{esc(k)}</th><td>{esc(v)}</td></tr>' for k, v in rows]
-        + ["</table></section>"]
-    )
-
-
 def _ranks(report) -> list[str]:
     if not report.ranks or len(report.ranks) < 2:
         return []
@@ -573,30 +543,6 @@ def _cross_rank(report) -> list[str]:
     o.append("</table>")
     o += [f'<p class="note">{esc(n)}</p>' for n in known(c.notes, [])[:5]]
     o.append("</section>")
-    return o
-
-
-def _problems(report) -> list[str]:
-    o = []
-    if report.failures:
-        o.append(
-            '<section id="failures"><h2>Detectors that failed</h2><p class="note">Their causes were not '
-            "checked.</p><ul>"
-        )
-        o += [f"<li><code>{esc(f.name)}</code> ({esc(f.code)}): {esc(f.error)}</li>" for f in report.failures]
-        o.append("</ul></section>")
-    if report.warnings:
-        o.append('<section id="warnings"><h2>Data-quality warnings</h2><ul>')
-        o += [f"<li>{esc(w)}</li>" for w in report.warnings]
-        o.append("</ul></section>")
-    if report.skipped:
-        o.append('<section id="skipped"><h2>Checked below threshold, or not applicable</h2><ul>')
-        o += [
-            f"<li><code>{esc(s.name)}</code> ({esc(s.code)}): {'checked, below threshold: ' if s.checked else ''}"
-            f"{esc(s.reason)}</li>"
-            for s in report.skipped
-        ]
-        o.append("</ul></section>")
     return o
 
 
@@ -717,3 +663,34 @@ def _bytes(n) -> str | None:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return None
+
+
+def blocks(sections) -> list[str]:
+    """View-model sections (render/view.py) as HTML: <section id> with an <h2>, then each block. Report
+    text goes through esc() (code in <code>); the section ids and the words around them are ours."""
+    o: list[str] = []
+    for sec in sections:
+        o.append(f'<section id="{sec.id}"><h2>{_spans(sec.title)}</h2>')
+        for b in sec.blocks:
+            if isinstance(b, Para):
+                o.append(('<p class="note">' if b.note else "<p>") + f"{_spans(b.spans)}</p>")
+            elif isinstance(b, KeyValue):
+                o.append("<table>")
+                o += [f'<tr><th scope="row">{_spans(k)}</th><td>{_spans(v)}</td></tr>' for k, v in b.rows]
+                o.append("</table>")
+            else:
+                o.append("<ul>")
+                o += [
+                    f"<li>{_spans(it.head)}" + (f"<br>{_spans(it.more)}" if it.more else "") + "</li>" for it in b.items
+                ]
+                o.append("</ul>")
+        o[-1] += "</section>"
+    return o
+
+
+def _spans(spans) -> str:
+    return "".join(f"<code>{esc(p)}</code>" if isinstance(p, C) else esc(p) if isinstance(p, T) else p for p in spans)
+
+
+def _sections(report, *names: str) -> list[str]:
+    return blocks(view.sections(report, names))

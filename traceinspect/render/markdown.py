@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from ..findings import numbered
 from ..report import Part, known
+from . import view
+from .view import C, KeyValue, Para, T
 from .common import (
     config_line,
     BREAKDOWN_ORDER,
@@ -16,12 +18,10 @@ from .common import (
     gpu_line,
     md_code,
     md_text,
-    memory_rows,
     replay_line,
     ms,
     num,
     pct,
-    quality_rows,
     run_config_items,
     trust_line,
     sev,
@@ -104,7 +104,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         o.append(f"| **GPU busy** | {ms(known(b.per_step_us))} | {pct(known(b.frac))} |")
         o.append("")
     o += account_md(report)
-    o += quality_md(report)
+    o += _sections(report, "quality")
     active = [(i, f) for i, f in numbered(report.findings) if not f.masked_by]
     if active:
         o.append("### Findings, ranked by time lost weighted by confidence")
@@ -150,7 +150,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         o.append("</details>")
         o.append("")
     o += efficiency_lines(report)
-    o += _memory(report)
+    o += _sections(report, "memory")
     items = run_config_items(t)
     if items:
         o.append("<details><summary>Run configuration (recorded by traceinspect.capture)</summary>")
@@ -173,28 +173,12 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
                 f"{md_text(known(r.top_finding) or '-')} |"
             )
         o.append("")
-    if report.failures:
-        o.append("### Detectors that failed")
-        for f in report.failures:
-            o.append(f"- {md_code(f.name)}: {md_text(f.error)}")
-        o.append("")
-    if report.warnings:
-        o.append("### Data-quality warnings")
-        for w in report.warnings:
-            o.append(f"- {md_text(w)}")
-        o.append("")
+    o += _sections(report, "failures", "warnings", "skipped")
     text = "\n".join(o).rstrip() + "\n"
     if len(text.encode()) > MAX_BYTES:
         cut = text.encode()[: MAX_BYTES - 200].decode("utf-8", "ignore")
         text = cut.rsplit("\n", 1)[0] + "\n\n_(report truncated to stay under 1 MiB)_\n"
     return text
-
-
-def _memory(report) -> list[str]:
-    rows = memory_rows(report.memory)
-    if not rows:
-        return []
-    return ["### Device memory", ""] + [f"- {md_text(k)}: {md_text(v)}" for k, v in rows] + [""]
 
 
 def efficiency_lines(report, top: int = 10) -> list[str]:
@@ -244,23 +228,6 @@ def cross_rank_md(report) -> list[str]:
     for n in known(c.notes, [])[:5]:
         o.append(f"- {md_text(n)}")
     return o + ([""] if known(c.notes) else [])
-
-
-def quality_md(report) -> list[str]:
-    """The trace-quality checks as a table: status, what each measured, what the report does about it."""
-    rows = quality_rows(report)
-    if not rows:
-        return []
-    o = [
-        f"### Trace quality: {md_text(known(report.trace_quality.status, ''))}",
-        "",
-        "| check | status | measured | so |",
-        "|---|---|---|---|",
-    ]
-    for check, status, summary, effect in rows:
-        o.append(f"| {md_code(check, in_table=True)} | {md_text(status)} | {md_text(summary)} | {md_text(effect)} |")
-    o.append("")
-    return o
 
 
 def account_md(report) -> list[str]:
@@ -381,3 +348,29 @@ def render_with_assets(report, assets_dir, *, relative_to: str | None = None) ->
     if not sep:  # no breakdown table: charts go at the end
         return text.rstrip() + "\n\n" + "\n\n".join(links) + "\n"
     return head + "\n" + "\n\n".join(links) + "\n" + sep + rest
+
+
+def blocks(sections) -> list[str]:
+    """View-model sections (render/view.py) as Markdown: a level-3 heading, each block, a blank line
+    after each. Report text goes through md_text(), names through md_code(), nothing else is escaped."""
+    o: list[str] = []
+    for sec in sections:
+        o += [f"### {_spans(sec.title)}", ""]
+        for b in sec.blocks:
+            if isinstance(b, Para):
+                o.append(_spans(b.spans))
+            elif isinstance(b, KeyValue):
+                o += [f"- {_spans(k)}: {_spans(v)}" for k, v in b.rows]
+            else:
+                for it in b.items:  # a second line as a hard line break (a trailing backslash)
+                    o += [f"- {_spans(it.head)}\\", f"  {_spans(it.more)}"] if it.more else [f"- {_spans(it.head)}"]
+            o.append("")
+    return o
+
+
+def _spans(spans) -> str:
+    return "".join(md_code(p) if isinstance(p, C) else md_text(p) if isinstance(p, T) else p for p in spans)
+
+
+def _sections(report, *names: str) -> list[str]:
+    return blocks(view.sections(report, names))

@@ -10,6 +10,8 @@ from __future__ import annotations
 from ..inert import document
 from ..findings import numbered
 from ..report import Part, SpeedOfLight, known
+from . import view
+from .view import KeyValue, Para, T
 from .common import (
     BREAKDOWN_ORDER,
     config_line,
@@ -21,14 +23,12 @@ from .common import (
     fix_path,
     gpu_line,
     labels,
-    memory_rows,
     replay_line,
     ms,
     num,
     pct,
     per_step,
     plain,
-    quality_rows,
     run_config_items,
     trust_line,
     count,
@@ -104,7 +104,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         out.append(f"  {'GPU busy':<38} {ms(known(busy.per_step_us)):>10} {pct(known(busy.frac)):>7}")
         out.append("")
     out += account_lines(report, wrap)
-    out += quality_lines(report, wrap)
+    out += _sections(report, w, "quality")
     active = [(i, f) for i, f in numbered(report.findings) if not f.masked_by]
     if active:
         out.append("Findings, ranked by time lost weighted by confidence")
@@ -134,7 +134,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         out.append("")
     out += next_bottleneck_lines(report, wrap)
     out += efficiency_lines(report)
-    out += _memory(report, wrap)
+    out += _sections(report, w, "memory")
     items = run_config_items(t)
     if items:
         out.append("Run configuration (recorded by traceinspect.capture)")
@@ -149,28 +149,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
                 f"busy {pct(known(r.gpu_busy_frac)):>7}  top: {plain(known(r.top_finding) or '-')}{mark}"
             )
         out.append("")
-    if report.failures:
-        out.append("Detectors that failed (their causes were not checked)")
-        for f in report.failures:
-            out.append(wrap(f"- {plain(f.name)}: {plain(f.error)}", "  "))
-        out.append("")
-    if report.warnings:
-        out.append("Data-quality warnings")
-        for wmsg in report.warnings:
-            out.append(wrap(f"- {plain(wmsg)}", "  "))
-        out.append("")
-    declined = [s for s in report.skipped if s.checked]
-    if declined:
-        out.append(
-            wrap("Checked, below threshold: " + "; ".join(f"{plain(s.name)} ({plain(s.reason)})" for s in declined))
-        )
-    if len(declined) < len(report.skipped):
-        out.append(
-            wrap(
-                "Not applicable: "
-                + "; ".join(f"{plain(s.name)} ({plain(s.reason)})" for s in report.skipped if not s.checked)
-            )
-        )
+    out += _sections(report, w, "failures", "warnings", "skipped")
     return fit(document("\n".join(out).rstrip()), w) + "\n"
 
 
@@ -204,13 +183,6 @@ def light_line(v) -> str:
         if known(sol.sol_us)
         else f"speed of light unknown: {plain(known(sol.why, 'no model'))}"
     )
-
-
-def _memory(report, wrap) -> list[str]:
-    rows = memory_rows(report.memory)
-    if not rows:
-        return []
-    return ["Device memory"] + [wrap(f"- {plain(k)}: {plain(v)}", "  ") for k, v in rows] + [""]
 
 
 def efficiency_lines(report, top: int = 8) -> list[str]:
@@ -250,20 +222,6 @@ def account_lines(report, wrap) -> list[str]:
         out.append(wrap(f"- unexplained {plain(r.part)} ({ms(r.per_step_us)}/step): {plain(r.why)}", "  "))
     for r in known(a.artifacts, []):
         out.append(wrap(f"- not unexplained, {plain(r.label)}: {ms(r.per_step_us)}/step ({pct(r.frac_of_step)})", "  "))
-    out.append("")
-    return out
-
-
-def quality_lines(report, wrap) -> list[str]:
-    """The trace-quality checks: what each measured, and what the report does about the ones not ok."""
-    rows = quality_rows(report)
-    if not rows:
-        return []
-    out = [f"Trace quality ({plain(known(report.trace_quality.status, ''))})"]
-    for check, status, summary, effect in rows:
-        out.append(wrap(f"- {plain(check)} ({plain(status)}): {plain(summary)}", "  "))
-        if effect:
-            out.append(wrap(f"so: {plain(effect)}", "    "))
     out.append("")
     return out
 
@@ -357,3 +315,31 @@ def _unit(value: str, unit: str, none: str) -> str:
     """'  50.8 TFLOP/s', or '  no FLOPs' in the same width where the rate is below the report's resolution."""
     w = 7 + len(unit)
     return f"{'no ' + none:>{w}}" if value == "none" else f"{value:>6} {unit}"
+
+
+def blocks(sections, w: int) -> list[str]:
+    """View-model sections (render/view.py) as text lines: the title, its blocks indented 2, a blank line.
+    Report text is shown through plain(); code is plain text too (a terminal has no code font)."""
+    out: list[str] = []
+    for sec in sections:
+        out.append(_spans(sec.title))
+        for b in sec.blocks:
+            if isinstance(b, Para):
+                out.append(fill(_spans(b.spans), w, "  "))
+            elif isinstance(b, KeyValue):
+                out += [fill(f"- {_spans(k)}: {_spans(v)}", w, "  ") for k, v in b.rows]
+            else:
+                for it in b.items:
+                    out.append(fill(f"- {_spans(it.head)}", w, "  "))
+                    if it.more:
+                        out.append(fill(_spans(it.more), w, "    "))
+        out.append("")
+    return out
+
+
+def _spans(spans) -> str:
+    return "".join(plain(p) if isinstance(p, T) else p for p in spans)
+
+
+def _sections(report, w: int, *names: str) -> list[str]:
+    return blocks(view.sections(report, names), w)

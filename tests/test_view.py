@@ -1,0 +1,79 @@
+"""The view model (render/view.py): report text reaches the blocks as T or C, never as the builder's own
+words, and each format prints every kind of block with its own escaping."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from test_injection import PAYLOAD, hostile_report, poisoned  # noqa: F401 (hostile_report: a fixture)
+from traceinspect.findings import Failure
+from traceinspect.render import html, markdown, text, view
+from traceinspect.render.view import C, Item, Items, KeyValue, Para, Section, T
+
+
+def _pieces(sec: Section):
+    yield from sec.title
+    for b in sec.blocks:
+        if isinstance(b, Para):
+            yield from b.spans
+        elif isinstance(b, KeyValue):
+            for k, v in b.rows:
+                yield from k
+                yield from v
+        else:
+            for it in b.items:
+                yield from it.head
+                yield from it.more
+
+
+def test_report_text_is_carried_as_untrusted(hostile_report):  # noqa: F811
+    """Every string of the report starts with a hostile payload: none may reach a bare str (the builder's
+    trusted words), and each section must carry some (or the check would pass on an empty view)."""
+    rep = msgspec.structs.replace(
+        hostile_report, failures=[Failure(code="TI999", name="a-detector", error="it crashed")], warnings=["a warning"]
+    )
+    rep = poisoned(rep, numbers=False)
+    built = {name: build(rep) for name, build in view.BUILDERS.items()}
+    assert all(built.values()), [n for n, s in built.items() if s is None]
+    for name, sec in built.items():
+        pieces = list(_pieces(sec))
+        bare = [p for p in pieces if type(p) is str and PAYLOAD in p]
+        assert not bare, (name, bare)
+        assert any(isinstance(p, T) and PAYLOAD in p for p in pieces), name
+
+
+SAMPLE = Section(
+    "sample",
+    ("Title ", T("<t>")),
+    (
+        Para(("say ", T("<p>*x*"), " ", C("a`b")), note=True),
+        KeyValue((((T("<k>"),), (T("<v>|"),)),)),
+        Items((Item((C("<n>"), ": ", T("<h>")), ("so: ", T("<m>"))), Item((T("- <o>"),)))),
+    ),
+)
+
+
+def test_each_format_escapes_every_block_in_one_place():
+    t = "\n".join(text.blocks([SAMPLE], 100))
+    assert t.splitlines()[0] == "Title <t>" and "  - <k>: <v>|" in t and "    so: <m>" in t
+    md = "\n".join(markdown.blocks([SAMPLE]))
+    assert "### Title &lt;t&gt;" in md and "``a`b``" in md and "\\*x\\*" in md and "`<n>`" in md
+    assert "- &lt;k&gt;: &lt;v&gt;\\|" in md and "  so: &lt;m&gt;" in md
+    h = "\n".join(html.blocks([SAMPLE]))
+    assert '<section id="sample"><h2>Title &lt;t&gt;</h2>' in h and '<p class="note">say &lt;p&gt;*x*' in h
+    assert "<code>&lt;n&gt;</code>: &lt;h&gt;<br>so: &lt;m&gt;</li>" in h and h.endswith("</ul></section>")
+    for out in (t, md, h):
+        assert "<t>" not in out or out is t  # raw markup only in text, where it is inert
+
+
+@pytest.mark.parametrize("fmt", ["text", "md", "html"])
+def test_a_section_is_written_once_for_every_format(fmt):
+    """The formats print the view's sections: a section's title reaches each format from one builder."""
+    from types import SimpleNamespace
+
+    rep = SimpleNamespace(warnings=["w1"], failures=[], skipped=[])
+    sec = view.sections(rep, ["warnings", "failures"])
+    out = {"text": lambda: "\n".join(text.blocks(sec, 100)), "md": lambda: "\n".join(markdown.blocks(sec))}
+    out["html"] = lambda: "\n".join(html.blocks(sec))
+    assert len(sec) == 1 and "Data-quality warnings" in out[fmt]() and "w1" in out[fmt]()
