@@ -105,6 +105,7 @@ LAYERS = ["trace", "facts", "detectors", "analyze", "report", "render", "cli"]
 _LAYER_OF = {
     "trace": 0,
     "findings": 0,
+    "sections": 0,  # the report's section Structs: msgspec only, so every producer may build them
     "errors": 0,
     "facts": 0.5,
     "detectors": 1,

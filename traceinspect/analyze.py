@@ -30,11 +30,14 @@ from .report import (
     Account,
     CrossRank,
     Efficiency,
+    Gpu,
     Memory,
+    Peaks,
     Part,
     RankSummary,
     Report,
     Setting,
+    StepRow,
     Steps,
     TimelineSample,
     TopKernel,
@@ -224,8 +227,8 @@ def analyze(
             "(overlapping claims): the explained-time account counts it once"
         )
     return Report(
-        trace=typed(TraceInfo, _trace_section(trace)),
-        steps=typed(Steps, _steps_section(trace)),
+        trace=_trace_section(trace),
+        steps=_steps_section(trace),
         breakdown=typed(dict[str, Part], breakdown),
         findings=findings,
         skipped=skipped,
@@ -233,95 +236,106 @@ def analyze(
         warnings=warnings,
         verdict=typed(Verdict, _verdict(trace, findings, account, skipped)),
         account=typed(Account, account),
-        top_kernels=typed(list[TopKernel], _top_kernels(trace)),
+        top_kernels=_top_kernels(trace),
         timeline_sample=typed(TimelineSample, representative_step(trace) if trace.has_gpu else {}),
         efficiency=typed(
             Efficiency, efficiency_section(trace) if trace.has_gpu and trace.window_us >= MIN_WINDOW_US else {}
         ),
         memory=typed(Memory, _memory(trace, findings)),
         settings=typed(dict[str, Setting], config.non_default() if config is not None else {}),
-        trace_quality=typed(
-            TraceQuality,
-            {"status": quality.status, "line": quality.line, "checks": quality.checks} if quality else {},
-        ),
+        trace_quality=TraceQuality(status=quality.status, line=quality.line, checks=list(quality.checks))
+        if quality
+        else TraceQuality(),
     )
 
 
-def _trace_section(trace: Trace) -> dict:
+def _trace_section(trace: Trace) -> TraceInfo:
     m = trace.meta
     dev = trace.device
     gpu = None
     if dev is not None:
-        gpu = {
-            "id": dev.id,
-            "name": dev.name,
-            "arch": dev.arch,
-            "compute_capability": None
-            if dev.compute_major is None
-            else f"{dev.compute_major}.{dev.compute_minor or 0}",
-            "num_sms": dev.num_sms,
-            "memory_bytes": dev.total_mem_bytes,
-            "rocm": dev.is_rocm,
-            "peaks": None
-            if dev.peaks is None
-            else {
-                "name": dev.peaks.name,
-                "fp32_tflops": dev.peaks.fp32_tflops,
-                "tf32_tflops": dev.peaks.tf32_tflops,
-                "half_tflops": dev.peaks.half_tflops,
-                "approximate": dev.peaks.approximate,
-            },
-        }
+        p = dev.peaks
+        gpu = Gpu(
+            id=_py(dev.id),
+            name=dev.name,
+            arch=dev.arch,
+            compute_capability=None if dev.compute_major is None else f"{dev.compute_major}.{dev.compute_minor or 0}",
+            num_sms=_py(dev.num_sms),
+            memory_bytes=_py(dev.total_mem_bytes),
+            rocm=bool(dev.is_rocm),
+            peaks=None
+            if p is None
+            else Peaks(
+                name=p.name,
+                fp32_tflops=_py(p.fp32_tflops),
+                tf32_tflops=_py(p.tf32_tflops),
+                half_tflops=_py(p.half_tflops),
+                approximate=bool(p.approximate),
+            ),
+        )
     rc = m.run_config or {}
-    return {
-        "file": os.path.basename(m.path),
-        "file_bytes": m.file_bytes,
-        "json_bytes": m.json_bytes,
-        "events": m.n_events,
-        "lost_bytes": m.lost_bytes,
-        "dropped_events": m.dropped_events,
-        "truncated": m.truncated,
-        "steps_dropped": list(m.steps_dropped),
-        "rank": m.rank,
-        "rank_source": m.rank_source,
-        "world_size": m.world_size,
-        "gpu": gpu,
-        "gpu_count_in_trace": len({int(d) for d in trace.kernels["device"].unique()}) if len(trace.kernels) else 0,
-        "window": window_label(trace) if len(trace.steps) else "",
-        "profiler": m.profiler,
-        "profiler_source": m.profiler_source,
-        "versions": m.versions,
-        "framework": Context.of(trace).framework,
-        "run_config": rc.get("config") if isinstance(rc.get("config"), dict) else None,
-        "run_framework": rc.get("framework") if isinstance(rc.get("framework"), dict) else None,
-        "origin_us": m.origin_us,
-        "base_time_ns": m.base_time_ns,
-        "has_gpu": trace.has_gpu,
-        "has_cpu": trace.has_cpu,
-    }
+    return TraceInfo(
+        file=os.path.basename(m.path),
+        file_bytes=_py(m.file_bytes),
+        json_bytes=_py(m.json_bytes),
+        events=_py(m.n_events),
+        lost_bytes=_py(m.lost_bytes),
+        dropped_events=_py(m.dropped_events),
+        truncated=m.truncated,
+        steps_dropped=list(m.steps_dropped),
+        rank=_py(m.rank),
+        rank_source=m.rank_source,
+        world_size=_py(m.world_size),
+        gpu=gpu,
+        gpu_count_in_trace=len({int(d) for d in trace.kernels["device"].unique()}) if len(trace.kernels) else 0,
+        window=window_label(trace) if len(trace.steps) else "",
+        profiler=m.profiler,
+        profiler_source=m.profiler_source,
+        versions=m.versions,
+        framework=Context.of(trace).framework,
+        run_config=rc.get("config") if isinstance(rc.get("config"), dict) else None,
+        run_framework=rc.get("framework") if isinstance(rc.get("framework"), dict) else None,
+        origin_us=_py(m.origin_us),
+        base_time_ns=_py(m.base_time_ns),
+        has_gpu=bool(trace.has_gpu),
+        has_cpu=bool(trace.has_cpu),
+    )
 
 
-def _steps_section(trace: Trace) -> dict:
+def _py(x):
+    """A number as the report stores it: a Python int or float (numpy scalars are not JSON for msgspec)."""
+    return x.item() if isinstance(x, np.generic) else x
+
+
+def _steps_section(trace: Trace) -> Steps:
     st = trace.steps
     d = st["dur_us"].to_numpy()
     rows = []
     per = trace.timeline.per_step if trace.has_gpu else None
     for i, r in enumerate(st.itertuples(index=False)):
-        row = {"step": int(r.step), "start_us": round(float(r.start_us), 3), "dur_us": round(float(r.dur_us), 3)}
-        if per is not None:
-            row["breakdown_us"] = {p: round(float(per[f"{p}_us"].iloc[i]), 3) for p in PARTS}
-        rows.append(row)
-    return {
-        "count": int(len(st)),
-        "source": trace.step_source,
-        "mean_us": float(d.mean()) if d.size else 0.0,
-        "median_us": float(np.median(d)) if d.size else 0.0,
-        "min_us": float(d.min()) if d.size else 0.0,
-        "max_us": float(d.max()) if d.size else 0.0,
-        "std_us": float(d.std(ddof=1)) if d.size > 1 else 0.0,
-        "window_us": float(d.sum()),
-        "per_step": rows,
-    }
+        rows.append(
+            StepRow(
+                step=int(r.step),
+                start_us=round(float(r.start_us), 3),
+                dur_us=round(float(r.dur_us), 3),
+                **(
+                    {"breakdown_us": {p: round(float(per[f"{p}_us"].iloc[i]), 3) for p in PARTS}}
+                    if per is not None
+                    else {}
+                ),
+            )
+        )
+    return Steps(
+        count=int(len(st)),
+        source=str(trace.step_source),
+        mean_us=float(d.mean()) if d.size else 0.0,
+        median_us=float(np.median(d)) if d.size else 0.0,
+        min_us=float(d.min()) if d.size else 0.0,
+        max_us=float(d.max()) if d.size else 0.0,
+        std_us=float(d.std(ddof=1)) if d.size > 1 else 0.0,
+        window_us=float(d.sum()),
+        per_step=rows,
+    )
 
 
 def _breakdown(trace: Trace) -> dict:
@@ -769,7 +783,7 @@ def _rediagnose(findings: list[Finding], skipped: Sequence[Skipped], done: tuple
     return out
 
 
-def _top_kernels(trace: Trace, n: int = 10) -> list[dict]:
+def _top_kernels(trace: Trace, n: int = 10) -> list[TopKernel]:
     k = trace.kernels
     if not len(k):
         return []
@@ -781,13 +795,13 @@ def _top_kernels(trace: Trace, n: int = 10) -> list[dict]:
     g = k.groupby("name", observed=True)["dur_us"].agg(["count", "sum", "median"]).sort_values("sum", ascending=False)
     tot = float(k["dur_us"].sum())
     return [
-        {
-            "name": str(name),
-            "count": int(r["count"]),
-            "total_us": float(r["sum"]),
-            "median_us": float(r["median"]),
-            "frac_of_kernel_time": float(r["sum"]) / tot if tot else 0.0,
-        }
+        TopKernel(
+            name=str(name),
+            count=int(r["count"]),
+            total_us=float(r["sum"]),
+            median_us=float(r["median"]),
+            frac_of_kernel_time=float(r["sum"]) / tot if tot else 0.0,
+        )
         for name, r in g.head(n).iterrows()
     ]
 

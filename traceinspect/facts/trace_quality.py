@@ -18,6 +18,7 @@ from ..trace.model import Trace
 from ..trace.tables import name_flags
 from .host import launch_rows
 from .profiler_overhead import profiler_overhead
+from ..sections import QualityCheck
 from .steps import in_steps_mask, step_set
 
 # --- thresholds (each with its physical reason; docs/trace-quality.md gives the evidence) -------------
@@ -89,7 +90,7 @@ STATUS_ORDER = {"ok": 0, "limited": 1, "poor": 2}
 
 @dataclass
 class Quality:
-    """The checks' rows (dicts for report.QualityCheck), the overall status and the blind idle sets."""
+    """The checks' rows (sections.QualityCheck), the overall status and the blind idle sets."""
 
     status: str = "good"
     line: str = "Trace quality: good"
@@ -102,16 +103,24 @@ def _fmt(us: float) -> str:
     return f"{us / 1e6:.2f} s" if us >= 1e6 else f"{us / 1e3:.1f} ms" if us >= 1e3 else f"{us:.0f} us"
 
 
-def _row(check: str, status: str, short: str, summary: str, effect: str, threshold: str, **values) -> dict:
-    return {
-        "check": check,
-        "status": status,
-        "short": short,
-        "summary": summary,
-        "effect": effect,
-        "threshold": threshold,
-        "values": {k: v for k, v in values.items() if v is not None},
-    }
+def _row(
+    check: str, status: str, short: str, summary: str, effect: str, threshold: str, *, named=None, **values
+) -> QualityCheck:
+    """One check's row of the report; `named`: the steps it names (warm-up, dropped kernels)."""
+    return QualityCheck(
+        check=check,
+        status=status,
+        short=short,
+        summary=summary,
+        effect=effect,
+        threshold=threshold,
+        values={k: _py(v) for k, v in values.items() if v is not None},
+        **({"steps": [int(x) for x in named]} if named is not None else {}),
+    )
+
+
+def _py(v):
+    return v.item() if isinstance(v, np.generic) else v
 
 
 def quality(trace: Trace) -> Quality:
@@ -146,9 +155,9 @@ def _quality(trace: Trace) -> Quality:
     if trace.has_gpu:
         q.checks.append(_clock_order(trace, q))
     q.checks.append(_profiler_overhead(trace, win))
-    worst = max((STATUS_ORDER[c["status"]] for c in q.checks), default=0)
+    worst = max((STATUS_ORDER[c.status] for c in q.checks), default=0)
     q.status = ("good", "limited", "poor")[worst]
-    bad = [c["short"] for c in q.checks if c["status"] != "ok"]
+    bad = [c.short for c in q.checks if c.status != "ok"]
     q.line = "Trace quality: " + q.status + (": " + "; ".join(bad) if bad else "")
     return q
 
@@ -161,7 +170,7 @@ def _device_kernels(trace: Trace):
     return k[in_steps_mask(trace, k["ts_us"].to_numpy())] if len(k) else k
 
 
-def _graph_replays(trace: Trace, q: Quality, win: float) -> dict:
+def _graph_replays(trace: Trace, q: Quality, win: float) -> QualityCheck:
     k = _device_kernels(trace)
     rt = trace.runtime
     li = k["launch_idx"].to_numpy() if len(k) else np.zeros(0, dtype=np.int64)
@@ -247,7 +256,7 @@ def _gaps_before(trace: Trace, starts: np.ndarray, steps: iv.Set) -> iv.Set:
     return iv.intersect(iv.union(g["start_us"].to_numpy()[hit], ends[hit]), steps)
 
 
-def _missing_activity(trace: Trace, q: Quality, win: float) -> dict:
+def _missing_activity(trace: Trace, q: Quality, win: float) -> QualityCheck:
     k = _device_kernels(trace)
     st = trace.steps
     s0, s1 = st["start_us"].to_numpy(), st["end_us"].to_numpy()
@@ -329,7 +338,8 @@ def _missing_activity(trace: Trace, q: Quality, win: float) -> dict:
         median_step_us=med_all,
         median_step_without_first_us=med_without,
         affected_steps=len(set(affected)),
-    ) | {"steps": sorted(set(affected))}
+        named=sorted(set(affected)),
+    )
 
 
 def _queue_waits(trace: Trace) -> iv.Set:
@@ -361,7 +371,7 @@ def _queue_waits(trace: Trace) -> iv.Set:
     return iv.intersect(iv.union(np.array(lo), np.array(hi)), idle)
 
 
-def _warm_up(trace: Trace) -> dict:
+def _warm_up(trace: Trace) -> QualityCheck:
     st = trace.steps
     n = len(st)
     thr = (
@@ -421,10 +431,11 @@ def _warm_up(trace: Trace) -> dict:
         median_step_us=med_all,
         median_step_without_us=med_kept,
         warm_up_steps=len(found),
-    ) | {"steps": names}
+        named=names,
+    )
 
 
-def _too_few_steps(trace: Trace) -> dict:
+def _too_few_steps(trace: Trace) -> QualityCheck:
     n = len(trace.steps)
     thr = "2 steps: the least that gives a step-to-step spread"
     eff = "diff and what-if predictions say their error cannot be measured"
@@ -443,7 +454,7 @@ def _too_few_steps(trace: Trace) -> dict:
     )
 
 
-def _clock_order(trace: Trace, q: Quality) -> dict:
+def _clock_order(trace: Trace, q: Quality) -> QualityCheck:
     k = _device_kernels(trace)
     n = len(k)
     early = (
@@ -510,7 +521,7 @@ def _clock_order(trace: Trace, q: Quality) -> dict:
     )
 
 
-def _profiler_overhead(trace: Trace, win: float) -> dict:
+def _profiler_overhead(trace: Trace, win: float) -> QualityCheck:
     ov = profiler_overhead(trace)
     frac = ov.window_us / win if win > 0 else 0.0
     thr = (
