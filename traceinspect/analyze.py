@@ -36,10 +36,8 @@ from .report import (
     Part,
     RankSummary,
     Report,
-    Setting,
     StepRow,
     Steps,
-    TimelineSample,
     TopKernel,
     TraceInfo,
     TraceQuality,
@@ -105,7 +103,7 @@ def rank(findings: list[Finding]) -> list[Finding]:
     return active + latent
 
 
-def _memory(trace: Trace, findings: list[Finding]) -> dict:
+def _memory(trace: Trace, findings: list[Finding]) -> Memory:
     """The memory section, with the batch growth the launch-bound fix recommends (one sizing, one number)."""
     if any(f.name == "launch-bound" for f in findings):
         plan = whatif_batch.batch_plan(trace)
@@ -237,12 +235,12 @@ def analyze(
         verdict=typed(Verdict, _verdict(trace, findings, account, skipped)),
         account=typed(Account, account),
         top_kernels=_top_kernels(trace),
-        timeline_sample=typed(TimelineSample, representative_step(trace) if trace.has_gpu else {}),
+        timeline_sample=representative_step(trace),
         efficiency=typed(
             Efficiency, efficiency_section(trace) if trace.has_gpu and trace.window_us >= MIN_WINDOW_US else {}
         ),
-        memory=typed(Memory, _memory(trace, findings)),
-        settings=typed(dict[str, Setting], config.non_default() if config is not None else {}),
+        memory=_memory(trace, findings),
+        settings=config.non_default() if config is not None else {},
         trace_quality=TraceQuality(status=quality.status, line=quality.line, checks=list(quality.checks))
         if quality
         else TraceQuality(),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .sections import TimelineSample
 from .trace import intervals as iv
 from .trace.timeline import BUSY_PARTS, IDLE_PARTS
 
@@ -15,18 +16,18 @@ MAX_INTERVALS = 6000  # keeps the JSON report and the HTML chart small (a few hu
 PIXELS = 1000  # columns the step is drawn in: finer than the chart's width in pixels
 
 
-def representative_step(trace) -> dict:
+def representative_step(trace) -> TimelineSample:
     """The median-length step: its busy intervals by part and its idle gaps by cause.
 
-    Returns {} when the trace has no GPU activity or no steps. Times are microseconds relative to
+    Empty (TimelineSample()) when the trace has no GPU activity or no steps. Times are microseconds relative to
     the step's start. Same-part intervals separated by less than `resolution_us` are merged, and
     when more than MAX_INTERVALS remain only the longest are kept (`dropped` counts the rest).
     """
     if not trace.has_gpu:
-        return {}
+        return TimelineSample()
     steps = trace.steps
     if not len(steps):
-        return {}
+        return TimelineSample()
     dur = steps["dur_us"].to_numpy()
     # the lower median, so the chosen step is a real one even with an even number of steps
     i = int(np.argsort(dur, kind="stable")[(dur.size - 1) // 2])
@@ -35,17 +36,18 @@ def representative_step(trace) -> dict:
     step_dur = hi - lo
     resolution = step_dur / PIXELS if step_dur > 0 else 0.0
     parts, dropped = _cap(_columns(trace.timeline.sets, lo, hi, PIXELS), MAX_INTERVALS)
-    return {
-        "step": int(steps["step"].iloc[i]),
-        "index": i,
-        "start_us": round(lo, 3),
-        "dur_us": round(step_dur, 3),
-        "device": trace.timeline.device,
-        "resolution_us": round(resolution, 3),
-        "choice": "median-length step",
-        "intervals": parts,
-        "dropped": dropped,
-    }
+    dev = trace.timeline.device
+    return TimelineSample(
+        step=int(steps["step"].iloc[i]),
+        index=i,
+        start_us=round(lo, 3),
+        dur_us=round(step_dur, 3),
+        device=None if dev is None else int(dev),
+        resolution_us=round(resolution, 3),
+        choice="median-length step",
+        intervals=parts,
+        dropped=int(dropped),
+    )
 
 
 def _columns(sets: dict, lo: float, hi: float, n: int) -> dict[str, list[list[float]]]:

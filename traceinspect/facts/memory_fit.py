@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
+import msgspec
+import numpy as np
+
+from ..sections import BatchFit, Memory, MemoryDevice, MemoryStep
 from ..trace.memory import memory_profile
 from .run import detect_framework, num_parameters  # noqa: F401  (num_parameters: kept importable here)
 
@@ -27,30 +31,6 @@ STATE_RECIPES = (
     ("QLoRA (4-bit base, LoRA adapters)", 0.5 + 0.01 * 16.0, "4-bit base weights; adapters of ~1% with Adam"),
 )
 MIXED_ADAM_BYTES = STATE_RECIPES[0][1]
-
-
-@dataclass(frozen=True)
-class BatchFit:
-    """The largest micro-batch under the margin, and the accumulation that keeps the effective batch."""
-
-    batch: int | None  # recommended per-device micro-batch (None: current batch unknown)
-    factor: int  # recommended batch / current batch
-    max_factor: float  # the largest growth the memory allows (may be < 1: already over the margin)
-    accumulation: int | None  # matching gradient_accumulation_steps (None: unknown)
-    current_batch: int | None
-    current_accumulation: int | None
-    fixed_bytes: float  # does not scale with the batch (weights, grads, optimizer states)
-    per_batch_bytes: float  # scales with the batch at the current size (activations)
-    capacity_bytes: float
-    margin_frac: float
-    predicted_peak_bytes: float
-    measured: tuple[str, ...]
-    assumed: tuple[str, ...]
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["measured"], d["assumed"] = list(self.measured), list(self.assumed)
-        return d
 
 
 def predicted_peak(fixed_bytes: float, per_batch_bytes: float, factor: float) -> float:
@@ -94,8 +74,8 @@ def fit_batch(
         capacity_bytes=capacity_bytes,
         margin_frac=margin,
         predicted_peak_bytes=predicted_peak(fixed_bytes, per, factor),
-        measured=tuple(measured),
-        assumed=tuple(assumed),
+        measured=list(measured),
+        assumed=list(assumed),
     )
 
 
@@ -162,55 +142,68 @@ def batch_fit_for(trace, want_factor: int) -> BatchFit | None:
         want_factor=want_factor,
         batch=batch,
         accumulation=ga,
-        measured=tuple(measured),
-        assumed=tuple(assumed),
+        measured=list(measured),
+        assumed=list(assumed),
     )
 
 
-def memory_section(trace, recommended: BatchFit | None = None, recommended_by: str | None = None) -> dict:
-    """The report's `memory` field: per device the capacity, peaks, headroom and per-step rows; or
+def memory_section(trace, recommended: BatchFit | None = None, recommended_by: str | None = None) -> Memory:
+    """The report's `memory` section: per device the capacity, peaks, headroom and per-step rows; or
     the reason there is no figure and the capture option that adds it; and the largest batch growth
     that fits, with the growth a fix recommends (`recommended`, sized by `recommended_by`: the same
-    BatchFit the fix shows) or none."""
+    BatchFit the fix shows) or none. Empty (Memory()) where there is neither a figure nor a GPU."""
     prof = memory_profile(trace)
     if not prof.source and not trace.has_gpu and not prof.captured:
-        return {}
-    out: dict = {"source": prof.source, "margin_frac": SAFETY_MARGIN}
+        return Memory()
     if not prof.source:
-        out["reason"], out["hint"] = prof.reason, prof.hint
         cap = prof.capacity_bytes.get(trace.device_id) if trace.device_id is not None else None
-        out["devices"] = [{"device": trace.device_id, "capacity_bytes": cap}] if cap else []
-        return out
-    devices = []
-    for d in prof.devices:
-        devices.append(
-            {
-                "device": d,
-                "capacity_bytes": prof.capacity_bytes.get(d),
-                "peak_allocated_bytes": prof.peak(d, "allocated"),
-                "peak_reserved_bytes": prof.peak(d, "reserved"),
-                "start_allocated_bytes": prof.start(d),
-                "headroom_bytes": prof.headroom(d),
-                "per_step": [
-                    {
-                        "step": s.step,
-                        "start_allocated_bytes": s.start_allocated_bytes,
-                        "peak_allocated_bytes": s.peak_allocated_bytes,
-                        "peak_reserved_bytes": s.peak_reserved_bytes,
-                    }
-                    for s in prof.device_steps(d)
-                ],
-            }
+        return Memory(
+            source=prof.source,
+            margin_frac=SAFETY_MARGIN,
+            reason=prof.reason,
+            hint=prof.hint,
+            devices=[MemoryDevice(device=_py(trace.device_id), capacity_bytes=_py(cap))] if cap else [],
         )
-    out["devices"] = devices
+    devices = [
+        MemoryDevice(
+            device=_py(d),
+            capacity_bytes=_py(prof.capacity_bytes.get(d)),
+            peak_allocated_bytes=_py(prof.peak(d, "allocated")),
+            peak_reserved_bytes=_py(prof.peak(d, "reserved")),
+            start_allocated_bytes=_py(prof.start(d)),
+            headroom_bytes=_py(prof.headroom(d)),
+            per_step=[
+                MemoryStep(
+                    step=_py(s.step),
+                    start_allocated_bytes=_py(s.start_allocated_bytes),
+                    peak_allocated_bytes=_py(s.peak_allocated_bytes),
+                    peak_reserved_bytes=_py(s.peak_reserved_bytes),
+                )
+                for s in prof.device_steps(d)
+            ],
+        )
+        for d in prof.devices
+    ]
     fit = recommended if recommended is not None else batch_fit_for(trace, 1)
     if fit is not None:
-        out["batch_fit"] = fit.to_dict()
-        out["batch_fit"]["recommended_by"] = recommended_by if recommended is not None else None
         hf = detect_framework(trace) in ("hf_trainer", "trl")
-        out["batch_fit"]["batch_name"] = "per_device_train_batch_size" if hf else "micro-batch"
-        out["batch_fit"]["accumulation_name"] = "gradient_accumulation_steps" if hf else "gradient accumulation"
-    return out
+        fit = msgspec.structs.replace(
+            fit,
+            recommended_by=recommended_by if recommended is not None else None,
+            batch_name="per_device_train_batch_size" if hf else "micro-batch",
+            accumulation_name="gradient_accumulation_steps" if hf else "gradient accumulation",
+        )
+    return Memory(
+        source=prof.source,
+        margin_frac=SAFETY_MARGIN,
+        devices=devices,
+        **({"batch_fit": fit} if fit is not None else {}),
+    )
+
+
+def _py(v):
+    """A number as the report stores it (numpy scalars are not JSON for msgspec)."""
+    return v.item() if isinstance(v, np.generic) else v
 
 
 def gb(v) -> str:
