@@ -227,7 +227,7 @@ def analyze(
     return Report(
         trace=_trace_section(trace),
         steps=_steps_section(trace),
-        breakdown=typed(dict[str, Part], breakdown),
+        breakdown=breakdown,
         findings=findings,
         skipped=skipped,
         failures=failures,
@@ -336,39 +336,29 @@ def _steps_section(trace: Trace) -> Steps:
     )
 
 
-def _breakdown(trace: Trace) -> dict:
+def _breakdown(trace: Trace) -> dict[str, Part]:
     if not trace.has_gpu:
         return {}
     per = trace.timeline.per_step
     win = float(per["dur_us"].sum())
     n = len(per)
-    out = {}
-    for p in PARTS:
-        us = float(per[f"{p}_us"].sum())
-        out[p] = {
-            "label": PART_LABELS[p],
-            "us": us,
-            "frac": us / win if win else 0.0,
-            "per_step_us": us / n if n else 0.0,
-        }
-    busy = sum(out[p]["us"] for p in ("compute", "comm", "memcpy"))
-    out["gpu_busy"] = {
-        "label": "GPU busy (any kernel or copy)",
-        "us": busy,
-        "frac": busy / win if win else 0.0,
-        "per_step_us": busy / n if n else 0.0,
-    }
+
+    def part(label: str, us: float) -> Part:
+        return Part(label=label, us=us, frac=us / win if win else 0.0, per_step_us=us / n if n else 0.0)
+
+    out = {p: part(PART_LABELS[p], float(per[f"{p}_us"].sum())) for p in PARTS}
+    out["gpu_busy"] = part("GPU busy (any kernel or copy)", sum(out[p].us for p in ("compute", "comm", "memcpy")))
     return out
 
 
-def _account(trace: Trace, findings: list[Finding], skipped: list[Skipped], breakdown: dict) -> dict:
+def _account(trace: Trace, findings: list[Finding], skipped: list[Skipped], breakdown: dict[str, Part]) -> dict:
     """The GPU idle time of the analysed steps split into what each active finding claims plus an
     explicit "unexplained" part, per idle part of the timeline. The parts add up to the idle time."""
     if not breakdown:
         return {}
     win = float(trace.steps["dur_us"].sum())
     n = max(len(trace.steps), 1)
-    idle_by = {p: float(breakdown[p]["us"]) for p in IDLE_PARTS}
+    idle_by = {p: float(breakdown[p].us) for p in IDLE_PARTS}
     idle = sum(idle_by.values())
     left = dict(idle_by)
     parts = []
