@@ -275,3 +275,23 @@ def test_a_poisoned_saved_report_is_escaped_in_every_field(tmp_path):
     page = render(rep)
     assert "<img" not in page and page.count("<script") == 1
     assert "&lt;img src=x onerror=alert(2)&gt;&amp;amp;" in page  # shown, escaped once
+
+
+@pytest.mark.parametrize("value", [1e308, -1e308, 1e13 * 1e3])
+def test_a_number_too_large_to_draw_leaves_out_its_chart_not_the_page(tmp_path, value):
+    """A saved report can hold any JSON number; stacked, 1e308s overflow inside matplotlib (RuntimeWarnings
+    and a broken chart). The chart is left out, the rest of the page and its tables stay."""
+    pytest.importorskip("matplotlib")
+    import warnings
+
+    d = analyze(load_trace(build_dataloader_stall().write(tmp_path / "t.pt.trace.json"))).to_dict()
+    d["steps"]["per_step"][0]["breakdown_us"]["compute"] = value
+    d["timeline_sample"]["dur_us"] = value
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        page = render(Report.from_dict(d))
+    assert 'id="chart-breakdown"' not in page and 'id="chart-timeline"' not in page
+    assert 'id="breakdown"' in page and 'id="findings"' in page
+    assert 'id="chart-breakdown"><svg' in render(
+        Report.from_dict(analyze(load_trace(build_dataloader_stall().write(tmp_path / "u.json"))).to_dict())
+    )

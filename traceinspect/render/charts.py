@@ -39,6 +39,15 @@ SHORT = {
 }
 BUSY = ("compute", "comm", "memcpy")
 MAX_BARS = 120  # more steps than this are drawn as stacked areas
+# A chart draws numbers no larger than this (ms; about 30,000 years): a saved report can hold any JSON
+# number, and a stack of 1e308s overflows to inf inside matplotlib's transforms. A report with such a
+# value gets no chart; its tables below still print every number.
+MAX_MS = 1e12
+
+
+def _drawable(values) -> bool:
+    """Every value a finite number within +-MAX_MS (so sums of a few thousand stay finite)."""
+    return all(isinstance(v, (int, float)) and abs(v) <= MAX_MS for v in values)
 
 
 def available() -> bool:
@@ -54,6 +63,8 @@ def step_breakdown(report) -> str | None:
     x = list(range(len(rows)))
     series = [(p, [float(known(r.breakdown_us).get(p, 0.0)) / 1e3 for r in rows]) for p in BREAKDOWN_ORDER]
     series = [(p, vals) for p, vals in series if any(vals)]
+    if not _drawable(v for _, vals in series for v in vals):
+        return None
     if len(rows) > MAX_BARS:
         # one polygon per part instead of one rectangle per step and part keeps the SVG small
         ax.stackplot(
@@ -91,6 +102,9 @@ def step_timeline(report) -> str | None:
     iv = known(ts.intervals) or {}
     if not iv or not available():
         return None
+    dur = num(ts.dur_us) or 0.0
+    if not _drawable([dur / 1e3] + [x / 1e3 for spans in iv.values() for sp in spans for x in sp]):
+        return None
     fig, ax = _figure(8.6, 2.6)
     lanes = {"GPU busy": 1, "GPU idle": 0}
     for p in BREAKDOWN_ORDER:
@@ -110,7 +124,6 @@ def step_timeline(report) -> str | None:
     ax.set_yticks(list(lanes.values()))
     ax.set_yticklabels(list(lanes))
     ax.set_ylim(-0.6, 1.6)
-    dur = num(ts.dur_us) or 0.0
     ax.set_xlim(0, dur / 1e3 or 1)
     ax.set_xlabel("ms from the start of the step")
     ax.set_title(
@@ -124,8 +137,13 @@ def diff_breakdown(d) -> str | None:
     """Left: mean step before/after split into parts. Right: every step's duration before and after."""
     if not available() or not (d.breakdown or d.before.steps.n or d.after.steps.n):
         return None
-    fig, (ax, ax2) = _figure(8.6, 3.2, ncols=2, width_ratios=(1.4, 1))
     parts = {r.part: r for r in d.breakdown}
+    numbers = [x / 1e3 for r in parts.values() for x in (r.before_us, r.after_us)]
+    for side in (d.before, d.after):
+        numbers += [v / 1e3 for v in side.steps.durations_us] + [side.steps.median_us / 1e3]
+    if not _drawable(numbers):
+        return None
+    fig, (ax, ax2) = _figure(8.6, 3.2, ncols=2, width_ratios=(1.4, 1))
     left = [0.0, 0.0]
     for p in BREAKDOWN_ORDER:
         r = parts.get(p)
