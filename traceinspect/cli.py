@@ -85,7 +85,7 @@ def _say(msg: str) -> None:
 
 
 def _echo(s: str, *, err: bool = False) -> None:
-    stream = click.get_text_stream("stderr" if err else "stdout")
+    stream = sys.stderr if err else sys.stdout  # what click.echo writes to (get_text_stream: deprecated in 8.5)
     enc = getattr(stream, "encoding", None) or "utf-8"
     click.echo(s.encode(enc, "backslashreplace").decode(enc), nl=False, err=err)
 
