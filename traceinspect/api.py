@@ -331,7 +331,6 @@ def whatif(path: str | Path, fixes: str | tuple[str, ...] | list[str], *, steps:
     """Predict the step time after `fixes` (detector names, applied in order) by replaying one trace
     file (docs/whatif.md) -> a typed WhatIfRun (`.to_dict()` is the `whatif -f json` form)."""
     from .analyze import analyze as run
-    from .report import WhatIfRun, typed
     from .whatif.engine import summary, transforms, valid_fix
 
     names = tuple(n.strip() for n in (fixes.split(",") if isinstance(fixes, str) else fixes) if n.strip())
@@ -360,4 +359,4 @@ def whatif(path: str | Path, fixes: str | tuple[str, ...] | list[str], *, steps:
     trace = load(paths[0], steps=steps)
     if not trace.has_gpu or not len(trace.steps):
         raise UsageError(f"{paths[0]}: no GPU activity or no steps to replay; capture with ProfilerActivity.CUDA")
-    return typed(WhatIfRun, summary(trace, run(trace).findings, names))
+    return summary(trace, run(trace).findings, names)

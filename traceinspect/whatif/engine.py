@@ -19,6 +19,7 @@ from ..findings import Finding
 from ..trace.model import Trace
 from ..trace.roofline import MATRIX_FAMILIES
 from ..trace.tables import name_flags
+from ..sections import Identity, ReplayEdges, SpeedOfLight, WhatIfRun, WhatIfStep
 from .graph import Graph
 from .hold import gpu_lag, graph_of, hold, identity_replay, replay_steps  # noqa: F401 (gpu_lag, replay_steps: re-exported)
 from .replay import critical_path, replay
@@ -48,37 +49,37 @@ def transforms() -> dict:
     return {d.name: d for d in registry.ALL if callable(getattr(d, "whatif", None))}
 
 
-def identity(trace: Trace) -> dict:
+def identity(trace: Trace) -> Identity:
     """The replay of the unmodified graph against the measured steps: the model's own error."""
     r = identity_replay(trace)
     meas = trace.steps["dur_us"].to_numpy(float)
     if len(r.step_us) != len(meas) or not len(meas):
-        return {}
+        return Identity()
     err = np.abs(r.step_us - meas) / np.where(meas > 0, meas, 1.0)
-    return {
-        "median_error_frac": float(np.median(err)),
-        "max_error_frac": float(err.max()),
-        "replayed_median_us": float(np.median(r.step_us)),
-        "measured_median_us": float(np.median(meas)),
-        "edges": edge_counts(graph_of(trace)),
-    }
+    return Identity(
+        median_error_frac=float(np.median(err)),
+        max_error_frac=float(err.max()),
+        replayed_median_us=float(np.median(r.step_us)),
+        measured_median_us=float(np.median(meas)),
+        edges=edge_counts(graph_of(trace)),
+    )
 
 
-def edge_counts(g: Graph) -> dict:
+def edge_counts(g: Graph) -> ReplayEdges:
     """Where the graph's cross-stream, host-wait and cross-thread edges came from (docs/whatif.md, Edges)."""
     e = g.edges
-    return {
-        "recorded": e.recorded,
-        "inferred": e.inferred,
-        "recorded_share": e.recorded_share,
-        "cross_stream_recorded": e.cross_stream_recorded,
-        "cross_stream_inferred": e.cross_stream_inferred,
-        "host_wait_recorded": e.host_wait_recorded,
-        "host_wait_inferred": e.host_wait_inferred,
-        "cross_thread_inferred": e.cross_thread_inferred,
-        "stream_waits_complete": e.stream_waits_complete,
-        "contradicted": e.contradicted,
-    }
+    return ReplayEdges(
+        recorded=int(e.recorded),
+        inferred=int(e.inferred),
+        recorded_share=None if e.recorded_share is None else float(e.recorded_share),
+        cross_stream_recorded=int(e.cross_stream_recorded),
+        cross_stream_inferred=int(e.cross_stream_inferred),
+        host_wait_recorded=int(e.host_wait_recorded),
+        host_wait_inferred=int(e.host_wait_inferred),
+        cross_thread_inferred=int(e.cross_thread_inferred),
+        stream_waits_complete=bool(e.stream_waits_complete),
+        contradicted=int(e.contradicted),
+    )
 
 
 def valid_fix(name: str) -> bool:
@@ -180,7 +181,7 @@ def _same_replay_inputs(g: Graph, base: Graph) -> bool:
     return True
 
 
-def speed_of_light(trace: Trace) -> dict:
+def speed_of_light(trace: Trace) -> SpeedOfLight:
     """Per step, the roofline floor of the GPU work: every op the efficiency table models at the larger of
     its FLOPs at peak and its bytes at bandwidth (its `roofline_us_per_step`), never more than it took;
     the kernels the table does not model at their measured time; the sum scaled by the measured overlap
@@ -188,14 +189,16 @@ def speed_of_light(trace: Trace) -> dict:
     GEMM / convolution / attention FLOPs (direct count) at the peak for their dtype over the median step.
     Says what is missing rather than guessing."""
     if not trace.has_gpu or not len(trace.steps):
-        return {}
+        return SpeedOfLight()
     dev = trace.device
     if dev is None or dev.peaks is None:
-        return {"sol_us": None, "why": "the GPU's peak throughput is unknown (no deviceProperties or unknown model)"}
+        return SpeedOfLight(
+            sol_us=None, why="the GPU's peak throughput is unknown (no deviceProperties or unknown model)"
+        )
     table = shape_table(trace)
     modelled = [r for r in table if r.roofline_us_per_step is not None]
     if not modelled:
-        return {"sol_us": None, "why": f"no op the model covers; {shapes_advice(trace)}"}
+        return SpeedOfLight(sol_us=None, why=f"no op the model covers; {shapes_advice(trace)}")
     rows = [r for r in modelled if r.family in MATRIX_FAMILIES]
     flops = sum(r.gflops_per_call * 1e9 * r.calls_per_step for r in rows)
     matrix_at_peak = sum(r.gflops_per_call * 1e9 * r.calls_per_step / (r.peak_tflops * 1e12) * 1e6 for r in rows)
@@ -203,29 +206,29 @@ def speed_of_light(trace: Trace) -> dict:
     cov = coverage(trace)
     frac = cov.get("modelled_frac", 0.0)
     if frac < MIN_SOL_COVERAGE:  # most kernel time has no model: a floor from the rest would be a guess
-        return {
-            "sol_us": None,
-            "matrix_flops_per_step": flops,
-            "modelled_kernel_frac": frac,
-            "why": f"only {100 * frac:.0f}% of the kernel time is in ops the model covers; {shapes_advice(trace)}",
-        }
+        return SpeedOfLight(
+            sol_us=None,
+            matrix_flops_per_step=float(flops),
+            modelled_kernel_frac=float(frac),
+            why=f"only {100 * frac:.0f}% of the kernel time is in ops the model covers; {shapes_advice(trace)}",
+        )
     # a row's floor is never above its measurement: cuDNN's Winograd 3x3 convolutions beat the direct count
     roof = sum(min(r.roofline_us_per_step, r.gpu_us_per_step) for r in modelled)
     kernel_us = cov.get("kernel_us_per_step", 0.0)
     unmodelled = max(kernel_us - sum(r.gpu_us_per_step for r in modelled), 0.0)
     overlap = _overlap(trace, kernel_us)
-    return {
-        "sol_us": (roof + unmodelled) * overlap,
-        "roofline_us": roof,
-        "unmodelled_us": unmodelled,
-        "overlap": overlap,
-        "matrix_flops_per_step": flops,
-        "achieved_tflops": flops / median / 1e6,
-        "mfu": matrix_at_peak / median if median and flops > 0 else None,
-        "modelled_kernel_frac": frac,
-        "why": "",
+    return SpeedOfLight(
+        sol_us=float((roof + unmodelled) * overlap),
+        roofline_us=float(roof),
+        unmodelled_us=float(unmodelled),
+        overlap=float(overlap),
+        matrix_flops_per_step=float(flops),
+        achieved_tflops=float(flops / median / 1e6),
+        mfu=float(matrix_at_peak / median) if median and flops > 0 else None,
+        modelled_kernel_frac=float(frac),
+        why="",
         **_flops_cross_check(trace, flops),
-    }
+    )
 
 
 def _overlap(trace: Trace, kernel_us_per_step: float) -> float:
@@ -285,8 +288,8 @@ def _flops_cross_check(trace: Trace, model_flops: float) -> dict:
     if per_step <= 0:
         return {}
     return {
-        "recorded_flops_per_step": per_step,
-        "recorded_vs_model": per_step / model_flops if model_flops > 0 else None,
+        "recorded_flops_per_step": float(per_step),
+        "recorded_vs_model": float(per_step / model_flops) if model_flops > 0 else None,
     }
 
 
@@ -302,30 +305,30 @@ def path(trace: Trace, findings: list[Finding], order: list[str]) -> list[dict]:
     return out
 
 
-def summary(trace: Trace, findings: list[Finding], fixes: tuple[str, ...]) -> dict:
+def summary(trace: Trace, findings: list[Finding], fixes: tuple[str, ...]) -> WhatIfRun:
     """`traceinspect whatif`: measured vs predicted per step, the critical path, the floor, the models."""
     p = predict(trace, findings, fixes, recommended=False)
     meas = trace.steps["dur_us"].to_numpy(float)
     fired = {f.name for f in findings}
-    return {
-        "fixes": list(fixes),
-        "models": p.models,
-        "model": MODEL_REPLAY,
-        "not_found": [n for n in fixes if n.partition(":")[0] not in fired],
-        "steps": [
-            {
-                "step": int(s),
-                "measured_us": float(m),
-                "predicted_us": float(q),
-                "gpu_work_us": float(w),
-                "gpu_floor_us": float(fl),
-            }
+    return WhatIfRun(
+        fixes=list(fixes),
+        models=dict(p.models),
+        model=MODEL_REPLAY,
+        not_found=[n for n in fixes if n.partition(":")[0] not in fired],
+        steps=[
+            WhatIfStep(
+                step=int(s),
+                measured_us=float(m),
+                predicted_us=float(q),
+                gpu_work_us=float(w),
+                gpu_floor_us=float(fl),
+            )
             for s, m, q, w, fl in zip(trace.steps["step"], meas, p.step_us, p.work_us, p.floor_us)
         ],
-        "measured_median_us": float(np.median(meas)) if len(meas) else 0.0,
-        "predicted_median_us": p.median_us,
-        "critical_path_us": {k: float(v) for k, v in p.path.items()},
-        "identity": identity(trace),
-        "speed_of_light": speed_of_light(trace),
-        "notes": p.notes,
-    }
+        measured_median_us=float(np.median(meas)) if len(meas) else 0.0,
+        predicted_median_us=float(p.median_us),
+        critical_path_us={k: float(v) for k, v in p.path.items()},
+        identity=identity(trace),
+        speed_of_light=speed_of_light(trace),
+        notes=list(p.notes),
+    )
