@@ -26,6 +26,7 @@ from .facts.steps import idle_in_steps
 from .facts.memory_fit import memory_section
 from .errors import DetectorFailed, TraceError, UsageError
 from .findings import Evidence, Failure, Finding, Skipped
+from .sections import py
 from .report import (
     Account,
     CrossRank,
@@ -254,36 +255,36 @@ def _trace_section(trace: Trace) -> TraceInfo:
     if dev is not None:
         p = dev.peaks
         gpu = Gpu(
-            id=_py(dev.id),
+            id=py(dev.id),
             name=dev.name,
             arch=dev.arch,
             compute_capability=None if dev.compute_major is None else f"{dev.compute_major}.{dev.compute_minor or 0}",
-            num_sms=_py(dev.num_sms),
-            memory_bytes=_py(dev.total_mem_bytes),
+            num_sms=py(dev.num_sms),
+            memory_bytes=py(dev.total_mem_bytes),
             rocm=bool(dev.is_rocm),
             peaks=None
             if p is None
             else Peaks(
                 name=p.name,
-                fp32_tflops=_py(p.fp32_tflops),
-                tf32_tflops=_py(p.tf32_tflops),
-                half_tflops=_py(p.half_tflops),
+                fp32_tflops=py(p.fp32_tflops),
+                tf32_tflops=py(p.tf32_tflops),
+                half_tflops=py(p.half_tflops),
                 approximate=bool(p.approximate),
             ),
         )
     rc = m.run_config or {}
     return TraceInfo(
         file=os.path.basename(m.path),
-        file_bytes=_py(m.file_bytes),
-        json_bytes=_py(m.json_bytes),
-        events=_py(m.n_events),
-        lost_bytes=_py(m.lost_bytes),
-        dropped_events=_py(m.dropped_events),
+        file_bytes=py(m.file_bytes),
+        json_bytes=py(m.json_bytes),
+        events=py(m.n_events),
+        lost_bytes=py(m.lost_bytes),
+        dropped_events=py(m.dropped_events),
         truncated=m.truncated,
         steps_dropped=list(m.steps_dropped),
-        rank=_py(m.rank),
+        rank=py(m.rank),
         rank_source=m.rank_source,
-        world_size=_py(m.world_size),
+        world_size=py(m.world_size),
         gpu=gpu,
         gpu_count_in_trace=len({int(d) for d in trace.kernels["device"].unique()}) if len(trace.kernels) else 0,
         window=window_label(trace) if len(trace.steps) else "",
@@ -293,16 +294,11 @@ def _trace_section(trace: Trace) -> TraceInfo:
         framework=Context.of(trace).framework,
         run_config=rc.get("config") if isinstance(rc.get("config"), dict) else None,
         run_framework=rc.get("framework") if isinstance(rc.get("framework"), dict) else None,
-        origin_us=_py(m.origin_us),
-        base_time_ns=_py(m.base_time_ns),
+        origin_us=py(m.origin_us),
+        base_time_ns=py(m.base_time_ns),
         has_gpu=bool(trace.has_gpu),
         has_cpu=bool(trace.has_cpu),
     )
-
-
-def _py(x):
-    """A number as the report stores it: a Python int or float (numpy scalars are not JSON for msgspec)."""
-    return x.item() if isinstance(x, np.generic) else x
 
 
 def _steps_section(trace: Trace) -> Steps:

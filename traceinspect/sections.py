@@ -557,6 +557,12 @@ def known(value: Any, default: Any = None) -> Any:
     return default if value is UNSET else value
 
 
+def py(value: Any) -> Any:
+    """A value as a section stores it: a numpy scalar becomes the same Python number (msgspec does not
+    encode numpy scalars); anything else is returned as it is. For the producers that build sections."""
+    return value.item() if hasattr(value, "item") else value
+
+
 class QualityCheck(Section, frozen=True):
     """One trace-quality check: its status (ok | limited | poor), what it measured over the analysed
     steps, its threshold and what the report does about it. One more check is one more row."""

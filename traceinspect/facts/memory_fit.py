@@ -13,9 +13,8 @@ import numbers
 from dataclasses import dataclass
 
 import msgspec
-import numpy as np
 
-from ..sections import BatchFit, Memory, MemoryDevice, MemoryStep
+from ..sections import BatchFit, Memory, MemoryDevice, MemoryStep, py
 from ..trace.memory import memory_profile
 from .run import detect_framework, num_parameters  # noqa: F401  (num_parameters: kept importable here)
 
@@ -162,22 +161,22 @@ def memory_section(trace, recommended: BatchFit | None = None, recommended_by: s
             margin_frac=SAFETY_MARGIN,
             reason=prof.reason,
             hint=prof.hint,
-            devices=[MemoryDevice(device=_py(trace.device_id), capacity_bytes=_py(cap))] if cap else [],
+            devices=[MemoryDevice(device=py(trace.device_id), capacity_bytes=py(cap))] if cap else [],
         )
     devices = [
         MemoryDevice(
-            device=_py(d),
-            capacity_bytes=_py(prof.capacity_bytes.get(d)),
-            peak_allocated_bytes=_py(prof.peak(d, "allocated")),
-            peak_reserved_bytes=_py(prof.peak(d, "reserved")),
-            start_allocated_bytes=_py(prof.start(d)),
-            headroom_bytes=_py(prof.headroom(d)),
+            device=py(d),
+            capacity_bytes=py(prof.capacity_bytes.get(d)),
+            peak_allocated_bytes=py(prof.peak(d, "allocated")),
+            peak_reserved_bytes=py(prof.peak(d, "reserved")),
+            start_allocated_bytes=py(prof.start(d)),
+            headroom_bytes=py(prof.headroom(d)),
             per_step=[
                 MemoryStep(
-                    step=_py(s.step),
-                    start_allocated_bytes=_py(s.start_allocated_bytes),
-                    peak_allocated_bytes=_py(s.peak_allocated_bytes),
-                    peak_reserved_bytes=_py(s.peak_reserved_bytes),
+                    step=py(s.step),
+                    start_allocated_bytes=py(s.start_allocated_bytes),
+                    peak_allocated_bytes=py(s.peak_allocated_bytes),
+                    peak_reserved_bytes=py(s.peak_reserved_bytes),
                 )
                 for s in prof.device_steps(d)
             ],
@@ -199,11 +198,6 @@ def memory_section(trace, recommended: BatchFit | None = None, recommended_by: s
         devices=devices,
         **({"batch_fit": fit} if fit is not None else {}),
     )
-
-
-def _py(v):
-    """A number as the report stores it (numpy scalars are not JSON for msgspec)."""
-    return v.item() if isinstance(v, np.generic) else v
 
 
 def gb(v) -> str:

@@ -18,7 +18,7 @@ from ..trace.model import Trace
 from ..trace.tables import name_flags
 from .host import launch_rows
 from .profiler_overhead import profiler_overhead
-from ..sections import QualityCheck
+from ..sections import QualityCheck, py
 from .steps import in_steps_mask, step_set
 
 # --- thresholds (each with its physical reason; docs/trace-quality.md gives the evidence) -------------
@@ -114,13 +114,9 @@ def _row(
         summary=summary,
         effect=effect,
         threshold=threshold,
-        values={k: _py(v) for k, v in values.items() if v is not None},
+        values={k: py(v) for k, v in values.items() if v is not None},
         **({"steps": [int(x) for x in named]} if named is not None else {}),
     )
-
-
-def _py(v):
-    return v.item() if isinstance(v, np.generic) else v
 
 
 def quality(trace: Trace) -> Quality:
