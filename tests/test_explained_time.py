@@ -14,6 +14,7 @@ from conftest import SHARED, shared_available
 from traceinspect.analyze import ALONE_LABEL, _verdict, analyze, rank
 from traceinspect.findings import Finding
 from traceinspect.report import Report
+from traceinspect.sections import Account, UnexplainedReason
 from traceinspect.trace.model import load_trace
 from traceinspect.trace.timeline import IDLE_PARTS, SYNC_RELAUNCH_US
 
@@ -158,15 +159,16 @@ def test_verdict_names_the_same_causes_and_never_a_zero_time_finding():
     v = _verdict(
         t,
         rank([zero]),
-        {
-            "unexplained_frac_of_step": 0.5,
-            "unexplained_per_step_us": 50e3,
-            "unexplained_reasons": [{"why": "no CPU events"}],
-        },
+        Account(
+            idle_us=50e3,
+            unexplained_frac_of_step=0.5,
+            unexplained_per_step_us=50e3,
+            unexplained_reasons=[UnexplainedReason(part="idle_unknown", us=50e3, why="no CPU events")],
+        ),
     )
     assert v["top"] is None
     assert "No significant slowdown" not in v["headline"] and "50%" in v["headline"]
-    v = _verdict(t, rank([zero]), {"unexplained_frac_of_step": 0.05})
+    v = _verdict(t, rank([zero]), Account(idle_us=5e3, unexplained_frac_of_step=0.05))
     assert v["headline"].startswith("No significant slowdown")
     fs = rank(
         [
@@ -175,7 +177,7 @@ def test_verdict_names_the_same_causes_and_never_a_zero_time_finding():
             _f("dataloader-stall", 10.0, "high"),
         ]
     )
-    v = _verdict(t, fs, {})
+    v = _verdict(t, fs, Account())
     assert v["top"] == "fp32-gemm" == v["expected_from"][0]
     assert v["top_title"] == "fp32-gemm title" and v["headline"].startswith("fp32-gemm title. Also: dataloader-stall")
     assert "padding-waste" not in v["expected_from"]

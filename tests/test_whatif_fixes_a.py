@@ -213,4 +213,4 @@ def test_a_cause_worth_under_3_percent_after_the_path_is_not_listed(tmp_path):
     none = [Skipped(code="TI0", name="pageable-memcpy", reason="r", checked=True)]
     assert _rediagnose(rep.findings, none, ("host-bound",), replayed) == []
     got = _rediagnose(rep.findings, declined, ("host-bound",), replayed)
-    assert got and got[0]["share_of_predicted"] >= NEXT_MIN_FRAC
+    assert got and got[0].share_of_predicted >= NEXT_MIN_FRAC

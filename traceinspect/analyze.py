@@ -26,7 +26,18 @@ from .facts.steps import idle_in_steps
 from .facts.memory_fit import memory_section
 from .errors import DetectorFailed, TraceError, UsageError
 from .findings import Evidence, Failure, Finding, Skipped
-from .sections import py
+from .sections import (
+    UNSET,
+    AccountArtifact,
+    AccountPart,
+    AccountStep,
+    BusyCause,
+    FixStep,
+    Rediagnosed,
+    UnexplainedReason,
+    WhatIf,
+    py,
+)
 from .report import (
     Account,
     CrossRank,
@@ -44,7 +55,6 @@ from .report import (
     TraceQuality,
     Verdict,
     known,
-    typed,
 )
 from .timeline_sample import representative_step
 from .whatif import batch as whatif_batch
@@ -220,9 +230,9 @@ def analyze(
         )
     breakdown = _breakdown(trace)
     account = _account(trace, findings, skipped, breakdown)
-    if account.get("overlap_us", 0.0) > 1.0:
+    if account and account.overlap_us > 1.0:
         warnings.append(
-            f"findings claim {account['overlap_us'] / 1e3:.1f} ms of GPU idle time twice "
+            f"findings claim {account.overlap_us / 1e3:.1f} ms of GPU idle time twice "
             "(overlapping claims): the explained-time account counts it once"
         )
     return Report(
@@ -233,13 +243,11 @@ def analyze(
         skipped=skipped,
         failures=failures,
         warnings=warnings,
-        verdict=typed(Verdict, _verdict(trace, findings, account, skipped)),
-        account=typed(Account, account),
+        verdict=_verdict(trace, findings, account, skipped),
+        account=account,
         top_kernels=_top_kernels(trace),
         timeline_sample=representative_step(trace),
-        efficiency=typed(
-            Efficiency, efficiency_section(trace) if trace.has_gpu and trace.window_us >= MIN_WINDOW_US else {}
-        ),
+        efficiency=efficiency_section(trace) if trace.has_gpu and trace.window_us >= MIN_WINDOW_US else Efficiency(),
         memory=_memory(trace, findings),
         settings=config.non_default() if config is not None else {},
         trace_quality=TraceQuality(status=quality.status, line=quality.line, checks=list(quality.checks))
@@ -347,11 +355,11 @@ def _breakdown(trace: Trace) -> dict[str, Part]:
     return out
 
 
-def _account(trace: Trace, findings: list[Finding], skipped: list[Skipped], breakdown: dict[str, Part]) -> dict:
+def _account(trace: Trace, findings: list[Finding], skipped: list[Skipped], breakdown: dict[str, Part]) -> Account:
     """The GPU idle time of the analysed steps split into what each active finding claims plus an
     explicit "unexplained" part, per idle part of the timeline. The parts add up to the idle time."""
     if not breakdown:
-        return {}
+        return Account()
     win = float(trace.steps["dur_us"].sum())
     n = max(len(trace.steps), 1)
     idle_by = {p: float(breakdown[p].us) for p in IDLE_PARTS}
@@ -365,15 +373,15 @@ def _account(trace: Trace, findings: list[Finding], skipped: list[Skipped], brea
         for p, v in f.idle_claims_us.items():
             left[p] = left.get(p, 0.0) - v
         parts.append(
-            {
-                "name": f.name,
-                "code": f.code,
-                "us": us,
-                "per_step_us": us / n,
-                "frac_of_idle": us / idle if idle else 0.0,
-                "frac_of_step": us / win if win else 0.0,
-                "by_part_us": dict(f.idle_claims_us),
-            }
+            AccountPart(
+                name=f.name,
+                code=f.code,
+                us=us,
+                per_step_us=us / n,
+                frac_of_idle=us / idle if idle else 0.0,
+                frac_of_step=us / win if win else 0.0,
+                by_part_us=dict(f.idle_claims_us),
+            )
         )
     overlap = sum(-v for v in left.values() if v < 0)
     artifacts, artifact_steps = _artifacts(trace, left, win, n)
@@ -386,46 +394,46 @@ def _account(trace: Trace, findings: list[Finding], skipped: list[Skipped], brea
         us = unexpl_by[p]
         if win and us / win >= 0.005:
             reasons.append(
-                {
-                    "part": p,
-                    "us": us,
-                    "per_step_us": us / n,
-                    "frac_of_step": us / win,
-                    "why": _unexplained_why(trace, p, skip_reason),
-                }
+                UnexplainedReason(
+                    part=p,
+                    us=us,
+                    per_step_us=us / n,
+                    frac_of_step=us / win,
+                    why=_unexplained_why(trace, p, skip_reason),
+                )
             )
-    reasons.sort(key=lambda r: -r["us"])
+    reasons.sort(key=lambda r: -r.us)
     per_step = _account_per_step(trace, [f for f in findings if not f.masked_by and f.idle_claims_us], artifact_steps)
     busy_causes = [
-        {
-            "name": f.name,
-            "code": f.code,
-            "us": f.time_lost_us - sum(f.idle_claims_us.values()),
-            "per_step_us": (f.time_lost_us - sum(f.idle_claims_us.values())) / n,
-        }
+        BusyCause(
+            name=f.name,
+            code=f.code,
+            us=f.time_lost_us - sum(f.idle_claims_us.values()),
+            per_step_us=(f.time_lost_us - sum(f.idle_claims_us.values())) / n,
+        )
         for f in findings
         if not f.masked_by and f.time_lost_us - sum(f.idle_claims_us.values()) > 1e-6
     ]
-    return {
-        "idle_us": idle,
-        "idle_per_step_us": idle / n,
-        "idle_frac_of_step": idle / win if win else 0.0,
-        "parts": parts,
-        "explained_us": explained,
-        "explained_frac_of_idle": explained / idle if idle else 1.0,
-        "unexplained_us": unexplained,
-        "unexplained_per_step_us": unexplained / n,
-        "unexplained_frac_of_step": unexplained / win if win else 0.0,
-        "unexplained_by_part_us": unexpl_by,
-        "unexplained_reasons": reasons,
-        "busy_causes": busy_causes,
-        "overlap_us": overlap,
-        "per_step": per_step,
-        **({"artifacts": artifacts} if artifacts else {}),
-    }
+    return Account(
+        idle_us=idle,
+        idle_per_step_us=idle / n,
+        idle_frac_of_step=idle / win if win else 0.0,
+        parts=parts,
+        explained_us=explained,
+        explained_frac_of_idle=explained / idle if idle else 1.0,
+        unexplained_us=unexplained,
+        unexplained_per_step_us=unexplained / n,
+        unexplained_frac_of_step=unexplained / win if win else 0.0,
+        unexplained_by_part_us=unexpl_by,
+        unexplained_reasons=reasons,
+        busy_causes=busy_causes,
+        overlap_us=overlap,
+        per_step=per_step,
+        artifacts=artifacts or UNSET,
+    )
 
 
-def _artifacts(trace: Trace, left: dict, win: float, n: int) -> tuple[list[dict], np.ndarray]:
+def _artifacts(trace: Trace, left: dict, win: float, n: int) -> tuple[list[AccountArtifact], np.ndarray]:
     """The idle time trace quality names (inside graph replays, queue waits for work not in the trace),
     taken from what no finding claimed (`left`, per idle part, reduced in place), and its per-step share."""
     q = trace_quality.quality(trace) if trace.window_us >= MIN_WINDOW_US else None
@@ -447,19 +455,19 @@ def _artifacts(trace: Trace, left: dict, win: float, n: int) -> tuple[list[dict]
         us = sum(by_part.values())
         if us > 0.0:
             out.append(
-                {
-                    "check": trace_quality.LABEL_CHECK[label],
-                    "label": label,
-                    "us": us,
-                    "per_step_us": us / n,
-                    "frac_of_step": us / win if win else 0.0,
-                    "by_part_us": by_part,
-                }
+                AccountArtifact(
+                    check=trace_quality.LABEL_CHECK[label],
+                    label=label,
+                    us=us,
+                    per_step_us=us / n,
+                    frac_of_step=us / win if win else 0.0,
+                    by_part_us=by_part,
+                )
             )
     return out, by_step
 
 
-def _account_per_step(trace: Trace, claimers: list[Finding], artifacts: np.ndarray) -> list[dict]:
+def _account_per_step(trace: Trace, claimers: list[Finding], artifacts: np.ndarray) -> list[AccountStep]:
     """Each step's GPU idle time, what each finding claims of it, and the unexplained rest (less the
     idle time trace quality names, `artifacts` per step)."""
     per = trace.timeline.per_step
@@ -480,13 +488,13 @@ def _account_per_step(trace: Trace, claimers: list[Finding], artifacts: np.ndarr
     for i in range(len(per)):
         cl = {name: float(c[i]) for name, c in claims.items()}
         out.append(
-            {
-                "step": int(per["step"].iloc[i]),
-                "idle_us": float(idle[i]),
-                "claims_us": cl,
-                "unexplained_us": max(float(idle[i]) - sum(cl.values()) - float(artifacts[i]), 0.0),
-                **({"artifacts_us": float(artifacts[i])} if artifacts.any() else {}),
-            }
+            AccountStep(
+                step=int(per["step"].iloc[i]),
+                idle_us=float(idle[i]),
+                claims_us=cl,
+                unexplained_us=max(float(idle[i]) - sum(cl.values()) - float(artifacts[i]), 0.0),
+                artifacts_us=float(artifacts[i]) if artifacts.any() else UNSET,
+            )
         )
     return out
 
@@ -560,23 +568,23 @@ def _longest_wait(trace: Trace) -> str:
 
 
 def _verdict(
-    trace: Trace, findings: list[Finding], account: dict | None = None, skipped: Sequence[Skipped] = ()
-) -> dict:
+    trace: Trace, findings: list[Finding], account: Account | None = None, skipped: Sequence[Skipped] = ()
+) -> Verdict:
     """The headline, from the same ranked findings and account the report shows: the top cause is the
     first active finding that costs at least VERDICT_MIN_FRAC of the window, and "expected if fixed"
     always includes it."""
     st = trace.steps
     if not len(st):
-        return {}
-    account = account or {}
+        return Verdict()
+    account = account or Account()
     median = float(st["dur_us"].median())
     unexpl = float(account.get("unexplained_frac_of_step", 0.0))
     causes = [f for f in findings if not f.masked_by and f.time_lost_us > 0 and f.time_lost_frac >= VERDICT_MIN_FRAC]
     latent = [f for f in findings if f.masked_by]
-    arts = [a for a in account.get("artifacts") or [] if a["frac_of_step"] >= 0.005]
-    art_frac = sum(a["frac_of_step"] for a in arts)
+    arts = [a for a in account.get("artifacts", []) if a.frac_of_step >= 0.005]
+    art_frac = sum(a.frac_of_step for a in arts)
     cannot = f"{100 * art_frac:.0f}% of the step is GPU idle time this trace cannot attribute: " + "; ".join(
-        f"{a['label']} ({fmt_us(a['per_step_us'])}/step)" for a in arts
+        f"{a.label} ({fmt_us(a.per_step_us)}/step)" for a in arts
     )
     base = {
         "median_step_us": median,
@@ -602,7 +610,7 @@ def _verdict(
                 else ""
             )
         elif unexpl > UNEXPLAINED_MAX_FRAC:
-            why = "; ".join(r["why"] for r in account.get("unexplained_reasons", [])[:2])
+            why = "; ".join(r.why for r in account.get("unexplained_reasons", [])[:2])
             headline = (
                 f"No cause found for {100 * unexpl:.0f}% of the step: the GPU idles "
                 f"{fmt_us(account.get('unexplained_per_step_us', 0.0))} per step that no finding explains"
@@ -613,7 +621,7 @@ def _verdict(
             headline = "No significant slowdown found in the analysed steps."
         if latent and trace.has_gpu:
             headline += " Next bottleneck once the GPU is the limit: " + ", ".join(f.name for f in latent[:3]) + "."
-        return {"top": None, "headline": headline, **base}
+        return Verdict(top=None, headline=headline, **base)
     top = causes[0]
     fixable = [top] + [f for f in causes[1:] if f.confidence != "low"][:2]
     also = [f"{f.name} ({f.time_lost_per_step_us / 1e3:.1f} ms/step)" for f in fixable[1:]]
@@ -625,25 +633,25 @@ def _verdict(
     ids = st["step"].to_numpy() if "step" in st.columns else np.arange(1, len(st) + 1)
     headline += _slow_steps(st["dur_us"].to_numpy(dtype=float), ids) + "."
     path, models, whatif, rediagnosed = _fix_path(trace, findings, fixable, median, skipped)
-    expected = path[-1]["to_us"]
+    expected = path[-1].to_us
     if rediagnosed:
         base["rediagnosed"] = rediagnosed
-        base["next_bottlenecks"] = list(dict.fromkeys(base["next_bottlenecks"] + [r["fix"] for r in rediagnosed]))
-    return {
+        base["next_bottlenecks"] = list(dict.fromkeys(base["next_bottlenecks"] + [r.fix for r in rediagnosed]))
+    return Verdict(
         **base,
-        "top": top.name,
-        "top_title": top.title,
-        "headline": headline,
-        "top_per_step_us": top.time_lost_per_step_us,
-        "top_frac": top.time_lost_frac,
-        "top_confidence": top.confidence,
-        "expected_step_us": expected,
-        "expected_from": [f.name for f in fixable],
-        "expected_model": "+".join(dict.fromkeys(models)),
-        "path": path,
-        "whatif": whatif,
-        "assumption": _assumption(models),
-    }
+        top=top.name,
+        top_title=top.title,
+        headline=headline,
+        top_per_step_us=top.time_lost_per_step_us,
+        top_frac=top.time_lost_frac,
+        top_confidence=top.confidence,
+        expected_step_us=expected,
+        expected_from=[f.name for f in fixable],
+        expected_model="+".join(dict.fromkeys(models)),
+        path=path,
+        whatif=whatif,
+        assumption=_assumption(models),
+    )
 
 
 def _slow_steps(dur_us: np.ndarray, steps: np.ndarray) -> str:
@@ -709,28 +717,27 @@ def _fix_path(
             # replay's floor, hold.hold), nor above the step it starts from
             to = min(before, max(projected_step(before, f.time_lost_per_step_us), gpu_left, floor))
             model = "subtraction"
-        path.append({"fix": f.name, "from_us": before, "to_us": to, "model": model})
+        path.append(FixStep(fix=f.name, from_us=before, to_us=to, model=model))
         models.append(model)
         before = to
-    extra = {}
+    extra = UNSET
     if known:
-        ident = whatif.identity(trace)
-        extra = {
-            "identity": ident,
-            "speed_of_light": sol,
-            "saved_alone_per_step_us": {
+        extra = WhatIf(
+            identity=whatif.identity(trace),
+            speed_of_light=sol,
+            saved_alone_per_step_us={
                 f.name: median - whatif.alone(trace, findings, f.name).median_us
                 for f in findings
                 if f.name in known and not f.masked_by
             },
-        }
+        )
     return path, models, extra, _rediagnose(findings, skipped, tuple(done), replayed) if known else []
 
 
 NEXT_MIN_FRAC = 0.03  # a cause asked again after the path is a next bottleneck from this share of the step
 
 
-def _rediagnose(findings: list[Finding], skipped: Sequence[Skipped], done: tuple, replayed) -> list[dict]:
+def _rediagnose(findings: list[Finding], skipped: Sequence[Skipped], done: tuple, replayed) -> list[Rediagnosed]:
     """Next bottlenecks as a re-diagnosis of the predicted run: after the path's replayed fixes, each
     cause present now that is not on the path (a masked finding, or a detector that saw its signature
     and declined it as below threshold) is replayed once more on top; those whose fix would then save at
@@ -752,18 +759,18 @@ def _rediagnose(findings: list[Finding], skipped: Sequence[Skipped], done: tuple
         saved = base - to
         if base > 0 and saved >= NEXT_MIN_FRAC * base:
             out.append(
-                {
-                    "fix": name,
-                    "present": present,
-                    "reason": reason,
-                    "after": list(done),
-                    "from_us": base,
-                    "to_us": to,
-                    "saved_per_step_us": saved,
-                    "share_of_predicted": saved / base,
-                }
+                Rediagnosed(
+                    fix=name,
+                    present=present,
+                    reason=reason,
+                    after=list(done),
+                    from_us=base,
+                    to_us=to,
+                    saved_per_step_us=saved,
+                    share_of_predicted=saved / base,
+                )
             )
-    out.sort(key=lambda r: -r["saved_per_step_us"])
+    out.sort(key=lambda r: -r.saved_per_step_us)
     return out
 
 
@@ -896,11 +903,11 @@ def reduce_ranks(results: list[dict]) -> Report:
     med = [r.steps.median_us for r in reps]
     slow = int(np.argmax(med))
     fastest = float(np.min(med))
-    cross = align(colls, n_steps=min(int(r.steps.count or 1) for r in reps)) if len(reps) > 1 else {}
+    cross = align(colls, n_steps=min(int(r.steps.count or 1) for r in reps)) if len(reps) > 1 else CrossRank()
     gate = _gating_rank(cross, reps)
     lead_i = next(i for i, r in enumerate(reps) if r.trace.rank == gate) if gate is not None else slow
     lead = reps[lead_i]
-    per = {p["rank"]: p for p in cross.get("per_rank", [])}
+    per = {p.rank: p for p in cross.get("per_rank", [])}
 
     def summary(i: int, r: Report) -> RankSummary:
         busy = r.breakdown.get("gpu_busy")
@@ -919,10 +926,10 @@ def reduce_ranks(results: list[dict]) -> Report:
                 if c is None
                 else {
                     "gating": r.trace.rank == gate,
-                    "last_arrivals": c["last_arrivals"],
-                    "collective_wait_us_per_step": c["wait_us_per_step"],
-                    "collective_transfer_us_per_step": c["transfer_us_per_step"],
-                    "clock_offset_us": c["clock_offset_us"],
+                    "last_arrivals": c.last_arrivals,
+                    "collective_wait_us_per_step": c.wait_us_per_step,
+                    "collective_transfer_us_per_step": c.transfer_us_per_step,
+                    "clock_offset_us": c.clock_offset_us,
                 }
             ),
         )
@@ -930,16 +937,16 @@ def reduce_ranks(results: list[dict]) -> Report:
     lead = msgspec.structs.replace(lead, ranks=[summary(i, r) for i, r in enumerate(reps)])
     warnings = []
     if cross:
-        cross["gating_rank"] = gate
-        lead = msgspec.structs.replace(lead, cross_rank=typed(CrossRank, cross))
-        if cross["clock"] != "one clock":
-            offs = ", ".join(f"rank {p['rank']} {p['clock_offset_us'] / 1e3:+.3f} ms" for p in cross["per_rank"])
+        cross = msgspec.structs.replace(cross, gating_rank=gate)
+        lead = msgspec.structs.replace(lead, cross_rank=cross)
+        if cross.clock != "one clock":
+            offs = ", ".join(f"rank {p.rank} {p.clock_offset_us / 1e3:+.3f} ms" for p in cross.per_rank)
             warnings.append(
                 f"the ranks' clocks differ (different hosts, or clocks not synchronised): offsets "
-                f"against rank {cross['ranks'][0]} estimated from the collectives' end times and "
+                f"against rank {cross.ranks[0]} estimated from the collectives' end times and "
                 f"removed before comparing arrivals ({offs})"
             )
-        warnings += cross["notes"]
+        warnings += cross.notes
     if gate is not None:
         lead = msgspec.structs.replace(lead, verdict=_straggler_verdict(lead, cross, reps[lead_i], med[lead_i]))
     elif len(reps) > 1:
@@ -952,7 +959,7 @@ def reduce_ranks(results: list[dict]) -> Report:
                 + (
                     "; no rank gates the collectives ("
                     + (
-                        f"arrivals within {fmt_us(cross['max_arrival_skew_us'])})"
+                        f"arrivals within {fmt_us(cross.max_arrival_skew_us)})"
                         if cross
                         else "no collectives to align across ranks)"
                     )
@@ -980,22 +987,22 @@ def reduce_ranks(results: list[dict]) -> Report:
     return msgspec.structs.replace(lead, warnings=warnings)
 
 
-def _gating_rank(cross: dict, reps: list[Report]) -> int | None:
+def _gating_rank(cross: CrossRank, reps: list[Report]) -> int | None:
     """The straggler when it costs the job at least STRAGGLER_MIN_FRAC of the median step."""
-    s = cross.get("straggler") if cross else None
+    s = cross.straggler if cross else None
     if s is None:
         return None
-    p = next(p for p in cross["per_rank"] if p["rank"] == s)
+    p = next(p for p in cross.per_rank if p.rank == s)
     median = float(np.median([r.steps.median_us for r in reps]))
-    return s if median and p["job_cost_us_per_step"] >= STRAGGLER_MIN_FRAC * median else None
+    return s if median and p.job_cost_us_per_step >= STRAGGLER_MIN_FRAC * median else None
 
 
-def _straggler_verdict(lead: Report, cross: dict, rep: Report, median_us: float) -> Verdict:
+def _straggler_verdict(lead: Report, cross: CrossRank, rep: Report, median_us: float) -> Verdict:
     """The job's headline: the gating rank, the wait it costs, and its own top cause as the reason."""
-    s = cross["straggler"]
-    p = next(p for p in cross["per_rank"] if p["rank"] == s)
-    others = [q for q in cross["per_rank"] if q["rank"] != s]
-    mean_wait = float(np.mean([q["wait_us_per_step"] for q in others])) if others else 0.0
+    s = cross.straggler
+    p = next(p for p in cross.per_rank if p.rank == s)
+    others = [q for q in cross.per_rank if q.rank != s]
+    mean_wait = float(np.mean([q.wait_us_per_step for q in others])) if others else 0.0
     part = rep.breakdown.get("gpu_busy")
     busy = known(part.frac) if part else None
     v = lead.verdict
@@ -1007,16 +1014,16 @@ def _straggler_verdict(lead: Report, cross: dict, rep: Report, median_us: float)
         else f"Rank {s} has no finding of its own ({busy_s}): look at its input pipeline, host and data balance"
     )
     headline = (
-        f"Rank {s} gates the step: it is last to arrive at {p['last_arrivals']} of {cross['matched']} "
+        f"Rank {s} gates the step: it is last to arrive at {p.last_arrivals} of {cross.matched} "
         f"collectives, the other ranks wait {fmt_us(mean_wait)} per step on average in collectives, and "
-        f"the job loses {fmt_us(p['job_cost_us_per_step'])} per step to it. {cause}. The other ranks' "
+        f"the job loses {fmt_us(p.job_cost_us_per_step)} per step to it. {cause}. The other ranks' "
         f"collective time is waiting for rank {s}, not communication to tune."
     )
     return msgspec.structs.replace(
         v,
         headline=headline,
         gating_rank=s,
-        gating_cost_per_step_us=p["job_cost_us_per_step"],
-        gating_caused_wait_per_step_us=p["caused_wait_us_per_step"],
+        gating_cost_per_step_us=p.job_cost_us_per_step,
+        gating_caused_wait_per_step_us=p.caused_wait_us_per_step,
         rank_headline=known(v.headline, ""),
     )

@@ -69,17 +69,6 @@ def severity(frac: float) -> str:
     return "low"
 
 
-def _np(o: Any) -> Any:
-    if hasattr(o, "item"):  # numpy scalars: the same value as a Python number
-        return o.item()
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
-
-
-def typed(cls: type, value: Any) -> Any:
-    """A section (or list/dict of sections) from its JSON-shaped form; numpy scalars become Python numbers."""
-    return msgspec.convert(msgspec.to_builtins(value, enc_hook=_np), cls)
-
-
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 _MAX_DEPTH = 32  # a report this version writes nests 6 deep
 

@@ -7,51 +7,17 @@ Shared by the far-from-roofline detector and the report's `efficiency` section. 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
 
+import msgspec
 import numpy as np
 import pandas as pd
 
+from ..sections import Efficiency, Peaks, ShapeRow, py
 from ..trace import roofline as rl
 from ..trace.timeline import is_comm_kernel
 from . import kernels as K
 from .device import primary_kernels
 from .steps import in_steps
-
-
-@dataclass(frozen=True)
-class ShapeRow:
-    """One (op, input shapes, input types) group of the analysed steps, against the roofline."""
-
-    op: str
-    family: str
-    shape: str
-    dtype: str
-    dims: dict
-    calls_per_step: float
-    gpu_us_per_step: float  # sum of the durations of the kernels the op's calls launched
-    us_per_call: float
-    gflops_per_call: float | None  # None: not modelled (a convolution whose output size is unknown)
-    mbytes_per_call: float | None
-    tflops: float | None  # achieved
-    tbps: float | None  # achieved
-    intensity: float | None  # FLOP per byte
-    peak_tflops: float | None  # the compute roof for this family and dtype
-    peak_tbps: float | None  # the memory roof
-    bound: str | None  # "compute" | "memory": the roof the intensity puts it under
-    share_of_peak: float | None  # time at the roofline / measured time
-    roofline_us_per_step: float | None
-    kernel: str  # the longest-running kernel of the group
-    note: str = ""
-    peak_unit: str | None = None  # what peak_tflops is the peak of, in words ("bf16 matrix", "fp32 vector")
-
-    def to_dict(self) -> dict:
-        out = {}
-        for k, v in asdict(self).items():
-            if isinstance(v, float):
-                v = float(f"{v:.6g}") if math.isfinite(v) else None
-            out[k] = v
-        return out
 
 
 def shape_table(trace) -> list[ShapeRow]:
@@ -66,7 +32,7 @@ def coverage(trace) -> dict:
     n = max(len(trace.steps), 1)
     total = float(k["dur_us"].sum()) if len(k) else 0.0
     modelled = sum(r.gpu_us_per_step for r in shape_table(trace) if r.share_of_peak is not None) * n
-    return {"kernel_us_per_step": total / n, "modelled_frac": min(1.0, modelled / total) if total else 0.0}
+    return {"kernel_us_per_step": total / n, "modelled_frac": float(min(1.0, modelled / total)) if total else 0.0}
 
 
 def unmodelled(trace, top: int = 3) -> list[tuple[str, float, bool]]:
@@ -121,29 +87,49 @@ def _us(us: float) -> str:
     return f"{us / 1e3:.1f} ms" if us >= 1e3 else f"{us:.0f} us"
 
 
-def section(trace, top: int = 25) -> dict:
+def section(trace, top: int = 25) -> Efficiency:
     """The report's `efficiency` field: the peaks used, the coverage and the top rows by GPU time."""
     if not trace.has_gpu or not len(trace.kernels):
-        return {}
+        return Efficiency()
     rows = shape_table(trace)
     dev = trace.device
     p = dev.peaks if dev is not None else None
     peaks = (
         None
         if p is None
-        else {
-            "name": p.name,
-            "source": p.source,
-            "approximate": p.approximate,
-            "mem_tbps": p.mem_gbps / 1e3,
-            "fp32_tflops": p.fp32_tflops,
-            "tf32_tflops": p.tf32_tflops,
-            "half_tflops": p.half_tflops,
-            "fp8_tflops": p.fp8_tflops,
-            "bf16": p.bf16,
-        }
+        else Peaks(
+            name=p.name,
+            source=p.source,
+            approximate=bool(p.approximate),
+            mem_tbps=p.mem_gbps / 1e3,
+            fp32_tflops=py(p.fp32_tflops),
+            tf32_tflops=py(p.tf32_tflops),
+            half_tflops=py(p.half_tflops),
+            fp8_tflops=py(p.fp8_tflops),
+            bf16=bool(p.bf16),
+        )
     )
-    return {"peaks": peaks, **coverage(trace), "rows_total": len(rows), "rows": [r.to_dict() for r in rows[:top]]}
+    cov = coverage(trace)
+    return Efficiency(
+        peaks=peaks,
+        kernel_us_per_step=cov["kernel_us_per_step"],
+        modelled_frac=cov["modelled_frac"],
+        rows_total=len(rows),
+        rows=[reported(r) for r in rows[:top]],
+    )
+
+
+def reported(r: ShapeRow) -> ShapeRow:
+    """A row as the report states it: each number to 6 significant digits (a non-finite one None); the
+    table itself keeps full precision for the detector and the speed of light."""
+    out = {}
+    for k in ShapeRow.__struct_fields__:
+        v = getattr(r, k)
+        if isinstance(v, float):
+            v = float(f"{v:.6g}") if math.isfinite(v) else None
+        out[k] = v
+    out["dims"] = msgspec.to_builtins(r.dims, enc_hook=lambda o: o.item())
+    return ShapeRow(**out)
 
 
 def step_kernels(trace) -> pd.DataFrame:
@@ -250,6 +236,7 @@ def _row(op: str, w: rl.Work, dur_us: float, count: int, n: int, peaks, kernel: 
             bound=None,
             share_of_peak=None,
             roofline_us_per_step=None,
+            peak_unit=None,
         )
     tflops = w.flops * count / dur_us / 1e6  # FLOP per us / 1e6 = TFLOP/s
     tbps = w.bytes * count / dur_us / 1e6  # byte per us / 1e6 = TB/s

@@ -11,6 +11,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from ..sections import CollectiveRow, CrossRank, RankAlignment
 from . import intervals as iv
 from .timeline import is_comm_kernel
 
@@ -101,13 +102,13 @@ def rank_collectives(trace) -> list[dict]:
     return rows
 
 
-def align(per_rank: dict[int, list[dict]], n_steps: int = 1, tolerance_us: float = CLOCK_TOLERANCE_US) -> dict:
+def align(per_rank: dict[int, list[dict]], n_steps: int = 1, tolerance_us: float = CLOCK_TOLERANCE_US) -> CrossRank:
     """Match the k-th collective of each communicator across ranks, estimate clock offsets from the end
     times (a collective ends together on every rank), and measure who arrives last and what it costs.
-    Returns {} when fewer than two ranks have collectives."""
+    Returns an empty CrossRank when fewer than two ranks have collectives."""
     ranks = sorted(r for r, rows in per_rank.items() if rows)
     if len(ranks) < 2:
-        return {}
+        return CrossRank()
     notes: list[str] = []
     groups = sorted({row["group"] for r in ranks for row in per_rank[r]})
     starts, ends, names, gids = [], [], [], []
@@ -140,7 +141,7 @@ def align(per_rank: dict[int, list[dict]], n_steps: int = 1, tolerance_us: float
             names.append(next(iter(kinds), "unknown"))
             gids.append(g)
     if not starts:
-        return {}
+        return CrossRank()
     s, e = np.array(starts), np.array(ends)
     # offsets against the first rank: the median of the end-time differences is robust to a few
     # collectives whose end is late on one rank (a kernel tail, a preempted stream)
@@ -164,37 +165,37 @@ def align(per_rank: dict[int, list[dict]], n_steps: int = 1, tolerance_us: float
     for j, r in enumerate(ranks):
         mine = lag == j
         per.append(
-            {
-                "rank": r,
-                "last_arrivals": int(mine.sum()),
-                "caused_wait_us_per_step": float(caused[mine].sum()) / n_steps,
-                "job_cost_us_per_step": float(cost[mine].sum()) / n_steps,
-                "wait_us_per_step": float(wait[:, j].sum()) / n_steps,
-                "transfer_us_per_step": float((dur[:, j] - wait[:, j]).sum()) / n_steps,
-                "clock_offset_us": float(offsets[j]),
-            }
+            RankAlignment(
+                rank=r,
+                last_arrivals=int(mine.sum()),
+                caused_wait_us_per_step=float(caused[mine].sum()) / n_steps,
+                job_cost_us_per_step=float(cost[mine].sum()) / n_steps,
+                wait_us_per_step=float(wait[:, j].sum()) / n_steps,
+                transfer_us_per_step=float((dur[:, j] - wait[:, j]).sum()) / n_steps,
+                clock_offset_us=float(offsets[j]),
+            )
         )
-    best = max(per, key=lambda p: (p["caused_wait_us_per_step"], p["last_arrivals"]))
+    best = max(per, key=lambda p: (p.caused_wait_us_per_step, p.last_arrivals))
     rows = [
-        {
-            "index": i,
-            "group": int(gids[i]),
-            "collective": names[i],
-            "arrival_skew_us": float(last[i] - first[i]),
-            "last_rank": ranks[int(lag[i])] if lag[i] >= 0 else None,
-            "job_cost_us": float(cost[i]),
-        }
+        CollectiveRow(
+            index=i,
+            group=int(gids[i]),
+            collective=names[i],
+            arrival_skew_us=float(last[i] - first[i]),
+            last_rank=ranks[int(lag[i])] if lag[i] >= 0 else None,
+            job_cost_us=float(cost[i]),
+        )
         for i in range(min(len(a), MAX_ROWS))
     ]
-    return {
-        "matched": int(len(a)),
-        "ranks": ranks,
-        "steps": n_steps,
-        "clock": "offsets estimated from collective end times" if two_clocks else "one clock",
-        "clock_tolerance_us": tolerance_us,
-        "straggler": best["rank"] if best["caused_wait_us_per_step"] > 0 else None,
-        "per_rank": per,
-        "collectives": rows,
-        "notes": notes,
-        "max_arrival_skew_us": float((last - first).max()),
-    }
+    return CrossRank(
+        matched=int(len(a)),
+        ranks=ranks,
+        steps=n_steps,
+        clock="offsets estimated from collective end times" if two_clocks else "one clock",
+        clock_tolerance_us=tolerance_us,
+        straggler=best.rank if best.caused_wait_us_per_step > 0 else None,
+        per_rank=per,
+        collectives=rows,
+        notes=notes,
+        max_arrival_skew_us=float((last - first).max()),
+    )
