@@ -231,7 +231,7 @@ def test_tracks_are_numbered_as_the_report_numbers_the_findings(tmp_path):
     src, report, data = _annotate(bh.build_launch_bound_eager_attention(), tmp_path)
     assert any(f.masked_by for f in report.findings)  # the builder's eager attention is masked by launch-bound
     text = render(report)
-    in_report = {m.group(2): int(m.group(1)) for m in re.finditer(r"^(\d+)\. (\S+) \(TI\d+\)", text, re.M)}
+    in_report = {m.group(2): int(m.group(1)) for m in re.finditer(r"^(?:  - )?(\d+)\. (\S+) \(TI\d+\)", text, re.M)}
     tracks = {
         e["args"]["name"].split(". ", 1)[1].split(" (")[0]: int(e["args"]["name"].split(".")[0])
         for e in _ours(json.loads(data))

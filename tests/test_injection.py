@@ -505,15 +505,13 @@ SAFE_MD_CALLS = {
     "_ms",
     "_pct",
     "_spans",
+    "_summary",
+    "_item",
 }
 
 
 def _markdown_functions():
     yield REPO / "traceinspect/render/markdown.py", "render"
-    yield REPO / "traceinspect/render/markdown.py", "efficiency_lines"
-    yield REPO / "traceinspect/render/markdown.py", "account_md"
-    yield REPO / "traceinspect/render/markdown.py", "next_bottlenecks_md"
-    yield REPO / "traceinspect/render/markdown.py", "cross_rank_md"
     yield REPO / "traceinspect/render/markdown.py", "blocks"
     yield REPO / "traceinspect/render/diff.py", "render_md"
     yield REPO / "traceinspect/tensorboard.py", "summary_markdown"

@@ -37,7 +37,7 @@ def test_fix_names_the_hf_setting_and_its_current_value(tmp_path):
     assert "dataloader_num_workers=4" in f.fix and "now: dataloader_num_workers=0" in f.fix
     assert rep.trace["run_config"]["per_device_train_batch_size"] == 8
     text = RENDERERS["text"][0](rep)
-    assert "Run configuration" in text and "gradient_accumulation_steps=2" in text
+    assert "Run configuration" in text and "gradient_accumulation_steps: 2" in text
     md = RENDERERS["md"][0](rep)
     assert "Run configuration" in md
 

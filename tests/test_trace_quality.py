@@ -53,7 +53,7 @@ def test_graph_replay_idle_is_named_not_unexplained(tmp_path):
     assert art.check == "graph-replays" and "inside graph replays" in art.label
     assert not rep.verdict.headline.startswith("No cause found for"), rep.verdict.headline
     assert "inside graph replays" in rep.verdict.headline
-    assert "not unexplained, inside graph replays" in render(rep, "text")
+    assert "not unexplained: inside graph replays" in render(rep, "text")
 
 
 def test_kernels_without_a_launch_call_are_counted(tmp_path):

@@ -3,13 +3,16 @@ words, and each format prints every kind of block with its own escaping."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import msgspec
 import pytest
 
 from test_injection import PAYLOAD, hostile_report, poisoned  # noqa: F401 (hostile_report: a fixture)
 from traceinspect.findings import Failure
 from traceinspect.render import html, markdown, text, view
-from traceinspect.render.view import C, Item, Items, KeyValue, Para, Section, T
+from traceinspect.render.view import C, Item, Items, KeyValue, Para, Section, T, Table
+from traceinspect.sections import CrossRank, Efficiency, RankAlignment, RankSummary, ShapeRow
 
 
 def _pieces(sec: Section):
@@ -21,6 +24,11 @@ def _pieces(sec: Section):
             for k, v in b.rows:
                 yield from k
                 yield from v
+        elif isinstance(b, Table):
+            yield from b.head
+            for r in b.rows:
+                for c in r.cells:
+                    yield from c
         else:
             for it in b.items:
                 yield from it.head
@@ -30,8 +38,36 @@ def _pieces(sec: Section):
 def test_report_text_is_carried_as_untrusted(hostile_report):  # noqa: F811
     """Every string of the report starts with a hostile payload: none may reach a bare str (the builder's
     trusted words), and each section must carry some (or the check would pass on an empty view)."""
+    f0 = hostile_report.findings[0]
     rep = msgspec.structs.replace(
-        hostile_report, failures=[Failure(code="TI999", name="a-detector", error="it crashed")], warnings=["a warning"]
+        hostile_report,
+        failures=[Failure(code="TI999", name="a-detector", error="it crashed")],
+        warnings=["a warning"],
+        findings=list(hostile_report.findings) + [dataclasses.replace(f0, masked_by=("launch-bound",))],
+        ranks=[
+            RankSummary(
+                rank=r,
+                file=f"rank{r}.json",
+                median_step_us=1e3,
+                mean_step_us=1e3,
+                steps=3,
+                slowest=r == 1,
+                top_finding="host-bound",
+            )
+            for r in (0, 1)
+        ],
+        cross_rank=CrossRank(
+            matched=3,
+            ranks=[0, 1],
+            clock="one clock",
+            gating_rank=1,
+            per_rank=[RankAlignment(rank=r, last_arrivals=r, wait_us_per_step=1.0) for r in (0, 1)],
+            notes=["a note"],
+        ),
+        efficiency=Efficiency(
+            kernel_us_per_step=10.0,
+            rows=[ShapeRow(op="aten::mm", shape="[2x2]", dtype="fp32", bound="memory", gpu_us_per_step=5.0)],
+        ),
     )
     rep = poisoned(rep, numbers=False)
     built = {name: build(rep) for name, build in view.BUILDERS.items()}

@@ -15,17 +15,12 @@ from ..inert import valid_unicode
 from ..findings import numbered
 from ..report import Gpu, Part, known
 from . import charts, view
-from .view import C, KeyValue, Para, T
+from .view import C, KeyValue, Para, T, Table
 from .common import (
     config_line,
     BREAKDOWN_ORDER,
     count,
-    lost,
     per_step,
-    rediagnosed,
-    rediagnosed_head,
-    efficiency_peaks,
-    efficiency_rows,
     evidence_value,
     gpu_line,
     replay_line,
@@ -92,7 +87,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         *([f'<p class="sub" id="config"><b>{esc(config_line(report))}</b></p>'] if config_line(report) else []),
         "</header>",
         _verdict(report),
-    ] + _cross_rank(report)
+    ] + _sections(report, "cross_rank")
     if not charts.available():
         body.append(
             '<p class="warn" id="no-charts">Charts are not included: matplotlib is not installed '
@@ -100,14 +95,10 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         )
     body += _breakdown(report)
     body += _timeline(report)
-    body += _account(report)
+    body += _sections(report, "account")
     body += _sections(report, "quality")
     body += _findings(report)
-    body += _next_bottlenecks(report)
-    body += _kernels(report)
-    body += efficiency_section(report)
-    body += _sections(report, "memory")
-    body += _ranks(report)
+    body += _sections(report, "next_bottlenecks", "top_kernels", "efficiency", "memory", "run_config", "ranks")
     body += _sections(report, "failures", "warnings", "skipped")
     body += _environment(report)
     title = f"traceinspect: {known(t.file, '?')}"
@@ -381,171 +372,6 @@ def _findings(report) -> list[str]:
     return o
 
 
-def _account(report) -> list[str]:
-    """The explained-time account: GPU idle time per finding, the unexplained rest, and why."""
-    a = report.account
-    if not num(a.idle_us):
-        return []
-    o = [
-        '<section id="account"><h2>Where the GPU idle time goes</h2>',
-        f'<p class="note">explained: {esc(pct(a.explained_frac_of_idle))} of GPU idle time '
-        f"({esc(ms(a.idle_per_step_us))} per step, {esc(pct(a.idle_frac_of_step))} of the step)</p>",
-        "<table><tr><th>claimed by</th><th class=n>per step</th><th class=n>share of the step</th></tr>",
-    ]
-    for p in known(a.parts, []):
-        o.append(
-            f"<tr><td><code>{esc(p.name)}</code></td><td class=n>{esc(ms(p.per_step_us))}</td>"
-            f"<td class=n>{esc(pct(p.frac_of_step))}</td></tr>"
-        )
-    o.append(
-        f"<tr><td>unexplained</td><td class=n>{esc(ms(a.unexplained_per_step_us))}</td>"
-        f"<td class=n>{esc(pct(a.unexplained_frac_of_step))}</td></tr>"
-        + "".join(
-            f"<tr><td>not unexplained: {esc(r.label)}</td><td class=n>{esc(ms(r.per_step_us))}</td>"
-            f"<td class=n>{esc(pct(r.frac_of_step))}</td></tr>"
-            for r in known(a.artifacts, [])
-        )
-        + "</table>"
-    )
-    reasons = known(a.unexplained_reasons, [])
-    if reasons:
-        o.append(
-            "<ul>"
-            + "".join(
-                f"<li>unexplained <code>{esc(r.part)}</code> ({esc(ms(r.per_step_us))}/step): {esc(r.why)}</li>"
-                for r in reasons
-            )
-            + "</ul>"
-        )
-    o.append("</section>")
-    return o
-
-
-def _next_bottlenecks(report) -> list[str]:
-    """Masked causes: their cost now and once the causes that hide them are fixed."""
-    latent = [f for f in report.findings if f.masked_by]
-    again = rediagnosed(report)
-    if not latent and not again:
-        return []
-    c = num(known(report.steps.count))
-    n = int(c) if c is not None and 1 <= c < 1e12 else 1
-    o = ['<section id="next-bottlenecks"><h2>Next bottlenecks (present, masked now)</h2>']
-    if again:
-        o.append("<ul>")
-        for r in again:
-            o.append(
-                f"<li><code>{esc(r.fix)}</code> ({esc(r.present)} now): {esc(rediagnosed_head(r))} its fix would "
-                f"save {esc(per_step(r.saved_per_step_us))} ({esc(pct(r.share_of_predicted))} of that step) (replay)"
-                + (f'<br><span class="note">now: {esc(r.reason)}</span>' if known(r.reason) else "")
-                + "</li>"
-            )
-        o.append("</ul>")
-    if not latent:
-        o.append("</section>")
-        return o
-    o += [
-        "<table><tr><th>finding</th><th class=n>lost per step now</th><th class=n>once fixed</th><th>masked by</th>"
-        "<th>severity</th><th>confidence</th></tr>",
-    ]
-    for f in latent:
-        o.append(
-            f'<tr><td><code>{esc(f.name)}</code> {esc(f.title)}<br><span class="note">Fix: {esc(f.fix)}</span></td>'
-            f"<td class=n>{esc(lost(f.time_lost_per_step_us))}</td>"
-            f"<td class=n>{esc(ms((num(f.projected_lost_us) or 0.0) / n))}</td>"
-            f"<td>{', '.join(f'<code>{esc(m)}</code>' for m in f.masked_by)}</td>"
-            f"<td>{esc(sev(f))}</td><td>{esc(f.confidence)}</td></tr>"
-        )
-    o.append("</table></section>")
-    return o
-
-
-def _kernels(report) -> list[str]:
-    if not report.top_kernels:
-        return []
-    o = [
-        '<section id="kernels"><h2>Top kernels</h2><table><tr><th>kernel</th><th class=n>calls</th><th class=n>total</th>'
-        "<th class=n>median</th><th class=n>share of kernel time</th><th></th></tr>"
-    ]
-    for k in report.top_kernels:
-        o.append(
-            f'<tr><td><code title="{esc(k.name)}">{esc(_short(k.name))}</code></td>'
-            f"<td class=n>{esc(k.count)}</td><td class=n>{ms(k.total_us)}</td>"
-            f"<td class=n>{ms(k.median_us)}</td><td class=n>{pct(k.frac_of_kernel_time)}</td>"
-            f"<td>{_bar(k.frac_of_kernel_time)}</td></tr>"
-        )
-    o.append("</table></section>")
-    return o
-
-
-def efficiency_section(report, top: int = 15) -> list[str]:
-    """The top rows of the per-shape efficiency table against the roofline."""
-    rows = efficiency_rows(report, top)
-    if not rows:
-        return []
-    o = [
-        '<section id="efficiency"><h2>Efficiency against the roofline, by op and shape</h2>',
-        f'<p class="note">Peaks: {esc(efficiency_peaks(report))}. Share: time at the roofline / measured time.</p>',
-        "<table><tr><th>op</th><th>shapes</th><th>dtype</th><th class=n>calls/step</th><th class=n>GPU time/step</th>"
-        "<th class=n>TFLOP/s</th><th class=n>TB/s</th><th class=n>FLOP/B</th><th>bound</th>"
-        "<th class=n>share of roofline</th></tr>",
-    ]
-    for r in rows:
-        o.append(
-            f"<tr><td><code>{esc(r['op'])}</code></td><td>{esc(r['shape'])}</td><td>{esc(r['dtype'])}</td>"
-            f"<td class=n>{esc(r['calls'])}</td><td class=n>{esc(r['time'])}</td><td class=n>{esc(r['tflops'])}</td>"
-            f"<td class=n>{esc(r['tbps'])}</td><td class=n>{esc(r['intensity'])}</td><td>{esc(r['bound'])}</td>"
-            f"<td class=n>{esc(r['share'])}</td></tr>"
-        )
-    o.append("</table></section>")
-    return o
-
-
-def _ranks(report) -> list[str]:
-    if not report.ranks or len(report.ranks) < 2:
-        return []
-    o = [
-        '<section id="ranks"><h2>Ranks</h2><table><tr><th class=n>rank</th><th>file</th><th class=n>median step</th>'
-        "<th class=n>GPU busy</th><th>top finding</th></tr>"
-    ]
-    for r in report.ranks:
-        mark = (" <b>(gates the step)</b>" if known(r.gating) else "") + (
-            " <b>(slowest)</b>" if known(r.slowest) else ""
-        )
-        o.append(
-            f"<tr><td class=n>{esc(known(r.rank))}{mark}</td><td>{esc(known(r.file))}</td>"
-            f"<td class=n>{ms(known(r.median_step_us))}</td><td class=n>{pct(known(r.gpu_busy_frac))}</td>"
-            f"<td>{esc(known(r.top_finding) or '-')}</td></tr>"
-        )
-    o.append("</table></section>")
-    return o
-
-
-def _cross_rank(report) -> list[str]:
-    """Collectives aligned across ranks: who arrives last, and each rank's wait vs own transfer."""
-    c = report.cross_rank
-    if not c:
-        return []
-    o = [
-        f'<section id="cross-rank"><h2>Collectives across {count(len(known(c.ranks, [])))} ranks</h2>'
-        f'<p class="note">{count(c.matched)} collectives matched per rank; largest arrival skew '
-        f"{esc(ms(c.max_arrival_skew_us))}; clock: {esc(known(c.clock, ''))}.</p>"
-        "<table><tr><th class=n>rank</th><th class=n>last to arrive</th><th class=n>waits in collectives</th>"
-        "<th class=n>own transfer</th><th class=n>job cost</th></tr>"
-    ]
-    for p in known(c.per_rank, []):
-        mark = " <b>(gates the step)</b>" if p.rank == known(c.gating_rank) else ""
-        o.append(
-            f"<tr><td class=n>{esc(p.rank)}{mark}</td><td class=n>{count(p.last_arrivals)}</td>"
-            f"<td class=n>{esc(ms(p.wait_us_per_step))}/step</td>"
-            f"<td class=n>{esc(ms(p.transfer_us_per_step))}/step</td>"
-            f"<td class=n>{esc(ms(p.job_cost_us_per_step))}/step</td></tr>"
-        )
-    o.append("</table>")
-    o += [f'<p class="note">{esc(n)}</p>' for n in known(c.notes, [])[:5]]
-    o.append("</section>")
-    return o
-
-
 def _environment(report) -> list[str]:
     t, st = report.trace, report.steps
     g = known(t.gpu) or Gpu()
@@ -579,7 +405,7 @@ def _environment(report) -> list[str]:
     o = ['<section id="environment"><h2>Environment</h2><dl class="env">']
     o += [f"<dt>{esc(k)}</dt><dd>{esc(val)}</dd>" for k, val in rows if val is not None]
     o.append("</dl>")
-    for key, title in (("run_config", "Run configuration"), ("run_framework", "Framework versions")):
+    for key, title in (("run_framework", "Framework versions"),):
         if known(getattr(t, key)):
             o.append(
                 f"<h3>{title}</h3><pre>{esc(json.dumps(getattr(t, key), indent=2, sort_keys=True, default=str))}</pre>"
@@ -678,6 +504,8 @@ def blocks(sections) -> list[str]:
                 o.append("<table>")
                 o += [f'<tr><th scope="row">{_spans(k)}</th><td>{_spans(v)}</td></tr>' for k, v in b.rows]
                 o.append("</table>")
+            elif isinstance(b, Table):
+                o += _table(b)
             else:
                 o.append("<ul>")
                 o += [
@@ -688,8 +516,39 @@ def blocks(sections) -> list[str]:
     return o
 
 
-def _spans(spans) -> str:
-    return "".join(f"<code>{esc(p)}</code>" if isinstance(p, C) else esc(p) if isinstance(p, T) else p for p in spans)
+def _table(b) -> list[str]:
+    """A table: numbers right-aligned (class n), a total row in header cells, bars in a last column, a
+    row's colour key as a swatch before its first cell."""
+
+    def cell(tag: str, i: int, spans, pre: str = "") -> str:
+        cls = " class=n" if i in b.right else ""
+        return f"<{tag}{cls}>{pre}{_spans(spans, cell=True)}</{tag}>"
+
+    o = [
+        "<table><tr>"
+        + "".join(cell("th", i, (h,)) for i, h in enumerate(b.head))
+        + ("<th></th>" if b.bars else "")
+        + "</tr>"
+    ]
+    for r in b.rows:
+        tag = "th" if r.total else "td"
+        tds = [cell(tag, i, c, _swatch(r.color) if i == 0 and r.color else "") for i, c in enumerate(r.cells)]
+        if b.bars:
+            tds.append(f"<{tag}>{_bar(r.bar, charts.COLORS.get(r.color)) if r.bar is not None else ''}</{tag}>")
+        o.append("<tr>" + "".join(tds) + "</tr>")
+    o[-1] += "</table>"
+    return o
+
+
+def _spans(spans, cell: bool = False) -> str:
+    return "".join(_code(p, cell) if isinstance(p, C) else esc(p) if isinstance(p, T) else p for p in spans)
+
+
+def _code(name, cell: bool) -> str:
+    """A name in <code>; in a table cell one over 160 characters is cut, its whole text on hover."""
+    if cell and len(name) > 160:
+        return f'<code title="{esc(name)}">{esc(_short(name))}</code>'
+    return f"<code>{esc(name)}</code>"
 
 
 def _sections(report, *names: str) -> list[str]:

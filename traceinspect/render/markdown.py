@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import html
+import re
+
 from ..findings import numbered
 from ..report import Part, known
 from . import view
-from .view import C, KeyValue, Para, T
+from .view import C, KeyValue, Para, T, Table
 from .common import (
     config_line,
     BREAKDOWN_ORDER,
     count,
     fix_path,
     lost,
-    efficiency_peaks,
-    efficiency_rows,
     evidence_value,
     gpu_line,
     md_code,
@@ -22,13 +23,10 @@ from .common import (
     ms,
     num,
     pct,
-    run_config_items,
+    plain,
     trust_line,
     sev,
     mfu_phrase,
-    per_step,
-    rediagnosed,
-    rediagnosed_head,
     speed_of_light,
 )
 
@@ -92,7 +90,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
     elif v:
         o.append(f"**Verdict:** {md_text(known(v.headline, ''))}")
     o.append("")
-    o += cross_rank_md(report)
+    o += _sections(report, "cross_rank")
     if bd:
         o.append("| where each step goes | per step | share |")
         o.append("|---|---:|---:|")
@@ -103,7 +101,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
         b = bd.get("gpu_busy") or Part()
         o.append(f"| **GPU busy** | {ms(known(b.per_step_us))} | {pct(known(b.frac))} |")
         o.append("")
-    o += account_md(report)
+    o += _sections(report, "account")
     o += _sections(report, "quality")
     active = [(i, f) for i, f in numbered(report.findings) if not f.masked_by]
     if active:
@@ -135,162 +133,13 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
     else:
         o.append("No findings.")
         o.append("")
-    o += next_bottlenecks_md(report)
-    if report.top_kernels:
-        o.append("<details><summary>Top kernels</summary>")
-        o.append("")
-        o.append("| kernel | calls | total | share |")
-        o.append("|---|---:|---:|---:|")
-        for k in report.top_kernels:
-            o.append(
-                f"| {md_code(k.name, 90, in_table=True)} | {count(k.count)} | "
-                f"{ms(k.total_us)} | {pct(k.frac_of_kernel_time)} |"
-            )
-        o.append("")
-        o.append("</details>")
-        o.append("")
-    o += efficiency_lines(report)
-    o += _sections(report, "memory")
-    items = run_config_items(t)
-    if items:
-        o.append("<details><summary>Run configuration (recorded by traceinspect.capture)</summary>")
-        o.append("")
-        o.append("| setting | value |")
-        o.append("|---|---|")
-        for k, val in items:
-            o.append(f"| {md_code(k, in_table=True)} | {md_text(val)} |")
-        o.append("")
-        o.append("</details>")
-        o.append("")
-    if report.ranks and len(report.ranks) > 1:
-        o.append("| rank | median step | GPU busy | top finding |")
-        o.append("|---:|---:|---:|---|")
-        for r in report.ranks:
-            o.append(
-                f"| {md_text(known(r.rank))}{' **(gates the step)**' if known(r.gating) else ''}"
-                f"{' **(slowest)**' if known(r.slowest) else ''} | "
-                f"{ms(known(r.median_step_us))} | {pct(known(r.gpu_busy_frac))} | "
-                f"{md_text(known(r.top_finding) or '-')} |"
-            )
-        o.append("")
+    o += _sections(report, "next_bottlenecks", "top_kernels", "efficiency", "memory", "run_config", "ranks")
     o += _sections(report, "failures", "warnings", "skipped")
     text = "\n".join(o).rstrip() + "\n"
     if len(text.encode()) > MAX_BYTES:
         cut = text.encode()[: MAX_BYTES - 200].decode("utf-8", "ignore")
         text = cut.rsplit("\n", 1)[0] + "\n\n_(report truncated to stay under 1 MiB)_\n"
     return text
-
-
-def efficiency_lines(report, top: int = 10) -> list[str]:
-    """The top rows of the per-shape efficiency table (GPU time per step, achieved rates, roofline share)."""
-    rows = efficiency_rows(report, top)
-    if not rows:
-        return []
-    o = [
-        "<details><summary>Efficiency against the roofline, by op and shape</summary>",
-        "",
-        f"Peaks: {md_text(efficiency_peaks(report))}. Share: time at the roofline / measured time.",
-        "",
-        "| op | shapes | dtype | calls/step | GPU time/step | TFLOP/s | TB/s | FLOP/B | bound | share of roofline |",
-        "|---|---|---|---:|---:|---:|---:|---:|---|---:|",
-    ]
-    for r in rows:
-        o.append(
-            f"| {md_code(r['op'], 60, in_table=True)} | {md_text(r['shape'])} | {md_text(r['dtype'])} | "
-            f"{md_text(r['calls'])} | {md_text(r['time'])} | {md_text(r['tflops'])} | {md_text(r['tbps'])} | "
-            f"{md_text(r['intensity'])} | {md_text(r['bound'])} | {md_text(r['share'])} |"
-        )
-    o += ["", "</details>", ""]
-    return o
-
-
-def cross_rank_md(report) -> list[str]:
-    """Collectives aligned across ranks: who arrives last, and each rank's wait vs own transfer."""
-    c = report.cross_rank
-    if not c:
-        return []
-    o = [
-        f"### Collectives across {count(len(known(c.ranks, [])))} ranks",
-        "",
-        f"{count(c.matched)} collectives matched per rank; largest arrival skew "
-        f"{ms(c.max_arrival_skew_us)}; clock: {md_text(known(c.clock, ''))}.",
-        "",
-        "| rank | last to arrive | waits in collectives | own transfer | job cost |",
-        "|---:|---:|---:|---:|---:|",
-    ]
-    for p in known(c.per_rank, []):
-        o.append(
-            f"| {md_text(p.rank)}{' **(gates the step)**' if p.rank == known(c.gating_rank) else ''}"
-            f" | {count(p.last_arrivals)} | {ms(p.wait_us_per_step)}/step | "
-            f"{ms(p.transfer_us_per_step)}/step | {ms(p.job_cost_us_per_step)}/step |"
-        )
-    o.append("")
-    for n in known(c.notes, [])[:5]:
-        o.append(f"- {md_text(n)}")
-    return o + ([""] if known(c.notes) else [])
-
-
-def account_md(report) -> list[str]:
-    """The explained-time account as a table: GPU idle per finding, then the unexplained rest and why."""
-    a = report.account
-    if not num(a.idle_us):
-        return []
-    o = [
-        f"### Where the GPU idle time goes (explained: {pct(a.explained_frac_of_idle)} of GPU idle time)",
-        "",
-        "| claimed by | per step | share of the step |",
-        "|---|---:|---:|",
-    ]
-    for p in known(a.parts, []):
-        o.append(f"| {md_code(p.name, in_table=True)} | {ms(p.per_step_us)} | {pct(p.frac_of_step)} |")
-    o.append(f"| unexplained | {ms(a.unexplained_per_step_us)} | {pct(a.unexplained_frac_of_step)} |")
-    for r in known(a.artifacts, []):
-        o.append(f"| not unexplained: {md_text(r.label)} | {ms(r.per_step_us)} | {pct(r.frac_of_step)} |")
-    o.append(f"| **GPU idle** | {ms(a.idle_per_step_us)} | {pct(a.idle_frac_of_step)} |")
-    o.append("")
-    reasons = known(a.unexplained_reasons, [])
-    for r in reasons:
-        o.append(f"- unexplained {md_code(r.part)} ({ms(r.per_step_us)}/step): {md_text(r.why)}")
-    if reasons:
-        o.append("")
-    return o
-
-
-def next_bottlenecks_md(report) -> list[str]:
-    """Masked causes, with their cost now and once the masking causes are fixed."""
-    latent = [f for f in report.findings if f.masked_by]
-    again = rediagnosed(report)
-    if not latent and not again:
-        return []
-    c = num(known(report.steps.count))
-    n = int(c) if c is not None and 1 <= c < 1e12 else 1
-    o = ["### Next bottlenecks (present, masked now)", ""]
-    for r in again:
-        o.append(
-            f"- {md_code(r.fix)} ({md_text(r.present)} now): {md_text(rediagnosed_head(r))} its fix would save "
-            f"{md_text(per_step(r.saved_per_step_us))} ({pct(r.share_of_predicted)} of that step) (replay)"
-            + (f". Now: {md_text(r.reason)}" if known(r.reason) else "")
-        )
-    if again:
-        o.append("")
-    if not latent:
-        return o
-    o += [
-        "| finding | lost per step now | once fixed | masked by | severity | confidence |",
-        "|---|---:|---:|---|---|---|",
-    ]
-    for f in latent:
-        o.append(
-            f"| {md_code(f.name, in_table=True)} {md_text(f.title)} | {lost(f.time_lost_per_step_us)} | "
-            f"{ms((num(f.projected_lost_us) or 0.0) / n)} | "
-            f"{', '.join(md_code(m, in_table=True) for m in f.masked_by)} | {md_text(sev(f))} | "
-            f"{md_text(f.confidence)} |"
-        )
-    o.append("")
-    for f in latent:
-        o.append(f"- {md_code(f.name)} fix: {md_text(f.fix)}")
-    o.append("")
-    return o
 
 
 ASSET_FILES = (("step-breakdown.svg", "Where each step goes"), ("step-timeline.svg", "One step on the GPU"))
@@ -351,25 +200,64 @@ def render_with_assets(report, assets_dir, *, relative_to: str | None = None) ->
 
 
 def blocks(sections) -> list[str]:
-    """View-model sections (render/view.py) as Markdown: a level-3 heading, each block, a blank line
-    after each. Report text goes through md_text(), names through md_code(), nothing else is escaped."""
+    """View-model sections (render/view.py) as Markdown: a level-3 heading (a collapsed section: a
+    <details> fold), each block, a blank line after each. Report text goes through md_text(), names
+    through md_code() (in a table cell: cut at CODE_MAX, `|` escaped), a fold's title through html.escape."""
     o: list[str] = []
     for sec in sections:
-        o += [f"### {_spans(sec.title)}", ""]
+        if sec.collapsed:
+            o += [f"<details><summary>{_summary(sec.title)}</summary>", ""]
+        else:
+            o += [f"### {_spans(sec.title)}", ""]
         for b in sec.blocks:
             if isinstance(b, Para):
                 o.append(_spans(b.spans))
             elif isinstance(b, KeyValue):
                 o += [f"- {_spans(k)}: {_spans(v)}" for k, v in b.rows]
+            elif isinstance(b, Table):
+                o.append("| " + " | ".join(b.head) + " |")
+                o.append("|" + "|".join("---:" if i in b.right else "---" for i in range(len(b.head))) + "|")
+                for r in b.rows:
+                    cells = (f"**{_spans(c, cell=True)}**" if r.total and c else _spans(c, cell=True) for c in r.cells)
+                    o.append("| " + " | ".join(cells) + " |")
             else:
                 for it in b.items:  # a second line as a hard line break (a trailing backslash)
-                    o += [f"- {_spans(it.head)}\\", f"  {_spans(it.more)}"] if it.more else [f"- {_spans(it.head)}"]
+                    o += (
+                        [f"- {_item(_spans(it.head))}\\", f"  {_spans(it.more)}"]
+                        if it.more
+                        else [f"- {_item(_spans(it.head))}"]
+                    )
             o.append("")
+        if sec.collapsed:
+            o += ["</details>", ""]
     return o
 
 
-def _spans(spans) -> str:
-    return "".join(md_code(p) if isinstance(p, C) else md_text(p) if isinstance(p, T) else p for p in spans)
+CODE_MAX = 90  # a name in a table cell is cut here (GitHub tables do not wrap code)
+
+
+def _spans(spans, cell: bool = False) -> str:
+    return "".join(
+        (md_code(p, CODE_MAX, in_table=True) if cell else md_code(p))
+        if isinstance(p, C)
+        else md_text(p)
+        if isinstance(p, T)
+        else p
+        for p in spans
+    )
+
+
+_ORDINAL = re.compile(r"^(\d+)([.)])")
+
+
+def _item(s: str) -> str:
+    """A list item's text: one that starts like "6. " would open an ordered list inside the item."""
+    return _ORDINAL.sub(r"\1\\\2", s)
+
+
+def _summary(spans) -> str:
+    """A fold's title: raw HTML to GitHub (no Markdown escapes inside it), so HTML-escaped."""
+    return "".join(html.escape(plain(p) if isinstance(p, T) else p, quote=False) for p in spans)
 
 
 def _sections(report, *names: str) -> list[str]:

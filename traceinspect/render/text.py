@@ -11,12 +11,10 @@ from ..inert import document
 from ..findings import numbered
 from ..report import Part, SpeedOfLight, known
 from . import view
-from .view import KeyValue, Para, T
+from .view import KeyValue, Para, T, Table
 from .common import (
     BREAKDOWN_ORDER,
     config_line,
-    efficiency_peaks,
-    efficiency_rows,
     evidence_value,
     fill,
     fit,
@@ -29,12 +27,8 @@ from .common import (
     pct,
     per_step,
     plain,
-    run_config_items,
     trust_line,
-    count,
     mfu_phrase,
-    rediagnosed,
-    rediagnosed_head,
     speed_of_light,
 )
 
@@ -89,7 +83,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
     elif v:
         out.append(wrap(plain(known(v.headline, ""))))
     out.append("")
-    out += cross_rank_lines(report, wrap)
+    out += _sections(report, w, "cross_rank")
     if bd:
         out.append("Where each step goes (mean per step)")
         busy = bd.get("gpu_busy") or Part()
@@ -103,7 +97,7 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
             )
         out.append(f"  {'GPU busy':<38} {ms(known(busy.per_step_us)):>10} {pct(known(busy.frac)):>7}")
         out.append("")
-    out += account_lines(report, wrap)
+    out += _sections(report, w, "account")
     out += _sections(report, w, "quality")
     active = [(i, f) for i, f in numbered(report.findings) if not f.masked_by]
     if active:
@@ -132,47 +126,9 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
     else:
         out.append("No findings.")
         out.append("")
-    out += next_bottleneck_lines(report, wrap)
-    out += efficiency_lines(report)
-    out += _sections(report, w, "memory")
-    items = run_config_items(t)
-    if items:
-        out.append("Run configuration (recorded by traceinspect.capture)")
-        out.append(wrap(", ".join(f"{plain(k)}={plain(val)}" for k, val in items), "  "))
-        out.append("")
-    if report.ranks and len(report.ranks) > 1:
-        out.append("Ranks")
-        for r in report.ranks:
-            mark = ("  <- gates the step" if known(r.gating) else "") + ("  <- slowest" if known(r.slowest) else "")
-            out.append(
-                f"  rank {plain(known(r.rank)):>3}  median step {ms(known(r.median_step_us)):>10}  "
-                f"busy {pct(known(r.gpu_busy_frac)):>7}  top: {plain(known(r.top_finding) or '-')}{mark}"
-            )
-        out.append("")
+    out += _sections(report, w, "next_bottlenecks", "top_kernels", "efficiency", "memory", "run_config", "ranks")
     out += _sections(report, w, "failures", "warnings", "skipped")
     return fit(document("\n".join(out).rstrip()), w) + "\n"
-
-
-def cross_rank_lines(report, wrap) -> list[str]:
-    """Collectives aligned across ranks: who arrives last, and each rank's wait vs own transfer."""
-    c = report.cross_rank
-    if not c:
-        return []
-    out = [
-        f"Collectives across {len(known(c.ranks, []))} ranks ({count(c.matched)} matched per rank; "
-        f"largest arrival skew {ms(c.max_arrival_skew_us)}; clock: {plain(known(c.clock, ''))})"
-    ]
-    for p in known(c.per_rank, []):
-        mark = "  <- gates the step" if p.rank == known(c.gating_rank) else ""
-        out.append(
-            f"  rank {plain(p.rank):>3}  last at {count(p.last_arrivals):>3}  "
-            f"waits {ms(p.wait_us_per_step):>9}/step  transfer {ms(p.transfer_us_per_step):>9}/step  "
-            f"job cost {ms(p.job_cost_us_per_step):>9}/step{mark}"
-        )
-    for n in known(c.notes, [])[:5]:
-        out.append(wrap(f"- {plain(n)}", "  "))
-    out.append("")
-    return out
 
 
 def light_line(v) -> str:
@@ -183,81 +139,6 @@ def light_line(v) -> str:
         if known(sol.sol_us)
         else f"speed of light unknown: {plain(known(sol.why, 'no model'))}"
     )
-
-
-def efficiency_lines(report, top: int = 8) -> list[str]:
-    """The top rows of the per-shape efficiency table, one line each."""
-    rows = efficiency_rows(report, top)
-    if not rows:
-        return []
-    out = [
-        "Efficiency against the roofline, by op and shape (top by GPU time)",
-        f"  peaks: {plain(efficiency_peaks(report))}",
-    ]
-    for r in rows:
-        out.append(
-            f"  {r['time']:>9}/step  {r['share']:>7} of roofline  {_unit(r['tflops'], 'TFLOP/s', 'FLOPs')}"
-            f"  {_unit(r['tbps'], 'TB/s', 'bytes')}"
-            f"  {plain(r['bound']):<7}  {plain(r['op'])} {plain(r['shape'])} {plain(r['dtype'])}"
-        )
-    out.append("")
-    return out
-
-
-def account_lines(report, wrap) -> list[str]:
-    """The explained-time account: GPU idle time per finding plus what stayed unexplained, and why."""
-    a = report.account
-    if not num(a.idle_us):
-        return []
-    out = [
-        f"Where the GPU idle time goes (explained: {pct(a.explained_frac_of_idle)} of GPU idle time; "
-        f"idle {ms(a.idle_per_step_us)} per step)"
-    ]
-    for p in known(a.parts, []):
-        out.append(f"  {plain(p.name):<38} {ms(p.per_step_us):>10} {pct(p.frac_of_step):>7} of the step")
-    out.append(
-        f"  {'unexplained':<38} {ms(a.unexplained_per_step_us):>10} {pct(a.unexplained_frac_of_step):>7} of the step"
-    )
-    for r in known(a.unexplained_reasons, []):
-        out.append(wrap(f"- unexplained {plain(r.part)} ({ms(r.per_step_us)}/step): {plain(r.why)}", "  "))
-    for r in known(a.artifacts, []):
-        out.append(wrap(f"- not unexplained, {plain(r.label)}: {ms(r.per_step_us)}/step ({pct(r.frac_of_step)})", "  "))
-    out.append("")
-    return out
-
-
-def next_bottleneck_lines(report, wrap) -> list[str]:
-    """Masked causes: present now but hidden behind the active ones; what they cost now and later."""
-    latent = [(i, f) for i, f in numbered(report.findings) if f.masked_by]
-    again = rediagnosed(report)
-    if not latent and not again:
-        return []
-    c = num(known(report.steps.count))
-    n = int(c) if c is not None and 1 <= c < 1e12 else 1
-    out = ["Next bottlenecks (present, masked now by the causes above)"]
-    for r in again:
-        out.append(
-            wrap(
-                f"- {plain(r.fix)} ({plain(r.present)} now): {plain(rediagnosed_head(r))} its fix would save "
-                f"{per_step(r.saved_per_step_us)} ({pct(r.share_of_predicted)} of that step) [replay]"
-            )
-        )
-        if known(r.reason):
-            out.append(wrap(f"now: {plain(r.reason)}", "   "))
-    if again:
-        out.append("")
-    for i, f in latent:
-        proj = (num(f.projected_lost_us) or 0.0) / n
-        out.append(
-            wrap(
-                f"{i}. {plain(f.name)} ({plain(f.code)}): {per_step(f.time_lost_per_step_us)} now, about "
-                f"{per_step(proj)} once {', '.join(plain(m) for m in f.masked_by)} is fixed [{labels(f)}]"
-            )
-        )
-        out.append(wrap(plain(f.title), "   "))
-        out.append(wrap(f"Fix: {plain(f.fix)}", "   "))
-        out.append("")
-    return out
 
 
 def render_whatif(d) -> str:
@@ -311,12 +192,6 @@ def _light(sol: SpeedOfLight) -> str:
     return f"Speed of light: {ms(sol.sol_us)} per step{parts}{matrix}"
 
 
-def _unit(value: str, unit: str, none: str) -> str:
-    """'  50.8 TFLOP/s', or '  no FLOPs' in the same width where the rate is below the report's resolution."""
-    w = 7 + len(unit)
-    return f"{'no ' + none:>{w}}" if value == "none" else f"{value:>6} {unit}"
-
-
 def blocks(sections, w: int) -> list[str]:
     """View-model sections (render/view.py) as text lines: the title, its blocks indented 2, a blank line.
     Report text is shown through plain(); code is plain text too (a terminal has no code font)."""
@@ -328,6 +203,8 @@ def blocks(sections, w: int) -> list[str]:
                 out.append(fill(_spans(b.spans), w, "  "))
             elif isinstance(b, KeyValue):
                 out += [fill(f"- {_spans(k)}: {_spans(v)}", w, "  ") for k, v in b.rows]
+            elif isinstance(b, Table):
+                out += _table(b, w)
             else:
                 for it in b.items:
                     out.append(fill(f"- {_spans(it.head)}", w, "  "))
@@ -335,6 +212,34 @@ def blocks(sections, w: int) -> list[str]:
                         out.append(fill(_spans(it.more), w, "    "))
         out.append("")
     return out
+
+
+CELL_MAX = 48  # a text column other than the last is cut here: one long name must not widen every row
+BAR_MAX = 20
+
+
+def _table(b: Table, w: int) -> list[str]:
+    """Aligned columns (the table's narrow ones), numbers right-aligned, indented 2, each row within w:
+    a column other than the last is cut at CELL_MAX, the last where the line ends (an ellipsis says so)."""
+    cols = b.narrow or tuple(range(len(b.head)))
+    grid = [[b.head[c] for c in cols]] + [[_spans(r.cells[c]) for c in cols] for r in b.rows]
+    grid = [[_cut(x, CELL_MAX) for x in row[:-1]] + [row[-1]] for row in grid]
+    width = [max(len(row[i]) for row in grid) for i in range(len(cols))]
+    room = max(w - 2 - sum(width[:-1]) - 2 * (len(cols) - 1) - (BAR_MAX + 2) * b.bars, 12)
+    width[-1] = min(width[-1], room)
+    lines = []
+    for k, row in enumerate(grid):
+        row[-1] = _cut(row[-1], room)
+        cells = [x.rjust(width[i]) if cols[i] in b.right else x.ljust(width[i]) for i, x in enumerate(row)]
+        if b.bars and k:
+            frac = min(max(num(b.rows[k - 1].bar) or 0.0, 0.0), 1.0)
+            cells.append("#" * int(round(BAR_MAX * frac)))
+        lines.append("  " + "  ".join(cells))
+    return lines
+
+
+def _cut(s: str, n: int) -> str:
+    return s if len(s) <= n else s[: n - 3] + "..."
 
 
 def _spans(spans) -> str:
