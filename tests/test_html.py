@@ -220,7 +220,7 @@ def test_markdown_assets_are_written_and_linked(tmp_path):
     for name in ("step-breakdown.svg", "step-timeline.svg"):
         assert (tmp_path / "out" / "charts" / name).read_text().startswith("<svg")
         assert f"(charts/{name})" in md
-    assert md.index("step-breakdown.svg") < md.index("| where each step goes |")
+    assert md.index("step-breakdown.svg") < md.index("### Where each step goes")
 
 
 def test_markdown_assets_without_matplotlib_is_a_usage_error(tmp_path, monkeypatch):

@@ -3,6 +3,8 @@ its artifact, and on the real traces where it fires or stays quiet (skipped wher
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from click.testing import CliRunner
 
@@ -34,7 +36,8 @@ def test_a_healthy_trace_is_good_and_says_so_on_top_of_the_verdict(tmp_path):
     text = render(rep, "text")
     assert text.index("Trace quality: good") < text.index(rep.verdict.headline[:40])
     assert "Trace quality: good" in text and "### Trace quality: good" in render(rep, "md")
-    assert 'id="trace-quality"' in render(rep, "html") and 'id="trust"' in render(rep, "html")
+    page = render(rep, "html")
+    assert 'id="trace-quality"' in page and re.search(r'id="verdict">\s*<p><b>Trace quality: good</b></p>', page)
     assert rep.to_dict()["trace_quality"]["status"] == "good"
 
 

@@ -34,7 +34,7 @@ def test_an_absent_option_is_unknown_not_false(tmp_path):
     prof = rep.to_dict()["trace"]["profiler"]
     assert prof["record_shapes"] is None and prof["with_modules"] is None and prof["with_flops"] is None
     assert "record_shapes" not in (rep.trace.get("profiler_source") or {})
-    assert "<dt>profiler: record_shapes</dt><dd>unknown</dd>" in html.render(rep)
+    assert '<th scope="row">profiler: record_shapes</th><td>unknown</td>' in html.render(rep)
 
 
 def test_shapes_are_inferred_from_input_dims_with_the_source_named(tmp_path):

@@ -11,14 +11,27 @@ import pytest
 from test_injection import PAYLOAD, hostile_report, poisoned  # noqa: F401 (hostile_report: a fixture)
 from traceinspect.findings import Failure
 from traceinspect.render import html, markdown, text, view
-from traceinspect.render.view import C, Item, Items, KeyValue, Para, Section, T, Table
-from traceinspect.sections import CrossRank, Efficiency, RankAlignment, RankSummary, ShapeRow
+from traceinspect.render.view import C, Chart, Evidence, Figures, Item, Items, KeyValue, Para, Section, Sub, T, Table
+from traceinspect.sections import CrossRank, Efficiency, RankAlignment, RankSummary, ShapeRow, TimelineSample
 
 
 def _pieces(sec: Section):
     yield from sec.title
-    for b in sec.blocks:
-        if isinstance(b, Para):
+    yield from _block_pieces(sec.blocks)
+
+
+def _block_pieces(blocks):
+    for b in blocks:
+        if isinstance(b, Sub):
+            yield from b.title
+            yield from _block_pieces(b.blocks)
+        elif isinstance(b, Chart):
+            yield from _block_pieces((b.fallback,) if b.fallback is not None else ())
+        elif isinstance(b, (Evidence, Figures)):
+            for row in b.rows if isinstance(b, Evidence) else b.items:
+                for spans in row:
+                    yield from spans
+        elif isinstance(b, Para):
             yield from b.spans
         elif isinstance(b, KeyValue):
             for k, v in b.rows:
@@ -69,7 +82,9 @@ def test_report_text_is_carried_as_untrusted(hostile_report):  # noqa: F811
             rows=[ShapeRow(op="aten::mm", shape="[2x2]", dtype="fp32", bound="memory", gpu_us_per_step=5.0)],
         ),
     )
-    rep = poisoned(rep, numbers=False)
+    rep = poisoned(rep, numbers=False)  # (drops the timeline sample: one with a hostile choice is put back)
+    sample = TimelineSample(intervals={"compute": [[0.0, 1.0]]}, step=1, dur_us=1.0, resolution_us=1.0)
+    rep = msgspec.structs.replace(rep, timeline_sample=msgspec.structs.replace(sample, choice=PAYLOAD + " step"))
     built = {name: build(rep) for name, build in view.BUILDERS.items()}
     assert all(built.values()), [n for n, s in built.items() if s is None]
     for name, sec in built.items():

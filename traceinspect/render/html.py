@@ -12,24 +12,14 @@ import html
 import json
 
 from ..inert import valid_unicode
-from ..findings import numbered
-from ..report import Gpu, Part, known
+from ..report import known
 from . import charts, view
-from .view import C, KeyValue, Para, T, Table
+from .view import C, Chart, Evidence, Figures, KeyValue, Para, Sub, T, Table
 from .common import (
-    config_line,
-    BREAKDOWN_ORDER,
     count,
-    per_step,
-    evidence_value,
-    gpu_line,
-    replay_line,
     ms,
     num,
-    pct,
     plain,
-    sev,
-    trust_line,
 )
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
@@ -77,31 +67,21 @@ def esc(s) -> str:
 
 
 def render(report, *, width: int = 100, color: bool = False) -> str:
-    t, st = report.trace, report.steps
+    """The report's view (render/view.py) as one page."""
+    head = view.header(report)
     body: list[str] = [
         "<header>",
-        f"<h1>traceinspect: {esc(known(t.file, '?'))}</h1>",
-        f'<p class="sub">{esc(gpu_line(t))} · rank {esc(known(t.rank, 0))}'
-        + (f" · {esc(known(t.window, ''))} · steps from {esc(known(st.source))}" if known(st.count) else "")
-        + "</p>",
-        *([f'<p class="sub" id="config"><b>{esc(config_line(report))}</b></p>'] if config_line(report) else []),
+        f"<h1>traceinspect: {_spans(head.title)}</h1>",
+        *(f'<p class="sub">{_spans(line)}</p>' for line in head.lines),
         "</header>",
-        _verdict(report),
-    ] + _sections(report, "cross_rank")
+    ]
     if not charts.available():
         body.append(
             '<p class="warn" id="no-charts">Charts are not included: matplotlib is not installed '
             f"(<code>{esc(charts.INSTALL_HINT)}</code>). The tables below carry the same numbers.</p>"
         )
-    body += _breakdown(report)
-    body += _timeline(report)
-    body += _sections(report, "account")
-    body += _sections(report, "quality")
-    body += _findings(report)
-    body += _sections(report, "next_bottlenecks", "top_kernels", "efficiency", "memory", "run_config", "ranks")
-    body += _sections(report, "failures", "warnings", "skipped")
-    body += _environment(report)
-    title = f"traceinspect: {known(t.file, '?')}"
+    body += blocks(view.page(report))
+    title = f"traceinspect: {known(report.trace.file, '?')}"
     return _page(title, body, report.to_dict(), f"schema {report.schema_version}")
 
 
@@ -229,191 +209,6 @@ def render_diff(d, *, width: int = 100, color: bool = False) -> str:
 # --- sections ----------------------------------------------------------------------------------------
 
 
-def _verdict(report) -> str:
-    v, st = report.verdict, report.steps
-    trust = f'<p class="note" id="trust"><b>{esc(trust_line(report))}</b></p>' if trust_line(report) else ""
-    if known(v.top):
-        return "".join(
-            [
-                '<section class="verdict" id="verdict">',
-                trust,
-                f'<p class="big">{esc(known(v.headline) or known(v.top_title))}</p>',
-                '<div class="nums">',
-                f"<div><span>top cause</span><b><code>{esc(v.top)}</code></b></div>",
-                f"<div><span>costs per step</span><b>{esc(ms(v.top_per_step_us))}</b> ({esc(pct(v.top_frac))})</div>",
-                f"<div><span>median step now</span><b>{esc(ms(v.median_step_us))}</b></div>",
-                f"<div><span>expected if fixed</span><b>{esc(ms(v.expected_step_us))}</b></div>",
-                "</div>",
-                f'<p class="note">Fixing {", ".join(f"<code>{esc(n)}</code>" for n in known(v.expected_from, []))}; '
-                f"{esc(known(v.assumption, ''))}.</p>",
-                f'<p class="note" id="replay-model">{esc(replay_line(v))}.</p>' if replay_line(v) else "",
-                "</section>",
-            ]
-        )
-    if v:
-        return (
-            f'<section class="verdict ok" id="verdict">{trust}<p class="big">{esc(known(v.headline, ""))}</p>'
-            f'<p class="note">median step {esc(ms(v.median_step_us))} over {count(known(st.count, 0))} steps</p>'
-            "</section>"
-        )
-    return '<section class="verdict ok" id="verdict"><p class="big">No steps to analyse.</p></section>'
-
-
-def _breakdown(report) -> list[str]:
-    bd = report.breakdown
-    if not bd:
-        return []
-    o = ['<section id="breakdown"><h2>Where each step goes</h2>']
-    svg = charts.step_breakdown(report)
-    if svg:
-        o.append(f'<div class="chart" id="chart-breakdown">{svg}</div>')
-    o.append("<table><tr><th>part</th><th class=n>per step (mean)</th><th class=n>share</th><th></th></tr>")
-    for p in BREAKDOWN_ORDER:
-        b = bd.get(p)
-        if b and ((num(known(b.us)) or 0) > 0 or p == "compute"):
-            o.append(
-                f"<tr><td>{_swatch(p)}{esc(known(b.label, p))}</td><td class=n>{ms(known(b.per_step_us))}</td>"
-                f"<td class=n>{pct(known(b.frac))}</td><td>{_bar(known(b.frac), charts.COLORS.get(p))}</td></tr>"
-            )
-    busy = bd.get("gpu_busy") or Part()
-    o.append(
-        f"<tr><th>GPU busy</th><th class=n>{ms(known(busy.per_step_us))}</th>"
-        f"<th class=n>{pct(known(busy.frac))}</th><th></th></tr></table></section>"
-    )
-    return o
-
-
-def _timeline(report) -> list[str]:
-    ts = report.timeline_sample
-    if not ts:
-        if report.breakdown:
-            return [
-                '<section id="timeline"><h2>One step on the GPU</h2><p class="note">This report carries no '
-                "timeline sample (it was saved by an older traceinspect, or analysed without one).</p></section>"
-            ]
-        return []
-    o = [
-        '<section id="timeline"><h2>One step on the GPU</h2>',
-        f'<p class="note">ProfilerStep#{esc(known(ts.step))}, the {esc(known(ts.choice, "representative step"))} '
-        f"({esc(ms(ts.dur_us))}): GPU busy time by kind of work, and idle gaps coloured by their cause. "
-        f"Drawn in columns of {esc(ms(ts.resolution_us))}: in each, every part is as wide as its time there"
-        + (f"; the {count(ts.dropped)} shortest were left out" if known(ts.dropped) else "")
-        + ".</p>",
-    ]
-    svg = charts.step_timeline(report)
-    if svg:
-        o.append(f'<div class="chart" id="chart-timeline">{svg}</div>')
-    else:
-        iv = known(ts.intervals, {})
-        o.append("<table><tr><th>part</th><th class=n>intervals</th><th class=n>time</th></tr>")
-        for p in BREAKDOWN_ORDER:
-            if iv.get(p):
-                o.append(
-                    f"<tr><td>{_swatch(p)}{esc(charts.SHORT[p])}</td><td class=n>{len(iv[p])}</td>"
-                    f"<td class=n>{ms(sum(b - a for a, b in iv[p]))}</td></tr>"
-                )
-        o.append("</table>")
-    o.append("</section>")
-    return o
-
-
-def _findings(report) -> list[str]:
-    active = [(i, f) for i, f in numbered(report.findings) if not f.masked_by]
-    if not active:
-        return ['<section id="findings"><h2>Findings</h2><p>No findings.</p></section>']
-    o = ['<section id="findings"><h2>Findings, ranked by time lost weighted by confidence</h2>']
-    for i, f in active:
-        s = sev(f)
-        ub = " (upper bound)" if f.upper_bound else ""
-        o.append(f'<article class="finding" id="finding-{i}">')
-        o.append(
-            f'<h3>{i}. <code>{esc(f.name)}</code> <span class="note">{esc(f.code)}</span>'
-            f'<span class="sev {esc(s)}">severity {esc(s)}</span>'
-            f'<span class="note"> · confidence {esc(f.confidence)}</span></h3>'
-        )
-        o.append(f"<p><b>{esc(f.title)}</b></p>")
-        o.append(
-            f'<p class="note">{esc(per_step(f.time_lost_per_step_us).replace("/step", " per step"))}, {esc(pct(f.time_lost_frac))} of the '
-            f"window{esc(ub)}; severity {esc(s)}, confidence {esc(f.confidence)}</p>"
-        )
-        if f.evidence:
-            # fixed columns: a long kernel name in a value is cut with an ellipsis (full text on hover), so
-            # it cannot push the table past its card
-            o.append(
-                '<table class="ev"><col style="width:44%"><col style="width:30%"><col>'
-                "<tr><th>evidence</th><th class=n>value</th><th>window</th></tr>"
-            )
-            o += [
-                f'<tr><td>{esc(e.label)}</td><td class="n v" title="{esc(evidence_value(e))}">'
-                f"{esc(evidence_value(e))}</td><td>{esc(e.window)}</td></tr>"
-                for e in f.evidence
-            ]
-            o.append("</table>")
-        if f.fix:
-            o.append(f'<p class="fix"><b>Fix:</b> {esc(f.fix)}</p>')
-        if f.events:
-            o.append(
-                "<table><tr><th>example event (search it in Perfetto)</th><th class=n>at</th>"
-                "<th class=n>duration</th><th>track</th></tr>"
-            )
-            o += [
-                f"<tr><td><code>{esc(_short(ev.name))}</code></td><td class=n>{ms(ev.ts_us)}</td>"
-                f"<td class=n>{ms(ev.dur_us)}</td><td>{esc(ev.track)}</td></tr>"
-                for ev in f.events
-            ]
-            o.append("</table>")
-        o.append(
-            f'<p class="note annotate">In a trace written by <code>traceinspect annotate</code>: the track '
-            f"<code>{i}. {esc(f.name)} ({esc(f.code)})</code> of the <code>traceinspect</code> process; "
-            f"search <code>{esc(f.name)}</code> for its slices.</p>"
-        )
-        o.append("</article>")
-    o.append("</section>")
-    return o
-
-
-def _environment(report) -> list[str]:
-    t, st = report.trace, report.steps
-    g = known(t.gpu) or Gpu()
-    rows = [
-        ("file", known(t.file)),
-        ("file size", _bytes(known(t.file_bytes))),
-        ("events", known(t.events)),
-        ("GPU", known(g.name)),
-        ("architecture", known(g.arch)),
-        ("compute capability", known(g.compute_capability)),
-        ("SMs", known(g.num_sms)),
-        ("GPU memory", _bytes(known(g.memory_bytes))),
-        ("GPUs in trace", known(t.gpu_count_in_trace)),
-        ("rank", f"{known(t.rank)} (from {known(t.rank_source)})"),
-        ("world size", known(t.world_size)),
-        ("steps", f"{known(st.count, 0)} from {known(st.source)}"),
-        ("framework", known(t.framework)),
-    ]
-    rows += [(f"version: {k}", val) for k, val in sorted((known(t.versions) or {}).items())]
-    src = known(t.profiler_source) or {}
-    rows += [
-        (
-            f"profiler: {k}",
-            "unknown" if val is None else f"{val} ({src[k]})" if str(src.get(k, "metadata")) != "metadata" else val,
-        )
-        for k, val in sorted((known(t.profiler) or {}).items())
-    ]
-    rows += [(f"setting: {k}", val) for k, val in (report.settings or {}).items()]  # non-default only
-    if known(t.lost_bytes) or known(t.dropped_events):
-        rows.append(("truncated file", f"{_bytes(known(t.lost_bytes))} lost, {known(t.dropped_events)} events dropped"))
-    o = ['<section id="environment"><h2>Environment</h2><dl class="env">']
-    o += [f"<dt>{esc(k)}</dt><dd>{esc(val)}</dd>" for k, val in rows if val is not None]
-    o.append("</dl>")
-    for key, title in (("run_framework", "Framework versions"),):
-        if known(getattr(t, key)):
-            o.append(
-                f"<h3>{title}</h3><pre>{esc(json.dumps(getattr(t, key), indent=2, sort_keys=True, default=str))}</pre>"
-            )
-    o.append("</section>")
-    return o
-
-
 # --- page and small helpers -------------------------------------------------------------------------
 
 
@@ -493,26 +288,69 @@ def _bytes(n) -> str | None:
 
 def blocks(sections) -> list[str]:
     """View-model sections (render/view.py) as HTML: <section id> with an <h2>, then each block. Report
-    text goes through esc() (code in <code>); the section ids and the words around them are ours."""
+    text goes through esc() (code in <code>); the section ids, classes and the words around them are ours."""
     o: list[str] = []
     for sec in sections:
-        o.append(f'<section id="{sec.id}"><h2>{_spans(sec.title)}</h2>')
-        for b in sec.blocks:
-            if isinstance(b, Para):
-                o.append(('<p class="note">' if b.note else "<p>") + f"{_spans(b.spans)}</p>")
-            elif isinstance(b, KeyValue):
-                o.append("<table>")
-                o += [f'<tr><th scope="row">{_spans(k)}</th><td>{_spans(v)}</td></tr>' for k, v in b.rows]
-                o.append("</table>")
-            elif isinstance(b, Table):
-                o += _table(b)
-            else:
-                o.append("<ul>")
-                o += [
-                    f"<li>{_spans(it.head)}" + (f"<br>{_spans(it.more)}" if it.more else "") + "</li>" for it in b.items
-                ]
-                o.append("</ul>")
+        cls = f' class="{sec.cls}"' if sec.cls else ""
+        o.append(f'<section{cls} id="{sec.id}">' + (f"<h2>{_spans(sec.title)}</h2>" if sec.title else ""))
+        o += _blocks(sec.blocks)
         o[-1] += "</section>"
+    return o
+
+
+PARA = {
+    "headline": '<p class="big">',
+    "lead": '<p class="big">',
+    "fix": '<p class="fix"><b>Fix:</b> ',
+    "strong": "<p><b>",
+}
+
+
+def _blocks(bs) -> list[str]:
+    o: list[str] = []
+    for b in bs:
+        if isinstance(b, Para):
+            start = PARA.get(b.kind) or ('<p class="note">' if b.note else "<p>")
+            o.append(start + _spans(b.spans) + ("</b></p>" if b.kind == "strong" else "</p>"))
+        elif isinstance(b, KeyValue):
+            o.append("<table>")
+            o += [f'<tr><th scope="row">{_spans(k)}</th><td>{_spans(v)}</td></tr>' for k, v in b.rows]
+            o.append("</table>")
+        elif isinstance(b, Table):
+            o += _table(b)
+        elif isinstance(b, Evidence):
+            # fixed columns: a long kernel name in a value is cut with an ellipsis (full text on hover), so
+            # it cannot push the table past its card
+            o.append(
+                '<table class="ev"><col style="width:44%"><col style="width:30%"><col>'
+                "<tr><th>evidence</th><th class=n>value</th><th>window</th></tr>"
+            )
+            o += [
+                f'<tr><td>{_spans(k)}</td><td class="n v" title="{_spans(v)}">{_spans(v)}</td><td>{_spans(w)}</td></tr>'
+                for k, v, w in b.rows
+            ]
+            o.append("</table>")
+        elif isinstance(b, Figures):
+            o.append(
+                '<div class="nums">'
+                + "".join(f"<div><span>{_spans(k)}</span><b>{_spans(v)}</b></div>" for k, v in b.items)
+                + "</div>"
+            )
+        elif isinstance(b, Chart):
+            svg = b.draw()
+            if svg:
+                o.append(f'<div class="chart" id="{b.id}">{svg}</div>')
+            elif b.fallback is not None:
+                o += _blocks((b.fallback,))
+        elif isinstance(b, Sub):
+            badge = f'<span class="sev {b.badge}">severity {b.badge}</span>' if b.badge else ""
+            o.append(f'<article class="finding" id="{b.id}"><h3>{_spans(b.title)}{badge}</h3>')
+            o += _blocks(b.blocks)
+            o.append("</article>")
+        else:
+            o.append("<ul>")
+            o += [f"<li>{_spans(it.head)}" + (f"<br>{_spans(it.more)}" if it.more else "") + "</li>" for it in b.items]
+            o.append("</ul>")
     return o
 
 
@@ -541,7 +379,10 @@ def _table(b) -> list[str]:
 
 
 def _spans(spans, cell: bool = False) -> str:
-    return "".join(_code(p, cell) if isinstance(p, C) else esc(p) if isinstance(p, T) else p for p in spans)
+    return "".join(
+        _code(p, cell) if isinstance(p, C) else esc(p) if isinstance(p, T) else html.escape(p, quote=False)
+        for p in spans
+    )
 
 
 def _code(name, cell: bool) -> str:

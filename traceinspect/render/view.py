@@ -20,9 +20,18 @@ from dataclasses import dataclass
 from typing import Union
 
 from ..findings import numbered
-from ..report import known
+from ..report import Gpu, Part, known
 from .common import (
+    BREAKDOWN_ORDER,
+    config_line,
     count,
+    evidence_value,
+    fix_path,
+    gpu_line,
+    mfu_phrase,
+    replay_line,
+    speed_of_light,
+    trust_line,
     efficiency_peaks,
     efficiency_rows,
     lost,
@@ -62,6 +71,9 @@ Spans = tuple  # of Piece
 class Para:
     spans: Spans
     note: bool = False  # a secondary remark (HTML: class="note")
+    # "headline" (the verdict naming a cause: labelled), "lead" (a verdict naming none), "strong" (bold),
+    # "fix" (a finding's fix, labelled "Fix:")
+    kind: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +109,49 @@ class Table:
     bars: bool = False  # each row's `bar` drawn in a last column
 
 
-Block = Union[Para, KeyValue, Items, Table]
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """What a finding measured: (label, value, window) per row, each Spans."""
+
+    rows: tuple
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """A few headline numbers, (label, value Spans) each: HTML draws them as figures, the others as a line."""
+
+    items: tuple
+
+
+@dataclass(frozen=True, slots=True)
+class Chart:
+    """A chart drawn where the format can draw it (HTML, with matplotlib): `draw()` gives its SVG or "".
+    A format that cannot draw shows `fallback` (a block carrying the same numbers), if any."""
+
+    id: str
+    draw: object  # () -> str
+    fallback: object = None  # a Block, or None: the section's other blocks carry the numbers
+
+
+@dataclass(frozen=True, slots=True)
+class Sub:
+    """A section inside a section (a finding): numbered title, badge (our word: a severity), blocks."""
+
+    id: str
+    title: Spans
+    blocks: tuple
+    badge: str = ""
+
+
+Block = Union[Para, KeyValue, Items, Table, Evidence, Figures, Chart, Sub]
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    """The page's head: its title and the lines under it (the formats' own chrome prints them)."""
+
+    title: Spans
+    lines: tuple  # of Spans
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +160,7 @@ class Section:
     title: Spans
     blocks: tuple  # of Block
     collapsed: bool = False  # reference detail: Markdown folds it in <details>
+    cls: str = ""  # the HTML class of the section (the verdict's box), our word
 
 
 def memory(report) -> Section | None:
@@ -379,12 +434,297 @@ def ranks(report) -> Section | None:
     )
 
 
+def header(report) -> Header:
+    t, st = report.trace, report.steps
+    lines = [("GPU: ", T(gpu_line(t)), "; rank ", T(known(t.rank, 0)))]
+    if known(st.count):
+        lines.append(
+            (
+                "Window: ",
+                T(known(t.window, "")),
+                "; step time median ",
+                ms(known(st.median_us)),
+                " (mean ",
+                ms(known(st.mean_us)),
+                ", min ",
+                ms(known(st.min_us)),
+                ", max ",
+                ms(known(st.max_us)),
+                "), steps from ",
+                T(known(st.source)),
+            )
+        )
+    if config_line(report):
+        lines.append((T(config_line(report)),))
+    return Header((T(known(t.file, "?")),), tuple(lines))
+
+
+def verdict(report) -> Section:
+    """The headline: the top cause, what it costs, the step now and predicted, the fix path and its model."""
+    v, st = report.verdict, report.steps
+    blocks: list = []
+    if trust_line(report):
+        blocks.append(Para((T(trust_line(report)),), kind="strong"))
+    if not v:
+        blocks.append(Para(("No steps to analyse.",), kind="lead"))
+        return Section("verdict", (), tuple(blocks), cls="verdict ok")
+    if not known(v.top):  # no cause named: the headline says why, without the word "verdict"
+        blocks.append(Para((T(known(v.headline, "")),), kind="lead"))
+        blocks.append(Para(("median step ", ms(v.median_step_us), " over ", count(known(st.count, 0)), " steps"), True))
+        return Section("verdict", (), tuple(blocks), cls="verdict ok")
+    blocks.append(Para((T(known(v.headline) or known(v.top_title, "")),), kind="headline"))
+    sol = speed_of_light(v)
+    light = (
+        (ms(sol.sol_us), " (", mfu_phrase(sol), ")")
+        if known(sol.sol_us)
+        else ("unknown: ", T(known(sol.why, "no model")))
+    )
+    figures = [
+        (("top cause",), (C(v.top),)),
+        (("costs per step",), (ms(v.top_per_step_us), " (", pct(v.top_frac), ")")),
+        (("median step now",), (ms(v.median_step_us),)),
+        (("predicted after these fixes",), (ms(v.expected_step_us),)),
+    ]
+    if known(v.path):
+        figures.append((("speed of light",), light))
+    blocks.append(Figures(tuple(figures)))
+    path = fix_path(v)
+    if path:
+        spans: list = ["Fix in rank order: "]
+        for k, p in enumerate(path):
+            spans += ["; then "] * bool(k) + [C(p.fix), ": ", ms(p.from_us), " -> ", ms(p.to_us), " (", T(p.model), ")"]
+        blocks.append(Para(tuple(spans) + (".",)))
+    blocks.append(
+        Para(("Fixing ",) + _join(known(v.expected_from, [])) + ("; ", T(known(v.assumption, "")), "."), True)
+    )
+    if replay_line(v):
+        blocks.append(Para((T(replay_line(v)), "."), True))
+    return Section("verdict", (), tuple(blocks), cls="verdict")
+
+
+def breakdown(report) -> Section | None:
+    from . import charts
+
+    bd = report.breakdown
+    if not bd:
+        return None
+    rows = [
+        Row(
+            ((T(known(b.label, p)),), (ms(known(b.per_step_us)),), (pct(known(b.frac)),)),
+            bar=num(known(b.frac)),
+            color=p,
+        )
+        for p, b in ((p, bd.get(p)) for p in BREAKDOWN_ORDER)
+        if b and ((num(known(b.us)) or 0) > 0 or p == "compute")
+    ]
+    busy = bd.get("gpu_busy") or Part()
+    rows.append(Row((("GPU busy",), (ms(known(busy.per_step_us)),), (pct(known(busy.frac)),)), total=True))
+    return Section(
+        "breakdown",
+        ("Where each step goes (mean per step)",),
+        (
+            Chart("chart-breakdown", lambda: charts.step_breakdown(report)),
+            Table(("part", "per step", "share"), tuple(rows), (1, 2), bars=True),
+        ),
+    )
+
+
+def timeline(report) -> Section | None:
+    """One representative step on the GPU: a chart where one can be drawn, else its parts as a table."""
+    from . import charts
+
+    ts = report.timeline_sample
+    if not ts:
+        if not report.breakdown:
+            return None
+        note = (
+            "This report carries no timeline sample (it was saved by an older traceinspect, or analysed without one)."
+        )
+        return Section("timeline", ("One step on the GPU",), (Para((note,), True),))
+    iv = known(ts.intervals, {})
+    rows = tuple(
+        Row(((charts.SHORT[p],), (count(len(iv[p])),), (ms(sum(b - a for a, b in iv[p])),)), color=p)
+        for p in BREAKDOWN_ORDER
+        if iv.get(p)
+    )
+    dropped = known(ts.dropped)
+    note = (
+        "ProfilerStep#",
+        T(known(ts.step)),
+        ", the ",
+        T(known(ts.choice, "representative step")),
+        " (",
+        ms(ts.dur_us),
+        "): GPU busy time by kind of work, and idle gaps coloured by their cause. Drawn in columns of ",
+        ms(ts.resolution_us),
+        ": in each, every part is as wide as its time there",
+        *(("; the ", count(dropped), " shortest were left out") if dropped else ()),
+        ".",
+    )
+    table = Table(("part", "intervals", "time"), rows, (1, 2))
+    return Section(
+        "timeline",
+        ("One step on the GPU",),
+        (Para(note, True), Chart("chart-timeline", lambda: charts.step_timeline(report), fallback=table)),
+    )
+
+
+def findings(report) -> Section:
+    active = [(i, f) for i, f in numbered(report.findings) if not f.masked_by]
+    if not active:
+        return Section("findings", ("Findings",), (Para(("No findings.",)),))
+    summary = Table(
+        ("#", "finding", "lost per step", "share", "severity", "confidence"),
+        tuple(
+            Row(
+                (
+                    (count(i),),
+                    (C(f.name),),
+                    (lost(f.time_lost_per_step_us),),
+                    (pct(f.time_lost_frac),),
+                    (T(sev(f)),),
+                    (T(f.confidence),),
+                )
+            )
+            for i, f in active
+        ),
+        (0, 2, 3),
+    )
+    return Section(
+        "findings",
+        ("Findings, ranked by time lost weighted by confidence",),
+        (summary,) + tuple(_finding(i, f) for i, f in active),
+    )
+
+
+def _finding(i: int, f) -> Sub:
+    s = sev(f)
+    blocks: list = [
+        Para((T(f.title),), kind="strong"),
+        Para(
+            (
+                per_step(f.time_lost_per_step_us),
+                ", ",
+                pct(f.time_lost_frac),
+                " of the window",
+                " (upper bound)" if f.upper_bound else "",
+                "; severity ",
+                T(s),
+                ", confidence ",
+                T(f.confidence),
+            ),
+            True,
+        ),
+    ]
+    if f.evidence:
+        blocks.append(Evidence(tuple(((T(e.label),), (T(evidence_value(e)),), (T(e.window),)) for e in f.evidence)))
+    if f.fix:
+        blocks.append(Para((T(f.fix),), kind="fix"))
+    if f.events:
+        rows = tuple(Row(((C(ev.name),), (ms(ev.ts_us),), (ms(ev.dur_us),), (T(ev.track),))) for ev in f.events)
+        blocks.append(Table(("example event (search it in Perfetto)", "at", "duration", "track"), rows, (1, 2)))
+    blocks.append(
+        Para(
+            (
+                "In a trace written by traceinspect annotate: the track ",
+                C(f"{i}. {f.name} ({f.code})"),
+                " of the ",
+                C("traceinspect"),
+                " process; search ",
+                C(f.name),
+                " for its slices.",
+            ),
+            True,
+        )
+    )
+    return Sub(f"finding-{i}", (count(i), ". ", C(f.name), " (", T(f.code), ")"), tuple(blocks), badge=s)
+
+
+def environment(report) -> Section:
+    """What was analysed and how it was captured: the file, the GPU, the versions and profiler settings."""
+    t, st = report.trace, report.steps
+    g = known(t.gpu) or Gpu()
+    rows = [
+        ("file", known(t.file)),
+        ("file size", _bytes(known(t.file_bytes))),
+        ("events", known(t.events)),
+        ("GPU", known(g.name)),
+        ("architecture", known(g.arch)),
+        ("compute capability", known(g.compute_capability)),
+        ("SMs", known(g.num_sms)),
+        ("GPU memory", _bytes(known(g.memory_bytes))),
+        ("GPUs in trace", known(t.gpu_count_in_trace)),
+        ("rank", f"{known(t.rank)} (from {known(t.rank_source)})"),
+        ("world size", known(t.world_size)),
+        ("steps", f"{known(st.count, 0)} from {known(st.source)}"),
+        ("framework", known(t.framework)),
+    ]
+    rows += [(f"version: {k}", val) for k, val in sorted((known(t.versions) or {}).items())]
+    src = known(t.profiler_source) or {}
+    rows += [
+        (
+            f"profiler: {k}",
+            "unknown" if val is None else f"{val} ({src[k]})" if str(src.get(k, "metadata")) != "metadata" else val,
+        )
+        for k, val in sorted((known(t.profiler) or {}).items())
+    ]
+    rows += [(f"setting: {k}", val) for k, val in (report.settings or {}).items()]  # non-default only
+    rows += [(f"framework: {k}", val) for k, val in sorted((known(t.run_framework) or {}).items())]
+    if known(t.lost_bytes) or known(t.dropped_events):
+        rows.append(("truncated file", f"{_bytes(known(t.lost_bytes))} lost, {known(t.dropped_events)} events dropped"))
+    kv = tuple(((T(k),), (T(val),)) for k, val in rows if val is not None)
+    return Section("environment", ("Environment",), (KeyValue(kv),), collapsed=True)
+
+
+def _bytes(n) -> str | None:
+    if n is None:
+        return None
+    n = num(n)
+    if n is None:
+        return "n/a"
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1024 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return None
+
+
+PAGE = (
+    "verdict",
+    "cross_rank",
+    "breakdown",
+    "timeline",
+    "account",
+    "quality",
+    "findings",
+    "next_bottlenecks",
+    "top_kernels",
+    "efficiency",
+    "memory",
+    "run_config",
+    "ranks",
+    "failures",
+    "warnings",
+    "skipped",
+    "environment",
+)  # a report's sections, in the order every format prints them
+
+
+def page(report) -> list[Section]:
+    return sections(report, PAGE)
+
+
 def sections(report, names) -> list[Section]:
     """The named sections that this report has, in that order."""
     return [s for s in (BUILDERS[n](report) for n in names) if s is not None]
 
 
 BUILDERS = {
+    "verdict": verdict,
+    "breakdown": breakdown,
+    "timeline": timeline,
+    "findings": findings,
+    "environment": environment,
     "cross_rank": cross_rank,
     "account": account,
     "next_bottlenecks": next_bottlenecks,
