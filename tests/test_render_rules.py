@@ -205,3 +205,16 @@ def test_resnet_kineto_verdict_names_its_slow_steps():
     assert st.mean_us > 1.1 * st.median_us and slow  # the mean step is far above the median
     assert f"{len(slow)} slow steps" in rep.verdict.headline
     assert f"hold {100 * sum(slow) / sum(durs):.0f}% of the window" in rep.verdict.headline
+
+
+def test_whatif_text_fits_100_columns(tmp_path):
+    """`traceinspect whatif`'s text follows the width rule of the report: its speed-of-light and note
+    lines were printed whole (up to 276 columns on the builders)."""
+    from builders import build_healthy
+    from traceinspect import api
+    from traceinspect.render.text import render_whatif
+
+    path = build_healthy().write(tmp_path / "t.json")
+    out = render_whatif(api.whatif(str(path), "launch-bound:batch"))
+    assert "Speed of light" in out
+    assert max(len(line) for line in out.splitlines()) <= 100, max(out.splitlines(), key=len)

@@ -59,7 +59,7 @@ def render_whatif(d) -> str:
         out.append(f"  {plain(k):<20} {ms(v):>12} {pct(v / tot):>7}")
     for n in known(d.notes, []):
         out.append(f"note: {plain(n)}")
-    return "\n".join(out) + "\n"
+    return fit(document("\n".join(out)), 100) + "\n"  # the width rule of every text page
 
 
 def _light(sol: SpeedOfLight) -> str:
