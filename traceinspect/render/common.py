@@ -179,11 +179,6 @@ def rediagnosed_head(r) -> str:
     return f"once {', '.join(known(r.after, []))} is fixed (replayed step {ms(r.from_us)})"
 
 
-def labels(f) -> str:
-    """Severity (share of the window lost) and confidence (strength of the evidence), each named."""
-    return f"severity {sev(f)}, confidence {plain(f.confidence)}"
-
-
 BREAKDOWN_ORDER = (
     "compute",
     "comm",

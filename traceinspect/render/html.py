@@ -14,10 +14,9 @@ import json
 from ..inert import valid_unicode
 from ..report import known
 from . import charts, view
+from .view_diff import Down, Up
 from .view import C, Chart, Evidence, Figures, KeyValue, Para, Sub, T, Table
 from .common import (
-    count,
-    ms,
     num,
     plain,
 )
@@ -86,127 +85,16 @@ def render(report, *, width: int = 100, color: bool = False) -> str:
 
 
 def render_diff(d, *, width: int = 100, color: bool = False) -> str:
-    """A ReportDiff as one page: step time and speedup, breakdown, findings, kernels, caveats."""
-    b, a = d.step_time_us.before, d.step_time_us.after
-    body = [
-        "<header>",
-        f"<h1>traceinspect diff: {esc(d.before.file)} → {esc(d.after.file)}</h1>",
-        f'<p class="sub">before: {esc(d.before.window)} · after: {esc(d.after.window)}</p>',
-        "</header>",
-    ]
-    faster = a < b
-    sig = (
-        ""
-        if d.significant is None
-        else (" — beyond step-to-step noise" if d.significant else " — within step-to-step noise")
-    )
-    body.append(f'<section class="verdict{" ok" if faster else ""}" id="verdict">')
-    body.append(
-        f'<p class="big">Median step {esc(ms(b))} → {esc(ms(a))}'
-        + (
-            f" ({d.speedup:.2f}x {'faster' if faster else 'slower' if a > b else 'the same'}){esc(sig)}"
-            if d.speedup
-            else ""
-        )
-        + "</p>"
-    )
-    body.append(
-        '<div class="nums">'
-        + "".join(
-            f"<div><span>{esc(k)}</span><b>{esc(val)}</b></div>"
-            for k, val in (
-                ("change", "n/a" if d.change_pct is None else f"{d.change_pct:+.1f}%"),
-                ("noise (2 SE)", ms(d.noise_us) if d.noise_us is not None else "n/a"),
-                ("resolved", len(d.resolved)),
-                ("new", len(d.new)),
-                ("persisting", len(d.persisting)),
-            )
-        )
-        + "</div>"
-    )
-    body.append("</section>")
-    if d.environment:
-        body.append(
-            "<h2>Why the comparison may be unfair</h2><table><tr><th>what</th><th>before</th><th>after</th>"
-            "<th>why it matters</th></tr>"
-        )
-        body += [
-            f"<tr><td>{esc(e.field)}</td><td>{esc(e.before)}</td><td>{esc(e.after)}</td><td>{esc(e.why)}</td></tr>"
-            for e in d.environment
-        ]
-        body.append("</table>")
-    for w in d.warnings:
-        body.append(f'<p class="warn">{esc(w)}</p>')
-    body.append(
-        "<h2>Step time</h2><table><tr><th></th><th class=n>steps</th><th class=n>median</th>"
-        "<th class=n>mean</th><th class=n>std</th><th class=n>min</th><th class=n>max</th></tr>"
-    )
-    for name, side in (("before", d.before), ("after", d.after)):
-        s = side.steps
-        body.append(
-            f"<tr><td>{name}</td><td class=n>{count(s.n)}</td><td class=n>{ms(s.median_us)}</td>"
-            f"<td class=n>{ms(s.mean_us)}</td><td class=n>{ms(s.std_us)}</td>"
-            f"<td class=n>{ms(s.min_us)}</td><td class=n>{ms(s.max_us)}</td></tr>"
-        )
-    body.append("</table>")
-    svg = charts.diff_breakdown(d)
-    if svg:
-        body.append(f'<div class="chart" id="chart-diff">{svg}</div>')
-    elif not charts.available():
+    """A ReportDiff as one page: its view (render/view_diff.py), as a report's."""
+    from . import view_diff
+
+    head = view_diff.header(d)
+    body = ["<header>", f"<h1>traceinspect diff: {_spans(head.title)}</h1>"]
+    body += [f'<p class="sub">{_spans(x)}</p>' for x in head.lines] + ["</header>"]
+    if not charts.available():
         body.append(f'<p class="note">Charts need matplotlib: <code>{esc(charts.INSTALL_HINT)}</code></p>')
-    if d.breakdown:
-        body.append(
-            "<h2>Breakdown per step</h2><table><tr><th>part</th><th class=n>before</th>"
-            "<th class=n>after</th><th class=n>change</th></tr>"
-        )
-        for r in (r for r in d.breakdown if r.before_us or r.after_us or r.part == "compute"):
-            body.append(
-                f"<tr><td>{_swatch(r.part)}{esc(r.label)}</td><td class=n>{ms(r.before_us)}</td>"
-                f"<td class=n>{ms(r.after_us)}</td><td class=n>{_delta(r.delta_us)}</td></tr>"
-            )
-        body.append("</table>")
-    body.append("<h2>Findings</h2>")
-    body.append(
-        "<table><tr><th>finding</th><th>status</th><th class=n>lost per step before</th><th class=n>after</th></tr>"
-    )
-    for f in d.resolved_findings:
-        body.append(
-            f"<tr><td><code>{esc(f.name)}</code> {esc(f.title)}</td><td class=down>resolved</td>"
-            f"<td class=n>{ms(f.time_lost_per_step_us)}</td><td class=n>–</td></tr>"
-        )
-    for f in d.new_findings:
-        body.append(
-            f"<tr><td><code>{esc(f.name)}</code> {esc(f.title)}</td><td class=up>new</td>"
-            f"<td class=n>–</td><td class=n>{ms(f.time_lost_per_step_us)}</td></tr>"
-        )
-    for f in d.persisting:
-        body.append(
-            f"<tr><td><code>{esc(f.name)}</code> {esc(f.title_after)}</td><td>persisting</td>"
-            f"<td class=n>{ms(f.time_lost_per_step_us_before)}</td>"
-            f"<td class=n>{ms(f.time_lost_per_step_us_after)}</td></tr>"
-        )
-    for f in d.unchecked:
-        body.append(
-            f"<tr><td><code>{esc(f.name)}</code></td><td>not checked {esc(f.side)}: "
-            f"{esc(f.reason)}</td><td class=n></td><td class=n></td></tr>"
-        )
-    body.append("</table>")
-    if d.kernels:
-        body.append(
-            "<h2>Kernels that moved the most</h2><table><tr><th>kernel</th><th class=n>before /step</th>"
-            "<th class=n>after /step</th><th class=n>change</th></tr>"
-        )
-        for k in d.kernels:
-            body.append(
-                f"<tr><td><code>{esc(_short(k.name))}</code></td>"
-                f"<td class=n>{_opt_ms(k.before_us_per_step)}</td><td class=n>{_opt_ms(k.after_us_per_step)}</td>"
-                f"<td class=n>{_delta(k.delta_us_per_step)}</td></tr>"
-            )
-        body.append('</table><p class="note">– : not among that report\'s top kernels.</p>')
+    body += blocks(view_diff.page(d))
     return _page(f"traceinspect diff: {d.before.file} → {d.after.file}", body, d.to_dict(), "diff")
-
-
-# --- sections ----------------------------------------------------------------------------------------
 
 
 # --- page and small helpers -------------------------------------------------------------------------
@@ -258,32 +146,6 @@ def _bar(frac, color: str | None = None) -> str:
 def _short(name: str, limit: int = 160) -> str:
     name = str(name)
     return name if len(name) <= limit else name[: limit - 1] + "…"
-
-
-def _opt_ms(us) -> str:
-    return "–" if us is None else ms(us)
-
-
-def _delta(us) -> str:
-    us = num(us)
-    if us is None:
-        return "–"
-    cls = "up" if us > 0 else "down" if us < 0 else ""
-    sign = "+" if us > 0 else ""
-    return f'<span class="{cls}">{sign}{esc(ms(us))}</span>'
-
-
-def _bytes(n) -> str | None:
-    if n is None:
-        return None
-    n = num(n)
-    if n is None:
-        return "n/a"
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1024 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return None
 
 
 def blocks(sections) -> list[str]:
@@ -380,7 +242,13 @@ def _table(b) -> list[str]:
 
 def _spans(spans, cell: bool = False) -> str:
     return "".join(
-        _code(p, cell) if isinstance(p, C) else esc(p) if isinstance(p, T) else html.escape(p, quote=False)
+        _code(p, cell)
+        if isinstance(p, C)
+        else esc(p)
+        if isinstance(p, T)
+        else f'<span class="{"down" if isinstance(p, Down) else "up"}">{html.escape(p, quote=False)}</span>'
+        if isinstance(p, Up)
+        else html.escape(p, quote=False)
         for p in spans
     )
 
@@ -390,7 +258,3 @@ def _code(name, cell: bool) -> str:
     if cell and len(name) > 160:
         return f'<code title="{esc(name)}">{esc(_short(name))}</code>'
     return f"<code>{esc(name)}</code>"
-
-
-def _sections(report, *names: str) -> list[str]:
-    return blocks(view.sections(report, names))

@@ -168,7 +168,3 @@ def _item(s: str) -> str:
 def _summary(spans) -> str:
     """A fold's title: raw HTML to GitHub (no Markdown escapes inside it), so HTML-escaped."""
     return "".join(html.escape(plain(p) if isinstance(p, T) else p, quote=False) for p in spans)
-
-
-def _sections(report, *names: str) -> list[str]:
-    return blocks(view.sections(report, names))

@@ -161,7 +161,3 @@ def _cut(s: str, n: int) -> str:
 
 def _spans(spans) -> str:
     return "".join(plain(p) if isinstance(p, T) else p for p in spans)
-
-
-def _sections(report, w: int, *names: str) -> list[str]:
-    return blocks(view.sections(report, names), w)

@@ -207,7 +207,7 @@ def skipped(report) -> Section | None:
     return Section("skipped", ("Checked below threshold, or not applicable",), (Items(items),))
 
 
-def _join(names) -> tuple:
+def codes(names) -> tuple:
     """Names as code, comma-separated: a tuple of pieces."""
     out: list = []
     for i, n in enumerate(names):
@@ -334,7 +334,7 @@ def next_bottlenecks(report) -> Section | None:
                     (C(f.name),),
                     (lost(f.time_lost_per_step_us),),
                     (ms((num(f.projected_lost_us) or 0.0) / n),),
-                    _join(f.masked_by),
+                    codes(f.masked_by),
                     (T(sev(f)),),
                     (T(f.confidence),),
                 )
@@ -495,7 +495,7 @@ def verdict(report) -> Section:
             spans += ["; then "] * bool(k) + [C(p.fix), ": ", ms(p.from_us), " -> ", ms(p.to_us), " (", T(p.model), ")"]
         blocks.append(Para(tuple(spans) + (".",)))
     blocks.append(
-        Para(("Fixing ",) + _join(known(v.expected_from, [])) + ("; ", T(known(v.assumption, "")), "."), True)
+        Para(("Fixing ",) + codes(known(v.expected_from, [])) + ("; ", T(known(v.assumption, "")), "."), True)
     )
     if replay_line(v):
         blocks.append(Para((T(replay_line(v)), "."), True))
