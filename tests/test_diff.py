@@ -4,6 +4,7 @@ import re
 import json
 import math
 
+import msgspec
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -16,7 +17,8 @@ from traceinspect.diff import MEDIAN_SE_FACTOR, diff, load_saved_report
 from traceinspect.errors import TraceError
 from traceinspect.findings import Finding, Skipped
 from traceinspect.render.diff import DIFF_RENDERERS
-from traceinspect.report import Gpu, StepRow, Steps, TraceInfo, Report
+from traceinspect.sections import NO_GPU
+from traceinspect.report import StepRow, Steps, TraceInfo, Report
 from traceinspect.trace.model import load_trace
 
 
@@ -29,11 +31,16 @@ def rep_of(builder, tmp_path, name):
     return analyze(load_trace(builder.write(tmp_path / f"{name}.pt.trace.json")))
 
 
+TRACE = dict.fromkeys(TraceInfo.required) | dict(
+    file="x", rank=0, profiler={}, versions={}, window="", has_gpu=True, has_cpu=True
+)
+
+
 def synthetic(durs_ms, findings=(), gpu="NVIDIA H100 80GB HBM3", skipped=()) -> Report:
     """A Report with just the steps (and findings) diff reads."""
     d = np.array(durs_ms, dtype=float) * 1e3
     return Report(
-        trace=TraceInfo(file="x", gpu=Gpu(name=gpu), rank=0, profiler={}, versions={}),
+        trace=TraceInfo(**dict(TRACE, gpu=msgspec.structs.replace(NO_GPU, name=gpu))),
         steps=Steps(
             count=len(d),
             source="ProfilerStep",
@@ -41,7 +48,9 @@ def synthetic(durs_ms, findings=(), gpu="NVIDIA H100 80GB HBM3", skipped=()) -> 
             mean_us=float(np.mean(d)),
             min_us=float(d.min()),
             max_us=float(d.max()),
-            per_step=[StepRow(step=i, dur_us=float(x)) for i, x in enumerate(d)],
+            std_us=float(np.std(d)),
+            window_us=float(d.sum()),
+            per_step=[StepRow(step=i, start_us=0.0, dur_us=float(x)) for i, x in enumerate(d)],
         ),
         breakdown={},
         findings=list(findings),

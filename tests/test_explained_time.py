@@ -153,22 +153,33 @@ class _Steps:
         self.runtime = pd.DataFrame({"ts_us": [0.0]})
 
 
+def _account(**kw) -> Account:
+    """An account with every field the model requires: zeros, then `kw`."""
+    return Account(
+        **(dict.fromkeys(Account.required, 0.0) | dict(parts=[], unexplained_reasons=[], busy_causes=[]))
+        | dict(unexplained_by_part_us={})
+        | kw
+    )
+
+
 def test_verdict_names_the_same_causes_and_never_a_zero_time_finding():
     t = _Steps([100e3, 100e3])
     zero = _f("fp32-gemm", 0.0, "low")
     v = _verdict(
         t,
         rank([zero]),
-        Account(
+        _account(
             idle_us=50e3,
             unexplained_frac_of_step=0.5,
             unexplained_per_step_us=50e3,
-            unexplained_reasons=[UnexplainedReason(part="idle_unknown", us=50e3, why="no CPU events")],
+            unexplained_reasons=[
+                UnexplainedReason(part="idle_unknown", us=50e3, per_step_us=25e3, frac_of_step=0.5, why="no CPU events")
+            ],
         ),
     )
     assert v["top"] is None
     assert "No significant slowdown" not in v["headline"] and "50%" in v["headline"]
-    v = _verdict(t, rank([zero]), Account(idle_us=5e3, unexplained_frac_of_step=0.05))
+    v = _verdict(t, rank([zero]), _account(idle_us=5e3, unexplained_frac_of_step=0.05))
     assert v["headline"].startswith("No significant slowdown")
     fs = rank(
         [
@@ -336,8 +347,13 @@ def test_a_poisoned_account_and_masked_finding_render_inert(tmp_path):
 
     d = analyze(_load(bh.build_launch_bound_eager_attention(), tmp_path)).to_dict()
     evil = "<script>alert(1)</script>`|*_[x](javascript:y)\x1b]0;pwn\x07"
-    d["account"]["parts"] = [{"name": evil, "us": 1.0, "per_step_us": float("nan"), "by_part_us": {evil: 1.0}}]
-    d["account"]["unexplained_reasons"] = [{"part": evil, "why": evil, "us": 1.0, "per_step_us": float("inf")}]
+    d["account"]["parts"] = [
+        {"name": evil, "code": evil, "us": 1.0, "per_step_us": float("nan"), "frac_of_idle": 0.1, "frac_of_step": 0.1}
+        | {"by_part_us": {evil: 1.0}}
+    ]
+    d["account"]["unexplained_reasons"] = [
+        {"part": evil, "why": evil, "us": 1.0, "per_step_us": float("inf"), "frac_of_step": 0.1}
+    ]
     d["account"]["explained_frac_of_idle"] = float("-inf")
     f = next(x for x in d["findings"] if x["name"] == "eager-attention")
     f["masked_by"] = [evil]

@@ -29,7 +29,7 @@ from traceinspect.diff import diff
 from traceinspect.inert import md_code, md_text, text
 from traceinspect.render import RENDERERS
 from traceinspect.render.diff import DIFF_RENDERERS
-from traceinspect.report import Gpu, Report
+from traceinspect.report import Report
 from traceinspect.trace.model import load_trace
 
 REPO = Path(__file__).resolve().parents[1]
@@ -431,7 +431,9 @@ def hostile_diff(hostile_report):
     after = msgspec.structs.replace(  # one resolved finding, one new environment difference
         after,
         findings=after.findings[1:],
-        trace=msgspec.structs.replace(after.trace, gpu=Gpu(name="B" + REPORT_PAYLOAD)),
+        trace=msgspec.structs.replace(
+            after.trace, gpu=msgspec.structs.replace(after.trace.gpu, name="B" + REPORT_PAYLOAD)
+        ),
     )
     d = diff(before, after)
     assert d.resolved_findings and d.kernels and d.environment, "the diff must show names"

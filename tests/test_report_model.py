@@ -4,6 +4,8 @@ the format methods delegating to render/."""
 
 from __future__ import annotations
 
+import json
+
 import importlib
 import inspect
 from pathlib import Path
@@ -15,7 +17,7 @@ from builders import TraceBuilder, build_healthy
 from traceinspect.api import render
 from traceinspect.analyze import analyze
 from traceinspect.render import RENDERERS
-from traceinspect.report import Gpu, Report, Steps, TraceInfo
+from traceinspect.report import Report, Steps, TraceInfo
 from traceinspect.trace.model import load_trace
 
 TESTS = Path(__file__).parent
@@ -75,15 +77,23 @@ def test_round_trip_every_shared_trace(shared_dir):
     assert n > 0
 
 
-def test_absent_keys_stay_absent(tmp_path):
-    """A report saved by an older version, without most trace keys, writes back exactly what it read."""
+def test_an_older_report_is_migrated_once_in_from_dict(tmp_path):
+    """Schema 3 requires the keys every report of this version writes. A report saved before it may lack
+    some: those whose value may be null read as null ("not recorded"), one that cannot be null is refused
+    with its name, and a schema-3 report that lacks a key is refused. The caller's dict is not changed."""
     d = analyze(load_trace(str(build_healthy().write(tmp_path / "t.pt.trace.json")))).to_dict()
-    d["trace"] = {"file": "old.json", "rank": 3, "gpu": {"name": "A100"}}
-    d["steps"] = {}
-    back = Report.from_dict(d)
-    assert back.to_dict()["trace"] == {"file": "old.json", "rank": 3, "gpu": {"name": "A100"}}
-    assert back.to_dict()["steps"] == {}
-    assert back.trace.gpu == Gpu(name="A100") and back.trace.world_size is msgspec.UNSET
+    assert d["schema_version"] == 3
+    old = json.loads(json.dumps(d)) | {"schema_version": 2}
+    del old["trace"]["world_size"], old["trace"]["gpu"]["num_sms"]
+    back = Report.from_dict(old)
+    assert back.trace.world_size is None and back.trace.gpu.num_sms is None
+    assert "world_size" not in old["trace"]  # migrated on a copy
+    assert back.to_dict()["trace"]["world_size"] is None and back.schema_version == 2
+    with pytest.raises(ValueError, match="world_size|num_sms"):
+        Report.from_dict(old | {"schema_version": 3})
+    del old["trace"]["gpu"]["rocm"]  # a flag: null would be a third value
+    with pytest.raises(ValueError, match="rocm"):
+        Report.from_dict(old)
 
 
 @pytest.mark.parametrize(

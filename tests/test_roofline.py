@@ -299,6 +299,7 @@ def test_degenerate_shape_reasons():
         share_of_peak=0.01,
         roofline_us_per_step=0.01,
         kernel="",
+        note="",
     )
     assert shape_issues(row(rl.GEMM, {"M": 4096, "N": 4096, "K": 3137})) == ["K=3137 not a multiple of 8"]
     assert shape_issues(row(rl.GEMM, {"M": 4096, "N": 4096, "K": 3137}, "fp32")) == ["K=3137 not a multiple of 4"]

@@ -65,6 +65,7 @@ def test_report_text_is_carried_as_untrusted(hostile_report):  # noqa: F811
                 mean_step_us=1e3,
                 steps=3,
                 slowest=r == 1,
+                gpu_busy_frac=None,
                 top_finding="host-bound",
             )
             for r in (0, 1)
@@ -72,19 +73,46 @@ def test_report_text_is_carried_as_untrusted(hostile_report):  # noqa: F811
         cross_rank=CrossRank(
             matched=3,
             ranks=[0, 1],
+            steps=3,
             clock="one clock",
+            clock_tolerance_us=1.0,
+            straggler=1,
+            collectives=[],
+            max_arrival_skew_us=1.0,
             gating_rank=1,
-            per_rank=[RankAlignment(rank=r, last_arrivals=r, wait_us_per_step=1.0) for r in (0, 1)],
+            per_rank=[
+                RankAlignment(**dict.fromkeys(RankAlignment.__struct_fields__, 0.0) | dict(rank=r, last_arrivals=r))
+                for r in (0, 1)
+            ],
             notes=["a note"],
         ),
         efficiency=Efficiency(
+            peaks=None,
+            modelled_frac=0.5,
+            rows_total=1,
             kernel_us_per_step=10.0,
-            rows=[ShapeRow(op="aten::mm", shape="[2x2]", dtype="fp32", bound="memory", gpu_us_per_step=5.0)],
+            rows=[
+                ShapeRow(
+                    **dict.fromkeys(ShapeRow.__struct_fields__)
+                    | dict(op="aten::mm", family="gemm", shape="[2x2]", dtype="fp32", dims={}, kernel="k", note="")
+                    | dict(bound="memory", gpu_us_per_step=5.0, calls_per_step=1.0, us_per_call=5.0)
+                )
+            ],
         ),
     )
     rep = poisoned(rep, numbers=False)  # (drops the timeline sample: one with a hostile choice is put back)
-    sample = TimelineSample(intervals={"compute": [[0.0, 1.0]]}, step=1, dur_us=1.0, resolution_us=1.0)
-    rep = msgspec.structs.replace(rep, timeline_sample=msgspec.structs.replace(sample, choice=PAYLOAD + " step"))
+    sample = TimelineSample(
+        intervals={"compute": [[0.0, 1.0]]},
+        step=1,
+        index=0,
+        start_us=0.0,
+        dur_us=1.0,
+        device=0,
+        dropped=0,
+        resolution_us=1.0,
+        choice=PAYLOAD + " step",
+    )
+    rep = msgspec.structs.replace(rep, timeline_sample=sample)
     built = {name: build(rep) for name, build in view.BUILDERS.items()}
     assert all(built.values()), [n for n, s in built.items() if s is None]
     for name, sec in built.items():

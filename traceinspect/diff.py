@@ -16,7 +16,8 @@ import msgspec
 import numpy as np
 
 from .errors import TraceError
-from .report import Gpu, Part, Report, WhatIf, known
+from .report import Report, known
+from .sections import NO_GPU
 from .trace.load import GZIP_MAGIC
 from .trace.timeline import PARTS
 
@@ -312,7 +313,8 @@ def _prediction(before: Report, resolved: list[str], after_us: float) -> Predict
     (its replay saved_alone), or a prefix of the verdict's cumulative path. A saved report's types are checked on
     read; a value that is not finite (NaN, inf) is no prediction."""
     v = before.verdict
-    alone = known((known(v.whatif) or WhatIf()).saved_alone_per_step_us, {})
+    w = known(v.whatif)
+    alone = w.saved_alone_per_step_us if w else {}
     path = known(v.path, [])
     median = _num(v.median_step_us)
     replayable = [n for n in resolved if n in alone or any(p.fix == n for p in path)]
@@ -386,17 +388,16 @@ def _breakdown(before: Report, after: Report) -> list[BreakdownChange]:
         x, y = before.breakdown.get(p), after.breakdown.get(p)
         if not x and not y:
             continue
-        x, y = x or Part(), y or Part()
-        bu, au = float(known(x.per_step_us, 0.0)), float(known(y.per_step_us, 0.0))
+        bu, au = float(x.per_step_us if x else 0.0), float(y.per_step_us if y else 0.0)
         rows.append(
             BreakdownChange(
                 part=p,
-                label=x.label or y.label or p,  # UNSET is falsy
+                label=(x or y).label or p,
                 before_us=bu,
                 after_us=au,
                 delta_us=au - bu,
-                before_frac=float(known(x.frac, 0.0)),
-                after_frac=float(known(y.frac, 0.0)),
+                before_frac=float(x.frac if x else 0.0),
+                after_frac=float(y.frac if y else 0.0),
             )
         )
     return rows
@@ -437,10 +438,10 @@ def _kernels(before: Report, after: Report, nb: int, na: int) -> list[KernelMove
 
 def _environment(before: Report, after: Report) -> list[EnvChange]:
     tb, ta = before.trace, after.trace
-    gb, ga = tb.gpu or Gpu(), ta.gpu or Gpu()
+    gb, ga = known(tb.gpu) or NO_GPU, known(ta.gpu) or NO_GPU
     checks = [
-        ("GPU", known(gb.name), known(ga.name), "different hardware: step times are not comparable"),
-        ("GPU architecture", known(gb.arch), known(ga.arch), "different hardware"),
+        ("GPU", gb.name or None, ga.name or None, "different hardware: step times are not comparable"),
+        ("GPU architecture", gb.arch, ga.arch, "different hardware"),
         ("GPUs in trace", known(tb.gpu_count_in_trace), known(ta.gpu_count_in_trace), "a different device setup"),
         ("rank", known(tb.rank), known(ta.rank), "different ranks can do different work"),
         ("world size", known(tb.world_size), known(ta.world_size), "a different parallel setup"),

@@ -9,6 +9,7 @@ import numbers
 from typing import Any
 
 import msgspec
+import msgspec.inspect
 
 from .findings import Failure, Finding, Skipped
 from .sections import (  # noqa: F401 (re-exported: the report model's sections)
@@ -55,7 +56,9 @@ from .sections import (  # noqa: F401 (re-exported: the report model's sections)
     WhatIfStep,
 )
 
-SCHEMA_VERSION = 2  # 2: findings ranked by confidence-weighted time lost; account, masked_by, idle claims
+# 2: findings ranked by confidence-weighted time lost; account, masked_by, idle claims. 3: the keys every
+# report of this version writes are required (a section's rows whole; see _migrate for older reports)
+SCHEMA_VERSION = 3
 
 
 def severity(frac: float) -> str:
@@ -153,6 +156,9 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
         _check_bounds(d)
         # a section written as null reads as absent, as {} does
         d = {k: v for k, v in d.items() if not (v is None and k in SECTIONS)}
+        v = d.get("schema_version")
+        if isinstance(v, int) and not isinstance(v, bool) and v < SCHEMA_VERSION:
+            d = _migrate(d)
         try:
             r = msgspec.convert(d, cls)
         except msgspec.ValidationError as e:
@@ -162,6 +168,52 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
         if not 1 <= r.schema_version <= SCHEMA_VERSION:  # older versions are read: their keys are a subset
             raise ValueError(f"schema_version is {r.schema_version}; this traceinspect reads 1 to {SCHEMA_VERSION}")
         return r
+
+
+def _migrate(doc: dict) -> dict:
+    """A report saved before schema 3, whose sections could lack keys this version requires: each
+    missing key whose value may be null (a GPU's SM count, a file size, a peak) reads as null, "not
+    recorded by that version"; one that cannot be null (a name, a count) stays missing, so the report is
+    refused naming it (`$.trace.gpu.rocm`). Migrated once, here: nothing after from_dict sees the old
+    shape. A copy: the caller's dict is not changed."""
+    import copy
+
+    doc = copy.deepcopy(doc)
+    todo = [(doc, _info())]
+    while todo:
+        obj, ti = todo.pop()
+        if isinstance(ti, msgspec.inspect.UnionType):
+            todo += [(obj, t) for t in ti.types if isinstance(t, _CONTAINERS)]
+        elif isinstance(ti, msgspec.inspect.StructType) and isinstance(obj, dict) and obj:
+            need = set(getattr(ti.cls, "required", ())) | {f.name for f in ti.fields if f.required}
+            for f in ti.fields:
+                if f.encode_name in obj:
+                    todo.append((obj[f.encode_name], f.type))
+                elif f.name in need and _nullable(f.type):
+                    obj[f.encode_name] = None
+        elif isinstance(ti, msgspec.inspect.ListType) and isinstance(obj, list):
+            todo += [(x, ti.item_type) for x in obj]
+        elif isinstance(ti, msgspec.inspect.DictType) and isinstance(obj, dict):
+            todo += [(x, ti.value_type) for x in obj.values()]
+    return doc
+
+
+_CONTAINERS = (msgspec.inspect.StructType, msgspec.inspect.ListType, msgspec.inspect.DictType)
+
+
+def _nullable(t) -> bool:
+    types = t.types if isinstance(t, msgspec.inspect.UnionType) else (t,)
+    return any(isinstance(x, msgspec.inspect.NoneType) for x in types)
+
+
+def _info():
+    global _INFO
+    if _INFO is None:
+        _INFO = msgspec.inspect.type_info(Report)
+    return _INFO
+
+
+_INFO = None
 
 
 _SECTION_TYPES = {c.__name__: c for c in Section.__subclasses__()}  # every typed section, by name
@@ -196,7 +248,7 @@ def json_schema() -> dict[str, Any]:
         if cls.required and cls.allow_empty:
             d["if"], d["then"] = {"minProperties": 1}, {"required": list(cls.required)}
         elif cls.required:
-            d["required"] = list(cls.required)
+            d["required"] = sorted(set(d.get("required", [])) | set(cls.required))
     v = defs["Verdict"]
     v["if"] = {"properties": {"top": {"type": "string"}}, "required": ["top"]}
     v["then"] = {

@@ -55,35 +55,63 @@ class Section(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=False):
         return msgspec.to_builtins(self)
 
 
-class Peaks(Section, frozen=True):
+class Peaks(Section, frozen=True, kw_only=True):
     """A GPU's peak throughput (traceinspect.trace.roofline's table), as the report states it."""
 
-    required = ("name",)
-    name: Union[str, _U] = UNSET
+    name: str
     source: Union[str, _U] = UNSET  # where the figures come from (efficiency section only)
-    approximate: Union[bool, _U] = UNSET
+    approximate: bool
     mem_tbps: Union[Num, None, _U] = UNSET
-    fp32_tflops: Union[Num, None, _U] = UNSET
-    tf32_tflops: Union[Num, None, _U] = UNSET
-    half_tflops: Union[Num, None, _U] = UNSET
+    fp32_tflops: Union[Num, None]
+    tf32_tflops: Union[Num, None]
+    half_tflops: Union[Num, None]
     fp8_tflops: Union[Num, None, _U] = UNSET
     bf16: Union[bool, _U] = UNSET
 
 
-class Gpu(Section, frozen=True):
-    required = ("name",)
-    name: Union[str, _U] = UNSET
-    id: Union[int, None, _U] = UNSET
-    arch: Union[str, None, _U] = UNSET
-    compute_capability: Union[str, None, _U] = UNSET
-    num_sms: Union[int, None, _U] = UNSET
-    memory_bytes: Union[int, None, _U] = UNSET
-    rocm: Union[bool, _U] = UNSET
-    peaks: Union[Peaks, None, _U] = UNSET
+class Gpu(Section, frozen=True, kw_only=True):
+    name: str
+    id: Union[int, None]
+    arch: Union[str, None]
+    compute_capability: Union[str, None]
+    num_sms: Union[int, None]
+    memory_bytes: Union[int, None]
+    rocm: bool
+    peaks: Union[Peaks, None]
 
 
-class TraceInfo(Section, frozen=True):
+NO_GPU = Gpu(
+    name="", id=None, arch=None, compute_capability=None, num_sms=None, memory_bytes=None, rocm=False, peaks=None
+)
+"""What a report without a GPU reads as, where a reader compares GPUs (a diff, the environment)."""
+
+
+class TraceInfo(Section, frozen=True, kw_only=True):
     """What was analysed: the file, its size and integrity, the GPU, the capture's settings."""
+
+    required = (
+        "file",
+        "file_bytes",
+        "json_bytes",
+        "events",
+        "lost_bytes",
+        "dropped_events",
+        "rank",
+        "rank_source",
+        "world_size",
+        "gpu",
+        "gpu_count_in_trace",
+        "window",
+        "profiler",
+        "versions",
+        "framework",
+        "run_config",
+        "run_framework",
+        "origin_us",
+        "base_time_ns",
+        "has_gpu",
+        "has_cpu",
+    )
 
     file: Union[str, _U] = UNSET
     file_bytes: Union[int, None, _U] = UNSET
@@ -111,19 +139,19 @@ class TraceInfo(Section, frozen=True):
     has_cpu: Union[bool, _U] = UNSET
 
 
-class StepRow(Section, frozen=True):
-    required, allow_empty = ("step", "dur_us"), False
-    step: Union[int, _U] = UNSET
-    start_us: Union[Num, _U] = UNSET
-    dur_us: Union[Num, _U] = UNSET
+class StepRow(Section, frozen=True, kw_only=True):
+    allow_empty = False
+    step: int
+    start_us: Num
+    dur_us: Num
     breakdown_us: Union[dict[str, Num], _U] = UNSET
 
 
-class Steps(Section, frozen=True):
+class Steps(Section, frozen=True, kw_only=True):
     """The analysed steps: count, their statistics and one row per step. Empty (every field UNSET) for
     a report saved without steps."""
 
-    required = ("count", "source", "mean_us", "median_us", "min_us", "max_us")
+    required = ("count", "source", "mean_us", "median_us", "min_us", "max_us", "std_us", "window_us", "per_step")
     count: Union[int, _U] = UNSET
     source: Union[str, _U] = UNSET
     mean_us: Union[Num, _U] = UNSET
@@ -135,37 +163,37 @@ class Steps(Section, frozen=True):
     per_step: Union[list[StepRow], _U] = UNSET
 
 
-class Part(Section, frozen=True):
+class Part(Section, frozen=True, kw_only=True):
     """One part of the step-time breakdown (compute, comm, memcpy, an idle cause)."""
 
-    required, allow_empty = ("us",), False
-    us: Union[Num, _U] = UNSET
-    label: Union[str, _U] = UNSET
-    frac: Union[Num, _U] = UNSET
-    per_step_us: Union[Num, _U] = UNSET
+    allow_empty = False
+    us: Num
+    label: str
+    frac: Num
+    per_step_us: Num
 
 
-class TopKernel(Section, frozen=True):
-    required, allow_empty = ("name", "count", "total_us", "median_us", "frac_of_kernel_time"), False
-    name: Union[str, _U] = UNSET
-    count: Union[int, _U] = UNSET
-    total_us: Union[Num, _U] = UNSET
-    median_us: Union[Num, _U] = UNSET
-    frac_of_kernel_time: Union[Num, _U] = UNSET
+class TopKernel(Section, frozen=True, kw_only=True):
+    allow_empty = False
+    name: str
+    count: int
+    total_us: Num
+    median_us: Num
+    frac_of_kernel_time: Num
 
 
-class RankSummary(Section, frozen=True):
+class RankSummary(Section, frozen=True, kw_only=True):
     """One rank of a multi-rank analysis, reduced from that rank's typed Report (never from strings)."""
 
-    required, allow_empty = ("rank", "file", "median_step_us", "mean_step_us", "steps", "slowest"), False
-    rank: Union[int, _U] = UNSET
-    file: Union[str, _U] = UNSET
-    median_step_us: Union[Num, _U] = UNSET
-    mean_step_us: Union[Num, _U] = UNSET
-    steps: Union[int, _U] = UNSET
-    slowest: Union[bool, _U] = UNSET
-    gpu_busy_frac: Union[Num, None, _U] = UNSET
-    top_finding: Union[str, None, _U] = UNSET
+    allow_empty = False
+    rank: int
+    file: str
+    median_step_us: Num
+    mean_step_us: Num
+    steps: int
+    slowest: bool
+    gpu_busy_frac: Union[Num, None]
+    top_finding: Union[str, None]
     gating: Union[bool, _U] = UNSET
     last_arrivals: Union[int, _U] = UNSET
     collective_wait_us_per_step: Union[Num, _U] = UNSET
@@ -176,69 +204,69 @@ class RankSummary(Section, frozen=True):
 # --- the verdict: the headline, the expected step time and the path of fixes to it ---------------------
 
 
-class FixStep(Section, frozen=True):
+class FixStep(Section, frozen=True, kw_only=True):
     """One fix on the verdict's cumulative path: the step time before and after it, and the model used."""
 
-    required, allow_empty = ("fix", "from_us", "to_us", "model"), False
-    fix: Union[str, _U] = UNSET
-    from_us: Union[Num, _U] = UNSET
-    to_us: Union[Num, _U] = UNSET
-    model: Union[str, _U] = UNSET
+    allow_empty = False
+    fix: str
+    from_us: Num
+    to_us: Num
+    model: str
 
 
-class Rediagnosed(Section, frozen=True):
+class Rediagnosed(Section, frozen=True, kw_only=True):
     """A cause asked again in the predicted run (docs/whatif.md, "Next bottlenecks"): present now (a
     masked finding, or a detector's signature below its threshold), what the replay of its fix saves
     once the verdict's replayed fixes (`after`) are in."""
 
-    required, allow_empty = ("fix", "present", "after", "from_us", "to_us"), False
-    fix: Union[str, _U] = UNSET
-    present: Union[str, _U] = UNSET  # "masked" (a finding) | "below threshold" (the detector declined it)
-    reason: Union[str, _U] = UNSET  # the finding's title, or the detector's reason for declining now
-    after: Union[list[str], _U] = UNSET  # the replayed fixes of the verdict's path it is asked after
-    from_us: Union[Num, _U] = UNSET  # median step of the replay with `after`
-    to_us: Union[Num, _U] = UNSET  # ... and this fix on top
-    saved_per_step_us: Union[Num, _U] = UNSET
-    share_of_predicted: Union[Num, _U] = UNSET  # saved over from_us
+    allow_empty = False
+    fix: str
+    present: str  # "masked" (a finding) | "below threshold" (the detector declined it)
+    reason: str  # the finding's title, or the detector's reason for declining now
+    after: list[str]  # the replayed fixes of the verdict's path it is asked after
+    from_us: Num  # median step of the replay with `after`
+    to_us: Num  # ... and this fix on top
+    saved_per_step_us: Num
+    share_of_predicted: Num  # saved over from_us
 
 
-class ReplayEdges(Section, frozen=True):
+class ReplayEdges(Section, frozen=True, kw_only=True):
     """Where the replay graph's dependencies between streams and threads came from: recorded by the trace
     (`cuda_sync` records) or inferred from timing (docs/whatif.md, "Edges")."""
 
-    recorded: Union[int, _U] = UNSET
-    inferred: Union[int, _U] = UNSET
-    recorded_share: Union[Num, None, _U] = UNSET  # None: the graph has no such edge
-    cross_stream_recorded: Union[int, _U] = UNSET
-    cross_stream_inferred: Union[int, _U] = UNSET
-    host_wait_recorded: Union[int, _U] = UNSET
-    host_wait_inferred: Union[int, _U] = UNSET
-    cross_thread_inferred: Union[int, _U] = UNSET
-    stream_waits_complete: Union[bool, _U] = UNSET  # every stream-wait call recorded: no cross-stream guess
-    contradicted: Union[int, _U] = UNSET  # records the measured times contradict (dropped)
+    recorded: int
+    inferred: int
+    recorded_share: Union[Num, None]  # None: the graph has no such edge
+    cross_stream_recorded: int
+    cross_stream_inferred: int
+    host_wait_recorded: int
+    host_wait_inferred: int
+    cross_thread_inferred: int
+    stream_waits_complete: bool  # every stream-wait call recorded: no cross-stream guess
+    contradicted: int  # records the measured times contradict (dropped)
 
 
-class Identity(Section, frozen=True):
+class Identity(Section, frozen=True, kw_only=True):
     """The replay of the unmodified trace against the measured steps: the what-if model's own error, and
     which of its edges were recorded and which inferred."""
 
-    median_error_frac: Union[Num, _U] = UNSET
-    max_error_frac: Union[Num, _U] = UNSET
-    replayed_median_us: Union[Num, _U] = UNSET
-    measured_median_us: Union[Num, _U] = UNSET
+    median_error_frac: Num
+    max_error_frac: Num
+    replayed_median_us: Num
+    measured_median_us: Num
     edges: Union[ReplayEdges, _U] = UNSET
 
 
-class SpeedOfLight(Section, frozen=True):
+class SpeedOfLight(Section, frozen=True, kw_only=True):
     """Per step, the roofline floor of the GPU work: the modelled ops at their roofline (roofline_us), the
     rest at its measured time (unmodelled_us), scaled by the kernels' overlap; sol_us None: why says what
     is missing. mfu: matrix FLOPs at peak over the median step (None without matrix FLOPs)."""
 
-    sol_us: Union[Num, None, _U] = UNSET
+    sol_us: Union[Num, None]
     roofline_us: Union[Num, _U] = UNSET
     unmodelled_us: Union[Num, _U] = UNSET
     overlap: Union[Num, _U] = UNSET
-    why: Union[str, _U] = UNSET
+    why: str
     matrix_flops_per_step: Union[Num, _U] = UNSET
     achieved_tflops: Union[Num, _U] = UNSET
     mfu: Union[Num, None, _U] = UNSET
@@ -247,15 +275,17 @@ class SpeedOfLight(Section, frozen=True):
     recorded_vs_model: Union[Num, None, _U] = UNSET
 
 
-class WhatIf(Section, frozen=True):
-    identity: Union[Identity, _U] = UNSET
-    speed_of_light: Union[SpeedOfLight, _U] = UNSET
-    saved_alone_per_step_us: Union[dict[str, Num], _U] = UNSET  # fix -> per-step time its replay alone saves
+class WhatIf(Section, frozen=True, kw_only=True):
+    identity: Identity
+    speed_of_light: SpeedOfLight
+    saved_alone_per_step_us: dict[str, Num]  # fix -> per-step time its replay alone saves
 
 
-class Verdict(Section, frozen=True):
+class Verdict(Section, frozen=True, kw_only=True):
     """The report's headline. `top` is the top cause's name, or None (then `headline` says why: no
     cause, no GPU, or time no finding explains). A multi-rank job's verdict names the gating rank."""
+
+    required = ("top", "median_step_us")
 
     top: Union[str, None, _U] = UNSET
     top_title: Union[str, _U] = UNSET
@@ -297,60 +327,74 @@ class Verdict(Section, frozen=True):
 # --- the explained-time account: GPU idle time split into what each finding claims + unexplained -------
 
 
-class AccountPart(Section, frozen=True):
-    required, allow_empty = ("name", "us"), False
-    name: Union[str, _U] = UNSET
-    code: Union[str, _U] = UNSET
-    us: Union[Num, _U] = UNSET
-    per_step_us: Union[Num, _U] = UNSET
-    frac_of_idle: Union[Num, _U] = UNSET
-    frac_of_step: Union[Num, _U] = UNSET
-    by_part_us: Union[dict[str, Num], _U] = UNSET
+class AccountPart(Section, frozen=True, kw_only=True):
+    allow_empty = False
+    name: str
+    code: str
+    us: Num
+    per_step_us: Num
+    frac_of_idle: Num
+    frac_of_step: Num
+    by_part_us: dict[str, Num]
 
 
-class UnexplainedReason(Section, frozen=True):
-    required, allow_empty = ("part", "us", "why"), False
-    part: Union[str, _U] = UNSET
-    us: Union[Num, _U] = UNSET
-    per_step_us: Union[Num, _U] = UNSET
-    frac_of_step: Union[Num, _U] = UNSET
-    why: Union[str, _U] = UNSET
+class UnexplainedReason(Section, frozen=True, kw_only=True):
+    allow_empty = False
+    part: str
+    us: Num
+    per_step_us: Num
+    frac_of_step: Num
+    why: str
 
 
-class BusyCause(Section, frozen=True):
-    required, allow_empty = ("name", "us"), False
-    name: Union[str, _U] = UNSET
-    code: Union[str, _U] = UNSET
-    us: Union[Num, _U] = UNSET
-    per_step_us: Union[Num, _U] = UNSET
+class BusyCause(Section, frozen=True, kw_only=True):
+    allow_empty = False
+    name: str
+    code: str
+    us: Num
+    per_step_us: Num
 
 
-class AccountStep(Section, frozen=True):
-    required, allow_empty = ("step", "idle_us"), False
-    step: Union[int, _U] = UNSET
-    idle_us: Union[Num, _U] = UNSET
-    claims_us: Union[dict[str, Num], _U] = UNSET
-    unexplained_us: Union[Num, _U] = UNSET
+class AccountStep(Section, frozen=True, kw_only=True):
+    allow_empty = False
+    step: int
+    idle_us: Num
+    claims_us: dict[str, Num]
+    unexplained_us: Num
     artifacts_us: Union[Num, _U] = UNSET  # idle time trace quality names in this step (when the account has any)
 
 
-class AccountArtifact(Section, frozen=True):
+class AccountArtifact(Section, frozen=True, kw_only=True):
     """GPU idle time the trace cannot attribute (trace quality): named instead of "unexplained"."""
 
-    required, allow_empty = ("label", "us"), False
-    check: Union[str, _U] = UNSET  # the trace-quality check that names it
-    label: Union[str, _U] = UNSET
-    us: Union[Num, _U] = UNSET
-    per_step_us: Union[Num, _U] = UNSET
-    frac_of_step: Union[Num, _U] = UNSET
-    by_part_us: Union[dict[str, Num], _U] = UNSET
+    allow_empty = False
+    check: str  # the trace-quality check that names it
+    label: str
+    us: Num
+    per_step_us: Num
+    frac_of_step: Num
+    by_part_us: dict[str, Num]
 
 
-class Account(Section, frozen=True):
+class Account(Section, frozen=True, kw_only=True):
     """The GPU idle time of the analysed steps: what each active finding claims, per idle part, and the
     unexplained rest. The parts add up to the idle time."""
 
-    required = ("idle_us",)
+    required = (
+        "idle_us",
+        "idle_per_step_us",
+        "idle_frac_of_step",
+        "parts",
+        "explained_us",
+        "explained_frac_of_idle",
+        "unexplained_us",
+        "unexplained_per_step_us",
+        "unexplained_frac_of_step",
+        "unexplained_by_part_us",
+        "unexplained_reasons",
+        "busy_causes",
+        "overlap_us",
+    )
     idle_us: Union[Num, _U] = UNSET
     idle_per_step_us: Union[Num, _U] = UNSET
     idle_frac_of_step: Union[Num, _U] = UNSET
@@ -371,18 +415,18 @@ class Account(Section, frozen=True):
 # --- device memory: capacity, peaks, headroom, and the batch that fits --------------------------------
 
 
-class MemoryStep(Section, frozen=True):
-    required, allow_empty = ("step",), False
-    step: Union[int, _U] = UNSET
-    start_allocated_bytes: Union[Num, None, _U] = UNSET
-    peak_allocated_bytes: Union[Num, None, _U] = UNSET
-    peak_reserved_bytes: Union[Num, None, _U] = UNSET
+class MemoryStep(Section, frozen=True, kw_only=True):
+    allow_empty = False
+    step: int
+    start_allocated_bytes: Union[Num, None]
+    peak_allocated_bytes: Union[Num, None]
+    peak_reserved_bytes: Union[Num, None]
 
 
-class MemoryDevice(Section, frozen=True):
-    required, allow_empty = ("device",), False
-    device: Union[int, None, _U] = UNSET
-    capacity_bytes: Union[Num, None, _U] = UNSET
+class MemoryDevice(Section, frozen=True, kw_only=True):
+    allow_empty = False
+    device: Union[int, None]
+    capacity_bytes: Union[Num, None]
     peak_allocated_bytes: Union[Num, None, _U] = UNSET
     peak_reserved_bytes: Union[Num, None, _U] = UNSET
     start_allocated_bytes: Union[Num, None, _U] = UNSET
@@ -390,34 +434,33 @@ class MemoryDevice(Section, frozen=True):
     per_step: Union[list[MemoryStep], _U] = UNSET
 
 
-class BatchFit(Section, frozen=True):
+class BatchFit(Section, frozen=True, kw_only=True):
     """The largest micro-batch under the margin, and the accumulation that keeps the effective batch."""
 
-    required = ("factor", "max_factor")
-    batch: Union[int, None, _U] = UNSET
-    factor: Union[int, _U] = UNSET
-    max_factor: Union[Num, _U] = UNSET
-    accumulation: Union[int, None, _U] = UNSET
-    current_batch: Union[int, None, _U] = UNSET
-    current_accumulation: Union[int, None, _U] = UNSET
-    fixed_bytes: Union[Num, _U] = UNSET
-    per_batch_bytes: Union[Num, _U] = UNSET
-    capacity_bytes: Union[Num, _U] = UNSET
-    margin_frac: Union[Num, _U] = UNSET
-    predicted_peak_bytes: Union[Num, _U] = UNSET
-    measured: Union[list[str], _U] = UNSET
-    assumed: Union[list[str], _U] = UNSET
-    batch_name: Union[str, _U] = UNSET
-    accumulation_name: Union[str, _U] = UNSET
+    batch: Union[int, None]
+    factor: int
+    max_factor: Num
+    accumulation: Union[int, None]
+    current_batch: Union[int, None]
+    current_accumulation: Union[int, None]
+    fixed_bytes: Num
+    per_batch_bytes: Num
+    capacity_bytes: Num
+    margin_frac: Num
+    predicted_peak_bytes: Num
+    measured: list[str]
+    assumed: list[str]
+    batch_name: str
+    accumulation_name: str
     # who recommends `factor`: the launch-bound fix's replay sweep (whatif/batch.py), or None: no cause
     # asks for a larger batch, so `factor` is 1 and only max_factor is a figure
-    recommended_by: Union[str, None, _U] = UNSET
+    recommended_by: Union[str, None]
 
 
-class Memory(Section, frozen=True):
+class Memory(Section, frozen=True, kw_only=True):
     """Device memory per step, or (source "") the reason there is no figure and the capture option that adds one."""
 
-    required = ("source",)
+    required = ("source", "margin_frac", "devices")
     source: Union[str, _U] = UNSET  # "trace" | "capture" | "" (no figure)
     margin_frac: Union[Num, _U] = UNSET
     reason: Union[str, _U] = UNSET
@@ -429,34 +472,35 @@ class Memory(Section, frozen=True):
 # --- per-shape efficiency against the roofline --------------------------------------------------------
 
 
-class ShapeRow(Section, frozen=True):
+class ShapeRow(Section, frozen=True, kw_only=True):
     """One (op, input shapes, input types) group of the analysed steps against the roofline; None: not modelled."""
 
-    required, allow_empty = ("op",), False
-    op: Union[str, _U] = UNSET
-    family: Union[str, _U] = UNSET
-    shape: Union[str, _U] = UNSET
-    dtype: Union[str, _U] = UNSET
-    dims: Union[dict[str, Any], _U] = UNSET
-    calls_per_step: Union[Num, _U] = UNSET
-    gpu_us_per_step: Union[Num, _U] = UNSET
-    us_per_call: Union[Num, _U] = UNSET
-    gflops_per_call: Union[Num, None, _U] = UNSET
-    mbytes_per_call: Union[Num, None, _U] = UNSET
-    tflops: Union[Num, None, _U] = UNSET
-    tbps: Union[Num, None, _U] = UNSET
-    intensity: Union[Num, None, _U] = UNSET
-    peak_tflops: Union[Num, None, _U] = UNSET
+    allow_empty = False
+    op: str
+    family: str
+    shape: str
+    dtype: str
+    dims: dict[str, Any]
+    calls_per_step: Num
+    gpu_us_per_step: Num
+    us_per_call: Num
+    gflops_per_call: Union[Num, None]
+    mbytes_per_call: Union[Num, None]
+    tflops: Union[Num, None]
+    tbps: Union[Num, None]
+    intensity: Union[Num, None]
+    peak_tflops: Union[Num, None]
     peak_unit: Union[str, None, _U] = UNSET  # what peak_tflops is the peak of ("bf16 matrix", "fp32 vector")
-    peak_tbps: Union[Num, None, _U] = UNSET
-    bound: Union[str, None, _U] = UNSET
-    share_of_peak: Union[Num, None, _U] = UNSET
-    roofline_us_per_step: Union[Num, None, _U] = UNSET
-    kernel: Union[str, _U] = UNSET
-    note: Union[str, _U] = UNSET
+    peak_tbps: Union[Num, None]
+    bound: Union[str, None]
+    share_of_peak: Union[Num, None]
+    roofline_us_per_step: Union[Num, None]
+    kernel: str
+    note: str
 
 
-class Efficiency(Section, frozen=True):
+class Efficiency(Section, frozen=True, kw_only=True):
+    required = ("peaks", "kernel_us_per_step", "modelled_frac", "rows_total", "rows")
     peaks: Union[Peaks, None, _U] = UNSET  # None: no peak table entry for this GPU
     kernel_us_per_step: Union[Num, _U] = UNSET
     modelled_frac: Union[Num, _U] = UNSET
@@ -467,28 +511,40 @@ class Efficiency(Section, frozen=True):
 # --- many ranks: collectives aligned across ranks, and the rank that gates the step -------------------
 
 
-class RankAlignment(Section, frozen=True):
-    required, allow_empty = ("rank",), False
-    rank: Union[int, _U] = UNSET
-    last_arrivals: Union[int, _U] = UNSET
-    caused_wait_us_per_step: Union[Num, _U] = UNSET
-    job_cost_us_per_step: Union[Num, _U] = UNSET
-    wait_us_per_step: Union[Num, _U] = UNSET
-    transfer_us_per_step: Union[Num, _U] = UNSET
-    clock_offset_us: Union[Num, _U] = UNSET
+class RankAlignment(Section, frozen=True, kw_only=True):
+    allow_empty = False
+    rank: int
+    last_arrivals: int
+    caused_wait_us_per_step: Num
+    job_cost_us_per_step: Num
+    wait_us_per_step: Num
+    transfer_us_per_step: Num
+    clock_offset_us: Num
 
 
-class CollectiveRow(Section, frozen=True):
-    index: Union[int, _U] = UNSET
-    group: Union[int, _U] = UNSET
-    collective: Union[str, _U] = UNSET
-    arrival_skew_us: Union[Num, _U] = UNSET
-    last_rank: Union[int, None, _U] = UNSET
-    job_cost_us: Union[Num, _U] = UNSET
+class CollectiveRow(Section, frozen=True, kw_only=True):
+    index: int
+    group: int
+    collective: str
+    arrival_skew_us: Num
+    last_rank: Union[int, None]
+    job_cost_us: Num
 
 
-class CrossRank(Section, frozen=True):
-    required = ("matched", "ranks")
+class CrossRank(Section, frozen=True, kw_only=True):
+    required = (
+        "matched",
+        "ranks",
+        "steps",
+        "clock",
+        "clock_tolerance_us",
+        "straggler",
+        "gating_rank",
+        "per_rank",
+        "collectives",
+        "notes",
+        "max_arrival_skew_us",
+    )
     matched: Union[int, _U] = UNSET
     ranks: Union[list[int], _U] = UNSET
     steps: Union[int, _U] = UNSET
@@ -505,8 +561,10 @@ class CrossRank(Section, frozen=True):
 Span = Annotated[list[Num], msgspec.Meta(min_length=2, max_length=2)]  # [start, end]: JSON has no tuples
 
 
-class TimelineSample(Section, frozen=True):
+class TimelineSample(Section, frozen=True, kw_only=True):
     """One representative step's intervals per timeline part, for the HTML chart."""
+
+    required = ("intervals", "step", "index", "start_us", "dur_us", "device", "resolution_us", "choice", "dropped")
 
     intervals: Union[dict[str, list[Span]], _U] = UNSET  # part -> [start_us, end_us] pairs
     step: Union[int, None, _U] = UNSET
@@ -522,7 +580,7 @@ class TimelineSample(Section, frozen=True):
 # --- `traceinspect whatif`: one replay of a trace with the named fixes (api.whatif) --------------------
 
 
-class WhatIfStep(Section, frozen=True):
+class WhatIfStep(Section, frozen=True, kw_only=True):
     required, allow_empty = ("step", "measured_us", "predicted_us"), False
     step: Union[int, _U] = UNSET
     measured_us: Union[Num, _U] = UNSET
@@ -531,7 +589,7 @@ class WhatIfStep(Section, frozen=True):
     gpu_floor_us: Union[Num, _U] = UNSET  # the step with no host time left: the GPU work, less the lag the window shows
 
 
-class WhatIfRun(Section, frozen=True):
+class WhatIfRun(Section, frozen=True, kw_only=True):
     """Measured against predicted step times after the fixes, the predicted run's critical path, the
     replay's own error on the unmodified trace (identity) and the speed of light (docs/whatif.md)."""
 
@@ -563,26 +621,26 @@ def py(value: Any) -> Any:
     return value.item() if hasattr(value, "item") else value
 
 
-class QualityCheck(Section, frozen=True):
+class QualityCheck(Section, frozen=True, kw_only=True):
     """One trace-quality check: its status (ok | limited | poor), what it measured over the analysed
     steps, its threshold and what the report does about it. One more check is one more row."""
 
-    required, allow_empty = ("check", "status", "summary"), False
-    check: Union[str, _U] = UNSET
-    status: Union[str, _U] = UNSET
-    short: Union[str, _U] = UNSET  # the phrase the trust line uses ("" when ok)
-    summary: Union[str, _U] = UNSET
-    effect: Union[str, _U] = UNSET
-    threshold: Union[str, _U] = UNSET
-    values: Union[dict[str, Num], _U] = UNSET
+    allow_empty = False
+    check: str
+    status: str
+    short: str  # the phrase the trust line uses ("" when ok)
+    summary: str
+    effect: str
+    threshold: str
+    values: dict[str, Num]
     steps: Union[list[int], _U] = UNSET  # the steps it names (warm-up, dropped kernels)
 
 
-class TraceQuality(Section, frozen=True):
+class TraceQuality(Section, frozen=True, kw_only=True):
     """Can the numbers be trusted: the overall status (good | limited | poor), the trust line shown at the
     top of the verdict, and the checks."""
 
-    required = ("status", "line")
+    required = ("status", "line", "checks")
     status: Union[str, _U] = UNSET
     line: Union[str, _U] = UNSET
     checks: Union[list[QualityCheck], _U] = UNSET

@@ -12,7 +12,7 @@ from pathlib import Path
 from .errors import UsageError
 from .inert import md_code, md_text, num
 from .inert import text as inert_text
-from .report import Part, known
+from .report import known
 
 PREFIX = "traceinspect"
 INSTALL_HINT = "needs the optional extra: pip install -e '.[tensorboard]' in the traceinspect checkout"
@@ -74,7 +74,8 @@ def write_report(report, logdir) -> str:
     summary = []
     if report.steps.count and num(known(report.steps.median_us)) is not None:
         summary.append(scalar("median_step_time_ms", num(report.steps.median_us) / 1e3))
-    busy = num(known((report.breakdown.get("gpu_busy") or Part()).frac))
+    part = report.breakdown.get("gpu_busy")
+    busy = num(part.frac) if part else None
     if busy is not None:
         summary.append(scalar("gpu_busy_pct", 100.0 * busy))
     if num(report.verdict.expected_step_us) is not None:

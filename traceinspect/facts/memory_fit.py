@@ -48,6 +48,9 @@ def fit_batch(
     margin: float = SAFETY_MARGIN,
     measured: tuple[str, ...] = (),
     assumed: tuple[str, ...] = (),
+    batch_name: str = "micro-batch",
+    accumulation_name: str = "gradient accumulation",
+    recommended_by: str | None = None,
 ) -> BatchFit:
     """The largest growth of the micro-batch, up to `want_factor`, whose predicted peak stays under
     `margin` x capacity; with gradient accumulation the factor divides it so the effective batch holds."""
@@ -75,6 +78,9 @@ def fit_batch(
         predicted_peak_bytes=predicted_peak(fixed_bytes, per, factor),
         measured=list(measured),
         assumed=list(assumed),
+        batch_name=batch_name,
+        accumulation_name=accumulation_name,
+        recommended_by=recommended_by,
     )
 
 

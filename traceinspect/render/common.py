@@ -13,7 +13,7 @@ import textwrap
 
 from ..inert import md_code, md_text, num
 from ..inert import text as plain
-from ..report import Memory, SpeedOfLight, WhatIf, known, severity
+from ..report import Memory, SpeedOfLight, known, severity
 
 __all__ = [
     "BREAKDOWN_ORDER",
@@ -135,16 +135,21 @@ def gpu_line(trace) -> str:
     return f"{g.name}{cc}"  # a Gpu has a name (required)
 
 
+NO_LIGHT = SpeedOfLight(sol_us=None, why="no replay in this report")
+
+
 def speed_of_light(verdict) -> SpeedOfLight:
     """The verdict's speed-of-light section, empty where the verdict has none."""
-    return known((known(verdict.whatif) or WhatIf()).speed_of_light) or SpeedOfLight()
+    w = known(verdict.whatif)
+    return w.speed_of_light if w else NO_LIGHT
 
 
 def replay_line(verdict) -> str:
     """'Replay model: identity error median 0.4% (max 1.2%) over the analysed steps; cross-stream, sync and
     cross-thread edges: 12 recorded, 3 inferred from timing (80.0% recorded)', unescaped; "" without a replay."""
-    ident = known((known(verdict.whatif) or WhatIf()).identity)
-    if not ident or known(ident.median_error_frac) is None:
+    w = known(verdict.whatif)
+    ident = w.identity if w else None
+    if not ident or ident.median_error_frac is None:
         return ""
     out = (
         f"Replay model: identity error median {pct(ident.median_error_frac)} (max {pct(ident.max_error_frac)}) "
@@ -152,13 +157,13 @@ def replay_line(verdict) -> str:
     )
     e = known(ident.edges)
     if e:
-        rec, inf = known(e.recorded, 0), known(e.inferred, 0)
+        rec, inf = e.recorded, e.inferred
         if rec + inf == 0:
             out += "; no cross-stream, sync or cross-thread edge"
         else:
             out += (
                 f"; cross-stream, sync and cross-thread edges: {count(rec)} recorded, {count(inf)} inferred from timing "
-                f"({pct(known(e.recorded_share))} recorded)"
+                f"({pct(e.recorded_share)} recorded)"
             )
     return out
 
@@ -176,7 +181,7 @@ def rediagnosed(report) -> list:
 def rediagnosed_head(r) -> str:
     """'once host-bound is fixed (replayed step 9.4 ms)': the run the re-diagnosis asks in. Untrusted
     names: the caller escapes."""
-    return f"once {', '.join(known(r.after, []))} is fixed (replayed step {ms(r.from_us)})"
+    return f"once {', '.join(r.after)} is fixed (replayed step {ms(r.from_us)})"
 
 
 BREAKDOWN_ORDER = (
@@ -213,17 +218,17 @@ def efficiency_rows(report, top: int = 10) -> list[dict]:
         share = num(r.share_of_peak)
         out.append(
             {
-                "op": str(known(r.op, "?")),
-                "shape": str(known(r.shape, "")),
-                "dtype": str(known(r.dtype, "")),
-                "bound": str(known(r.bound) or "n/a"),
+                "op": str(r.op),
+                "shape": str(r.shape),
+                "dtype": str(r.dtype),
+                "bound": str(r.bound or "n/a"),
                 "calls": sig(r.calls_per_step),
                 "time": ms(r.gpu_us_per_step),
                 "tflops": rate(r.tflops),
                 "tbps": rate(r.tbps),
                 "intensity": sig(r.intensity),
                 "share": "n/a" if share is None else pct(share),
-                "note": str(known(r.note) or ""),
+                "note": str(r.note),
             }
         )
     return out
@@ -238,14 +243,14 @@ def efficiency_peaks(report) -> str:
         return "no peak table entry for this GPU (set TRACEINSPECT_HARDWARE; docs/roofline.md)"
     rates = [
         (known(p.fp8_tflops), "fp8"),
-        (known(p.half_tflops), "bf16/fp16" if known(p.bf16) else "fp16"),
-        (known(p.tf32_tflops), "TF32"),
-        (known(p.fp32_tflops), "fp32"),
+        (p.half_tflops, "bf16/fp16" if known(p.bf16) else "fp16"),
+        (p.tf32_tflops, "TF32"),
+        (p.fp32_tflops, "fp32"),
     ]
     shown = [f"{sig(v, 5)} {label}" for v, label in rates if v]
     return (
-        f"{known(p.name, '?')}: {', '.join(shown) or 'no compute peak'} TFLOP/s, {sig(p.mem_tbps, 4)} TB/s"
-        + (" (approximate)" if known(p.approximate) else "")
+        f"{p.name}: {', '.join(shown) or 'no compute peak'} TFLOP/s, {sig(p.mem_tbps, 4)} TB/s"
+        + (" (approximate)" if p.approximate else "")
         + (f"; {p.source}" if known(p.source) else "")
     )
 
@@ -303,18 +308,18 @@ def memory_rows(mem: Memory) -> list[tuple[str, str]]:
     if fit:
         margin = num(fit.margin_frac)
         mf = num(fit.max_factor)
-        cur, new = known(fit.current_batch), known(fit.batch)
-        b_name = known(fit.batch_name) or "micro-batch"
-        a_name = known(fit.accumulation_name) or "gradient accumulation"
+        cur, new = fit.current_batch, fit.batch
+        b_name = fit.batch_name or "micro-batch"
+        a_name = fit.accumulation_name or "gradient accumulation"
         grow = (
             f"{b_name} {cur} -> {new}"
             if cur is not None and new is not None
             else f"about {count(fit.factor)}x the current {b_name}"
         )
-        ga, nga = known(fit.current_accumulation), known(fit.accumulation)
+        ga, nga = fit.current_accumulation, fit.accumulation
         if ga is not None and nga is not None:
             grow += f", {a_name} {ga} -> {nga}"
-        by = known(fit.recommended_by)
+        by = fit.recommended_by
         rows.append(
             (
                 "largest batch growth under " + (pct(margin) if margin is not None else "the margin") + " of capacity",
@@ -327,7 +332,7 @@ def memory_rows(mem: Memory) -> list[tuple[str, str]]:
                 ),
             )
         )
-        for vals, label in ((known(fit.measured), "measured"), (known(fit.assumed), "assumed")):
+        for vals, label in ((fit.measured, "measured"), (fit.assumed, "assumed")):
             if vals:
                 rows.append((label, "; ".join(str(v) for v in vals)))
     return rows
@@ -343,10 +348,10 @@ def quality_rows(report) -> list[tuple[str, str, str, str]]:
     effect only where the check is not ok."""
     return [
         (
-            known(c.check, ""),
-            known(c.status, ""),
-            known(c.summary, ""),
-            known(c.effect, "") if known(c.status, "ok") != "ok" else "",
+            c.check,
+            c.status,
+            c.summary,
+            c.effect if c.status != "ok" else "",
         )
         for c in known(report.trace_quality.checks, [])
     ]

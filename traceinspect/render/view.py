@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Union
 
 from ..findings import numbered
-from ..report import Gpu, Part, known
+from ..sections import NO_GPU
+from ..report import known
 from .common import (
     BREAKDOWN_ORDER,
     config_line,
@@ -318,7 +319,7 @@ def next_bottlenecks(report) -> Section | None:
                             pct(r.share_of_predicted),
                             " of that step) (replay)",
                         ),
-                        ("now: ", T(r.reason)) if known(r.reason) else (),
+                        ("now: ", T(r.reason)) if r.reason else (),
                     )
                     for r in again
                 )
@@ -419,12 +420,12 @@ def ranks(report) -> Section | None:
     rows = tuple(
         Row(
             (
-                (T(known(r.rank)),),
-                (ms(known(r.median_step_us)),),
-                (pct(known(r.gpu_busy_frac)),),
-                (C(known(r.top_finding) or "-"),),
-                (", ".join(m for m, on in (("gates the step", known(r.gating)), ("slowest", known(r.slowest))) if on),),
-                (T(known(r.file)),),
+                (T(r.rank),),
+                (ms(r.median_step_us),),
+                (pct(r.gpu_busy_frac),),
+                (C(r.top_finding or "-"),),
+                (", ".join(m for m, on in (("gates the step", known(r.gating)), ("slowest", r.slowest)) if on),),
+                (T(r.file),),
             )
         )
         for r in report.ranks
@@ -476,8 +477,8 @@ def verdict(report) -> Section:
     sol = speed_of_light(v)
     light = (
         (ms(sol.sol_us), " (", mfu_phrase(sol), ")")
-        if known(sol.sol_us)
-        else ("unknown: ", T(known(sol.why, "no model")))
+        if sol.sol_us is not None
+        else ("unknown: ", T(sol.why or "no model"))
     )
     figures = [
         (("top cause",), (C(v.top),)),
@@ -510,15 +511,16 @@ def breakdown(report) -> Section | None:
         return None
     rows = [
         Row(
-            ((T(known(b.label, p)),), (ms(known(b.per_step_us)),), (pct(known(b.frac)),)),
-            bar=num(known(b.frac)),
+            ((T(b.label),), (ms(b.per_step_us),), (pct(b.frac),)),
+            bar=num(b.frac),
             color=p,
         )
         for p, b in ((p, bd.get(p)) for p in BREAKDOWN_ORDER)
-        if b and ((num(known(b.us)) or 0) > 0 or p == "compute")
+        if b and ((num(b.us) or 0) > 0 or p == "compute")
     ]
-    busy = bd.get("gpu_busy") or Part()
-    rows.append(Row((("GPU busy",), (ms(known(busy.per_step_us)),), (pct(known(busy.frac)),)), total=True))
+    busy = bd.get("gpu_busy")
+    if busy:
+        rows.append(Row((("GPU busy",), (ms(busy.per_step_us),), (pct(busy.frac),)), total=True))
     return Section(
         "breakdown",
         ("Where each step goes (mean per step)",),
@@ -643,16 +645,16 @@ def _finding(i: int, f) -> Sub:
 def environment(report) -> Section:
     """What was analysed and how it was captured: the file, the GPU, the versions and profiler settings."""
     t, st = report.trace, report.steps
-    g = known(t.gpu) or Gpu()
+    g = known(t.gpu) or NO_GPU
     rows = [
         ("file", known(t.file)),
         ("file size", _bytes(known(t.file_bytes))),
         ("events", known(t.events)),
-        ("GPU", known(g.name)),
-        ("architecture", known(g.arch)),
-        ("compute capability", known(g.compute_capability)),
-        ("SMs", known(g.num_sms)),
-        ("GPU memory", _bytes(known(g.memory_bytes))),
+        ("GPU", g.name or None),  # NO_GPU: no row
+        ("architecture", g.arch),
+        ("compute capability", g.compute_capability),
+        ("SMs", g.num_sms),
+        ("GPU memory", _bytes(g.memory_bytes)),
         ("GPUs in trace", known(t.gpu_count_in_trace)),
         ("rank", f"{known(t.rank)} (from {known(t.rank_source)})"),
         ("world size", known(t.world_size)),

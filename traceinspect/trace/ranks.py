@@ -194,6 +194,7 @@ def align(per_rank: dict[int, list[dict]], n_steps: int = 1, tolerance_us: float
         clock="offsets estimated from collective end times" if two_clocks else "one clock",
         clock_tolerance_us=tolerance_us,
         straggler=best.rank if best.caused_wait_us_per_step > 0 else None,
+        gating_rank=None,  # the job's judgement (analyze.reduce_ranks: the straggler, when it costs enough)
         per_rank=per,
         collectives=rows,
         notes=notes,
