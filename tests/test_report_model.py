@@ -13,11 +13,11 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from builders import TraceBuilder, build_healthy
+from builders import TraceBuilder, build_dataloader_stall, build_healthy
 from traceinspect.api import render
 from traceinspect.analyze import analyze
 from traceinspect.render import RENDERERS
-from traceinspect.report import Report, Steps, TraceInfo
+from traceinspect.report import SCHEMA_VERSION, Report, Steps, TraceInfo
 from traceinspect.trace.model import load_trace
 
 TESTS = Path(__file__).parent
@@ -159,3 +159,28 @@ def test_an_assumed_rank_is_reported_from_its_rank_source(tmp_path):
     assert rep.trace.rank == 1 and [r.rank for r in rep.ranks] == [0, 1]
     assumed = [w for w in rep.warnings if w.startswith("plain.pt.trace.json: ") and "assumed rank 0" in w]
     assert len(assumed) == 1
+
+
+OLD_REPORTS = sorted((Path(__file__).parent / "data" / "old_reports").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", OLD_REPORTS, ids=lambda p: p.stem)
+def test_reports_saved_by_earlier_versions_load_render_and_diff(path, tmp_path):
+    """Reports written by earlier versions of this tool (schema 1 and 2, the dataloader-stall builder;
+    the commit is in the file name) are migrated by from_dict, render in every format and diff against
+    a report of this version."""
+    from traceinspect.diff import diff
+    from traceinspect.render import RENDERERS
+
+    old = json.loads(path.read_text())
+    assert old["schema_version"] < SCHEMA_VERSION
+    rep = Report.from_dict(old)
+    for fmt in RENDERERS:
+        assert render(rep, fmt), fmt
+    new = analyze(load_trace(str(build_dataloader_stall().write(tmp_path / "t.pt.trace.json"))))
+    d = diff(rep, new)
+    assert "dataloader-stall" in {f.name for f in d.persisting}, (d.resolved, d.new)
+
+
+def test_old_report_fixtures_are_there():
+    assert {p.stem.split("_")[0] for p in OLD_REPORTS} == {"schema1", "schema2"}
