@@ -16,12 +16,15 @@ UNSET = msgspec.UNSET
 
 
 class Section(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=False):
-    """A typed report section. A field is UNSET where the key is absent from the JSON (a report saved by
-    an older version, or a key written only sometimes), so to_dict() writes exactly the keys it read.
+    """A typed report section. The rules a saved report must follow live here, on the model (from_dict
+    checks nothing else, after migrating an older report once: report._migrate):
 
-    The rules a saved report must follow live here, on the model (from_dict checks nothing else):
-    the field types, plus `required`: the fields a section must have once it has any (an empty
-    section, `{}`, means "absent": no steps, no GPU); `allow_empty = False` for list rows."""
+    - a row or a nested section (a step, a part, a finding's fix step, a GPU) declares its fields without
+      a default: msgspec requires them, at construction and when a report is read;
+    - a section a report may lack whole (an empty section, `{}`, means "absent": no steps, no GPU) has
+      defaults, and `required` names the fields it must have once it has any;
+    - a field that may be missing (UNSET: the key is absent from the JSON) says why next to it: written
+      only with a named cause, only when collectives were aligned, only in one section."""
 
     required: ClassVar[tuple[str, ...]] = ()
     allow_empty: ClassVar[bool] = True
@@ -140,7 +143,6 @@ class TraceInfo(Section, frozen=True, kw_only=True):
 
 
 class StepRow(Section, frozen=True, kw_only=True):
-    allow_empty = False
     step: int
     start_us: Num
     dur_us: Num
@@ -166,7 +168,6 @@ class Steps(Section, frozen=True, kw_only=True):
 class Part(Section, frozen=True, kw_only=True):
     """One part of the step-time breakdown (compute, comm, memcpy, an idle cause)."""
 
-    allow_empty = False
     us: Num
     label: str
     frac: Num
@@ -174,7 +175,6 @@ class Part(Section, frozen=True, kw_only=True):
 
 
 class TopKernel(Section, frozen=True, kw_only=True):
-    allow_empty = False
     name: str
     count: int
     total_us: Num
@@ -185,7 +185,6 @@ class TopKernel(Section, frozen=True, kw_only=True):
 class RankSummary(Section, frozen=True, kw_only=True):
     """One rank of a multi-rank analysis, reduced from that rank's typed Report (never from strings)."""
 
-    allow_empty = False
     rank: int
     file: str
     median_step_us: Num
@@ -207,7 +206,6 @@ class RankSummary(Section, frozen=True, kw_only=True):
 class FixStep(Section, frozen=True, kw_only=True):
     """One fix on the verdict's cumulative path: the step time before and after it, and the model used."""
 
-    allow_empty = False
     fix: str
     from_us: Num
     to_us: Num
@@ -219,7 +217,6 @@ class Rediagnosed(Section, frozen=True, kw_only=True):
     masked finding, or a detector's signature below its threshold), what the replay of its fix saves
     once the verdict's replayed fixes (`after`) are in."""
 
-    allow_empty = False
     fix: str
     present: str  # "masked" (a finding) | "below threshold" (the detector declined it)
     reason: str  # the finding's title, or the detector's reason for declining now
@@ -328,7 +325,6 @@ class Verdict(Section, frozen=True, kw_only=True):
 
 
 class AccountPart(Section, frozen=True, kw_only=True):
-    allow_empty = False
     name: str
     code: str
     us: Num
@@ -339,7 +335,6 @@ class AccountPart(Section, frozen=True, kw_only=True):
 
 
 class UnexplainedReason(Section, frozen=True, kw_only=True):
-    allow_empty = False
     part: str
     us: Num
     per_step_us: Num
@@ -348,7 +343,6 @@ class UnexplainedReason(Section, frozen=True, kw_only=True):
 
 
 class BusyCause(Section, frozen=True, kw_only=True):
-    allow_empty = False
     name: str
     code: str
     us: Num
@@ -356,7 +350,6 @@ class BusyCause(Section, frozen=True, kw_only=True):
 
 
 class AccountStep(Section, frozen=True, kw_only=True):
-    allow_empty = False
     step: int
     idle_us: Num
     claims_us: dict[str, Num]
@@ -367,7 +360,6 @@ class AccountStep(Section, frozen=True, kw_only=True):
 class AccountArtifact(Section, frozen=True, kw_only=True):
     """GPU idle time the trace cannot attribute (trace quality): named instead of "unexplained"."""
 
-    allow_empty = False
     check: str  # the trace-quality check that names it
     label: str
     us: Num
@@ -416,7 +408,6 @@ class Account(Section, frozen=True, kw_only=True):
 
 
 class MemoryStep(Section, frozen=True, kw_only=True):
-    allow_empty = False
     step: int
     start_allocated_bytes: Union[Num, None]
     peak_allocated_bytes: Union[Num, None]
@@ -424,7 +415,6 @@ class MemoryStep(Section, frozen=True, kw_only=True):
 
 
 class MemoryDevice(Section, frozen=True, kw_only=True):
-    allow_empty = False
     device: Union[int, None]
     capacity_bytes: Union[Num, None]
     peak_allocated_bytes: Union[Num, None, _U] = UNSET
@@ -475,7 +465,6 @@ class Memory(Section, frozen=True, kw_only=True):
 class ShapeRow(Section, frozen=True, kw_only=True):
     """One (op, input shapes, input types) group of the analysed steps against the roofline; None: not modelled."""
 
-    allow_empty = False
     op: str
     family: str
     shape: str
@@ -512,7 +501,6 @@ class Efficiency(Section, frozen=True, kw_only=True):
 
 
 class RankAlignment(Section, frozen=True, kw_only=True):
-    allow_empty = False
     rank: int
     last_arrivals: int
     caused_wait_us_per_step: Num
@@ -625,7 +613,6 @@ class QualityCheck(Section, frozen=True, kw_only=True):
     """One trace-quality check: its status (ok | limited | poor), what it measured over the analysed
     steps, its threshold and what the report does about it. One more check is one more row."""
 
-    allow_empty = False
     check: str
     status: str
     short: str  # the phrase the trust line uses ("" when ok)
