@@ -64,11 +64,11 @@ class Peaks(Section, frozen=True, kw_only=True):
     name: str
     source: Union[str, _U] = UNSET  # where the figures come from (efficiency section only)
     approximate: bool
-    mem_tbps: Union[Num, None, _U] = UNSET
+    mem_tbps: Union[Num, None, _U] = UNSET  # efficiency section only
     fp32_tflops: Union[Num, None]
     tf32_tflops: Union[Num, None]
     half_tflops: Union[Num, None]
-    fp8_tflops: Union[Num, None, _U] = UNSET
+    fp8_tflops: Union[Num, None, _U] = UNSET  # efficiency section only
     bf16: Union[bool, _U] = UNSET
 
 
@@ -193,11 +193,11 @@ class RankSummary(Section, frozen=True, kw_only=True):
     slowest: bool
     gpu_busy_frac: Union[Num, None]
     top_finding: Union[str, None]
-    gating: Union[bool, _U] = UNSET
-    last_arrivals: Union[int, _U] = UNSET
-    collective_wait_us_per_step: Union[Num, _U] = UNSET
-    collective_transfer_us_per_step: Union[Num, _U] = UNSET
-    clock_offset_us: Union[Num, None, _U] = UNSET
+    gating: Union[bool, _U] = UNSET  # only when the collectives were aligned (cross_rank)
+    last_arrivals: Union[int, _U] = UNSET  # only when the collectives were aligned (cross_rank)
+    collective_wait_us_per_step: Union[Num, _U] = UNSET  # only when the collectives were aligned (cross_rank)
+    collective_transfer_us_per_step: Union[Num, _U] = UNSET  # only when the collectives were aligned (cross_rank)
+    clock_offset_us: Union[Num, None, _U] = UNSET  # only when the collectives were aligned (cross_rank)
 
 
 # --- the verdict: the headline, the expected step time and the path of fixes to it ---------------------
@@ -260,14 +260,14 @@ class SpeedOfLight(Section, frozen=True, kw_only=True):
     is missing. mfu: matrix FLOPs at peak over the median step (None without matrix FLOPs)."""
 
     sol_us: Union[Num, None]
-    roofline_us: Union[Num, _U] = UNSET
-    unmodelled_us: Union[Num, _U] = UNSET
-    overlap: Union[Num, _U] = UNSET
+    roofline_us: Union[Num, _U] = UNSET  # only where the floor was computed (sol_us not None)
+    unmodelled_us: Union[Num, _U] = UNSET  # only where the floor was computed (sol_us not None)
+    overlap: Union[Num, _U] = UNSET  # only where the floor was computed (sol_us not None)
     why: str
-    matrix_flops_per_step: Union[Num, _U] = UNSET
-    achieved_tflops: Union[Num, _U] = UNSET
-    mfu: Union[Num, None, _U] = UNSET
-    modelled_kernel_frac: Union[Num, _U] = UNSET
+    matrix_flops_per_step: Union[Num, _U] = UNSET  # only where the floor was computed (sol_us not None)
+    achieved_tflops: Union[Num, _U] = UNSET  # only where the floor was computed (sol_us not None)
+    mfu: Union[Num, None, _U] = UNSET  # only where the floor was computed (sol_us not None)
+    modelled_kernel_frac: Union[Num, _U] = UNSET  # only where the floor was computed (sol_us not None)
     recorded_flops_per_step: Union[Num, _U] = UNSET  # with_flops traces: the profiler's own count
     recorded_vs_model: Union[Num, None, _U] = UNSET
 
@@ -285,25 +285,25 @@ class Verdict(Section, frozen=True, kw_only=True):
     required = ("top", "median_step_us")
 
     top: Union[str, None, _U] = UNSET
-    top_title: Union[str, _U] = UNSET
+    top_title: Union[str, _U] = UNSET  # only with a named cause
     headline: Union[str, _U] = UNSET
     median_step_us: Union[Num, None, _U] = UNSET
     unexplained_frac_of_step: Union[Num, _U] = UNSET
     explained_frac_of_idle: Union[Num, None, _U] = UNSET
     next_bottlenecks: Union[list[str], _U] = UNSET  # latent causes, hidden by the active ones
     rediagnosed: Union[list[Rediagnosed], _U] = UNSET  # causes that would cost >= 3% once the path is fixed
-    top_per_step_us: Union[Num, None, _U] = UNSET
-    top_frac: Union[Num, None, _U] = UNSET
-    top_confidence: Union[str, _U] = UNSET
-    expected_step_us: Union[Num, _U] = UNSET
-    expected_from: Union[list[str], _U] = UNSET
-    expected_model: Union[str, _U] = UNSET
-    path: Union[list[FixStep], _U] = UNSET
-    whatif: Union[WhatIf, _U] = UNSET
-    assumption: Union[str, _U] = UNSET
-    gating_rank: Union[int, _U] = UNSET
-    gating_cost_per_step_us: Union[Num, _U] = UNSET
-    gating_caused_wait_per_step_us: Union[Num, _U] = UNSET
+    top_per_step_us: Union[Num, None, _U] = UNSET  # only with a named cause
+    top_frac: Union[Num, None, _U] = UNSET  # only with a named cause
+    top_confidence: Union[str, _U] = UNSET  # only with a named cause
+    expected_step_us: Union[Num, _U] = UNSET  # only with a named cause
+    expected_from: Union[list[str], _U] = UNSET  # only with a named cause
+    expected_model: Union[str, _U] = UNSET  # only with a named cause
+    path: Union[list[FixStep], _U] = UNSET  # only with a named cause
+    whatif: Union[WhatIf, _U] = UNSET  # only with a named cause
+    assumption: Union[str, _U] = UNSET  # only with a named cause
+    gating_rank: Union[int, _U] = UNSET  # multi-rank: only when a rank gates the step
+    gating_cost_per_step_us: Union[Num, _U] = UNSET  # multi-rank: only when a rank gates the step
+    gating_caused_wait_per_step_us: Union[Num, _U] = UNSET  # multi-rank: only when a rank gates the step
     rank_headline: Union[str, _U] = UNSET  # the gating rank's own headline
     # a named cause comes with its title and the expected step time
     required_with_top: ClassVar[tuple[str, ...]] = (
