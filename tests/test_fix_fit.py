@@ -141,16 +141,16 @@ RESNET50 = "pytorch__kineto/tb_plugin/samples/resnet50_num_workers_0"
 DLRM = "facebookresearch__param/et_replay/tests/data/dlrm_kineto"
 
 
-def _shared(rel: str) -> list:
-    d = SHARED / rel
+def _shared(shared_dir, rel: str) -> list:
+    d = shared_dir / rel
     files = sorted(p for p in d.glob("*") if p.name.endswith((".json", ".json.gz"))) if d.is_dir() else []
     if not files:
         pytest.skip(f"{rel} is not present under {SHARED}")
     return files
 
 
-def test_shared_resnet50_dataloader_fix_does_not_tokenize():
-    for p in _shared(RESNET50):
+def test_shared_resnet50_dataloader_fix_does_not_tokenize(shared_dir):
+    for p in _shared(shared_dir, RESNET50):
         tr = load_trace(p)
         assert model_family(tr).family == "vision", p.name
         rep = analyze(tr)
@@ -159,9 +159,9 @@ def test_shared_resnet50_dataloader_fix_does_not_tokenize():
         assert "image decoding" in f.fix
 
 
-def test_shared_dlrm_launch_bound_fix_invents_no_accumulation_or_adamw():
+def test_shared_dlrm_launch_bound_fix_invents_no_accumulation_or_adamw(shared_dir):
     checked = 0
-    for p in _shared(DLRM):
+    for p in _shared(shared_dir, DLRM):
         tr = load_trace(p)
         assert model_family(tr).family == "recommender", p.name
         rep = analyze(tr)
