@@ -7,6 +7,7 @@ Pure data over numbers (no findings, no rendering): analyze.reduce_ranks turns i
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -67,22 +68,30 @@ def collective_names(k: pd.DataFrame) -> np.ndarray:
     return np.array(out, dtype=object)
 
 
-def rank_collectives(trace) -> list[dict]:
-    """This rank's collective kernels in the analysed steps, in start order, as plain rows (they travel
-    from a worker process as JSON): start/end, collective, and the communicator as the index of its
-    stream in order of first use (each process group has its own NCCL stream; stream ids are per rank)."""
+def collective_kernels(trace) -> pd.DataFrame:
+    """This rank's collective kernels in the analysed steps (the primary device's), in start order: the
+    rows rank_collectives lists, in its order, indexed by their position in trace.kernels."""
     k = trace.kernels
     if not len(k) or not len(trace.steps):
-        return []
+        return k.iloc[:0]
     tl = trace.timeline
     if tl.device is not None:
         k = k[k["device"].to_numpy() == tl.device]
     k = k[is_comm_kernel(k["name"])] if len(k) else k
     if not len(k):
-        return []
+        return k
     st = trace.steps
     inside = iv.per_window(iv.union(st["start_us"], st["end_us"]), k["ts_us"].to_numpy(), k["end_us"].to_numpy()) > 0
-    k = k[inside].sort_values("ts_us", kind="stable")
+    return k[inside].sort_values("ts_us", kind="stable")
+
+
+def rank_collectives(trace) -> list[dict]:
+    """This rank's collective kernels in the analysed steps, in start order, as plain rows (they travel
+    from a worker process as JSON): start/end, collective, and the communicator as the index of its
+    stream in order of first use (each process group has its own NCCL stream; stream ids are per rank)."""
+    k = collective_kernels(trace)
+    if not len(k):
+        return []
     names = collective_names(k)
     # ts_us is relative to this file's own origin: back to the profiler's clock, shared by the ranks of a host
     origin = float(trace.meta.origin_us or 0.0)
@@ -102,18 +111,30 @@ def rank_collectives(trace) -> list[dict]:
     return rows
 
 
-def align(per_rank: dict[int, list[dict]], n_steps: int = 1, tolerance_us: float = CLOCK_TOLERANCE_US) -> CrossRank:
-    """Match the k-th collective of each communicator across ranks, estimate clock offsets from the end
-    times (a collective ends together on every rank), and measure who arrives last and what it costs.
-    Returns an empty CrossRank when fewer than two ranks have collectives."""
+@dataclass(frozen=True)
+class Matched:
+    """The collectives matched across ranks: members[i][j] is the row, in rank ranks[j]'s list, of the
+    i-th matched collective (names[i] on communicator groups[i])."""
+
+    ranks: list[int]
+    members: list[list[int]]
+    names: list[str]
+    groups: list[int]
+    notes: list[str]
+
+
+def match(per_rank: dict[int, list[dict]]) -> Matched | None:
+    """The k-th collective of each communicator, matched across the ranks that recorded collectives, up
+    to the first that differs between them (kind, or element count where every rank sends the same), or
+    None when fewer than two ranks have collectives."""
     ranks = sorted(r for r, rows in per_rank.items() if rows)
     if len(ranks) < 2:
-        return CrossRank()
+        return None
     notes: list[str] = []
-    groups = sorted({row["group"] for r in ranks for row in per_rank[r]})
-    starts, ends, names, gids = [], [], [], []
-    for g in groups:
-        seqs = {r: [row for row in per_rank[r] if row["group"] == g] for r in ranks}
+    members, names, gids = [], [], []
+    for g in sorted({row["group"] for r in ranks for row in per_rank[r]}):
+        at = {r: [j for j, row in enumerate(per_rank[r]) if row["group"] == g] for r in ranks}
+        seqs = {r: [per_rank[r][j] for j in at[r]] for r in ranks}
         n = min(len(s) for s in seqs.values())
         if any(len(s) != n for s in seqs.values()):
             counts = ", ".join(f"rank {r}: {len(s)}" for r, s in seqs.items())
@@ -136,10 +157,22 @@ def align(per_rank: dict[int, list[dict]], n_steps: int = 1, tolerance_us: float
                     f"on different ranks ({', '.join(map(str, sorted(sizes)))}); matching stopped there"
                 )
                 break
-            starts.append([seqs[r][i]["ts_us"] for r in ranks])
-            ends.append([seqs[r][i]["end_us"] for r in ranks])
+            members.append([at[r][i] for r in ranks])
             names.append(next(iter(kinds), "unknown"))
             gids.append(g)
+    return Matched(ranks=ranks, members=members, names=names, groups=gids, notes=notes)
+
+
+def align(per_rank: dict[int, list[dict]], n_steps: int = 1, tolerance_us: float = CLOCK_TOLERANCE_US) -> CrossRank:
+    """Match the k-th collective of each communicator across ranks, estimate clock offsets from the end
+    times (a collective ends together on every rank), and measure who arrives last and what it costs.
+    Returns an empty CrossRank when fewer than two ranks have collectives."""
+    m = match(per_rank)
+    if m is None:
+        return CrossRank()
+    ranks, members, names, gids, notes = m.ranks, m.members, m.names, m.groups, m.notes
+    starts = [[per_rank[r][j]["ts_us"] for r, j in zip(ranks, row)] for row in members]
+    ends = [[per_rank[r][j]["end_us"] for r, j in zip(ranks, row)] for row in members]
     if not starts:
         return CrossRank()
     s, e = np.array(starts), np.array(ends)
