@@ -62,7 +62,8 @@ from .whatif import engine as whatif
 from .trace.model import Trace, default_rank_warning, load_trace
 from .trace import intervals as iv
 from .trace.rundir import RankFile, check_one_run
-from .trace.ranks import align, rank_collectives
+from .trace.ranks import align, match, rank_collectives
+from .whatif import job
 from .trace.timeline import IDLE_PARTS, PARTS
 
 PART_LABELS = {
@@ -804,13 +805,17 @@ def analyze_file(path: str, steps: str | None = None, strict: bool = False, warn
     """Pure function: one trace file -> report dict (what a process pool or Dask maps)."""
     trace = load_trace(path, warn_default_rank=warn_default_rank, jobs=1)  # ranks are the parallel unit
     trace.select_steps(steps)
-    out = analyze(trace, strict=strict).to_dict()
+    rep = analyze(trace, strict=strict)
+    out = rep.to_dict()
     # not a report key: the rows reduce_ranks aligns across ranks, dropped once it has run
     out[COLLECTIVES_KEY] = rank_collectives(trace) if trace.has_gpu else []
+    # not a report key either: the rank's summary for the job replay (whatif/job.py)
+    out[JOB_KEY] = job.rank_summary(trace, list(rep.findings)) if out[COLLECTIVES_KEY] else {}
     return out
 
 
 COLLECTIVES_KEY = "_collectives"
+JOB_KEY = "_job"
 ERROR_KEY = "_error"  # a rank file that could not be read (never a key of a report)
 STRAGGLER_MIN_FRAC = 0.01  # a rank gates the step when the job loses at least 1% of the median step to it
 
@@ -881,6 +886,7 @@ def reduce_ranks(results: list[dict]) -> Report:
         first = bad[0]
         raise TraceError(first["path"], first["reason"], hint=first["hint"])
     colls = [r.pop(COLLECTIVES_KEY, None) or [] for r in ok]
+    sums = [r.pop(JOB_KEY, None) or {} for r in ok]
     reps = [Report.from_dict(r) for r in ok]
     # the rank each file claims is known for sure only now (the sniff before the parse reads the
     # head and tail only): two files with the same rank are not one run
@@ -900,11 +906,15 @@ def reduce_ranks(results: list[dict]) -> Report:
     order = sorted(range(len(reps)), key=lambda i: reps[i].trace.rank)
     reps = [reps[i] for i in order]
     colls = {reps[k].trace.rank: colls[i] for k, i in enumerate(order)}
+    sums = {reps[k].trace.rank: sums[i] for k, i in enumerate(order)}
     med = [r.steps.median_us for r in reps]
     slow = int(np.argmax(med))
     fastest = float(np.min(med))
     cross = align(colls, n_steps=min(int(r.steps.count or 1) for r in reps)) if len(reps) > 1 else CrossRank()
+    cross, replayed = _job_replay(cross, colls, sums, reps)
     gate = _gating_rank(cross, reps)
+    if replayed is not None:
+        cross = msgspec.structs.replace(cross, job=_job_section(replayed, cross, reps, gate))
     lead_i = next(i for i, r in enumerate(reps) if r.trace.rank == gate) if gate is not None else slow
     lead = reps[lead_i]
     per = {p.rank: p for p in cross.get("per_rank", [])}
@@ -985,6 +995,44 @@ def reduce_ranks(results: list[dict]) -> Report:
         if i != lead_i and r.trace.rank_source == "default":
             warnings.append(default_rank_warning(r.trace.file))
     return msgspec.structs.replace(lead, warnings=warnings)
+
+
+def _job_replay(cross: CrossRank, colls: dict, sums: dict, reps: list[Report]):
+    """(cross, job input): where every aligned rank sent its replay summary, the job replay's cost of each
+    rank's delay replaces the arrival-lead estimate in per_rank (one number for "what the job loses to
+    this rank": the table, the gating judgement and the headline read it), and the straggler is the rank
+    whose delay costs the job most. Else (cross, None), with a note saying why when there were ranks."""
+    if not cross:
+        return cross, None
+    if not all(sums.get(r, {}).get("variants") for r in cross.ranks):
+        return msgspec.structs.replace(
+            cross, notes=[*cross.notes, "job replay: not every rank's replay could be summarised; not replayed"]
+        ), None
+    ji = job.JobInput(
+        summaries={r: sums[r] for r in cross.ranks},
+        matched=match(colls),
+        offsets={p.rank: p.clock_offset_us for p in cross.per_rank},
+    )
+    try:
+        ranks = cross.ranks if len(cross.ranks) <= job.MAX_PACE_RANKS else [cross.straggler]
+        costs = job.pace_costs(ji, [r for r in ranks if r is not None])
+    except job.OrderError as e:
+        return msgspec.structs.replace(cross, notes=[*cross.notes, f"job replay: {e}; not replayed"]), None
+    per = [
+        msgspec.structs.replace(p, job_cost_us_per_step=max(costs[p.rank], 0.0)) if p.rank in costs else p
+        for p in cross.per_rank
+    ]
+    best = max(per, key=lambda p: (p.job_cost_us_per_step, p.caused_wait_us_per_step))
+    straggler = best.rank if best.job_cost_us_per_step > 0 else cross.straggler
+    return msgspec.structs.replace(cross, per_rank=per, straggler=straggler), ji
+
+
+def _job_section(ji, cross: CrossRank, reps: list[Report], gate: int | None):
+    by_rank = {r.trace.rank: r for r in reps}
+    measured = {r: float(by_rank[r].steps.median_us) for r in cross.ranks}
+    g = gate if gate is not None else cross.straggler
+    top = known(by_rank[g].verdict.top) if g is not None and by_rank[g].verdict else None
+    return job.report(ji, measured, g, top)
 
 
 def _gating_rank(cross: CrossRank, reps: list[Report]) -> int | None:

@@ -519,6 +519,38 @@ class CollectiveRow(Section, frozen=True, kw_only=True):
     job_cost_us: Num
 
 
+class JobRank(Section, frozen=True, kw_only=True):
+    """One rank in the job replay: its measured median step, the job replay's, and the error."""
+
+    rank: int
+    measured_us: Num
+    replayed_us: Num
+    error_frac: Num
+
+
+class JobPrediction(Section, frozen=True, kw_only=True):
+    """The job's step after one change on some ranks: a cause fixed (fix), or a rank keeping pace (fix
+    None: left out of every collective's last arrival)."""
+
+    what: str
+    fix: Union[str, None]
+    ranks: list[int]
+    step_us: Num
+    saved_per_step_us: Num
+    saved_frac: Num
+
+
+class JobReplay(Section, frozen=True, kw_only=True):
+    """The ranks replayed together, joined at their matched collectives (whatif/job.py)."""
+
+    model: str
+    measured_step_us: Num  # the slowest rank's measured median step
+    replayed_step_us: Num  # the same, replayed unmodified
+    max_error_frac: Num
+    per_rank: list[JobRank]
+    predictions: list[JobPrediction]
+
+
 class CrossRank(Section, frozen=True, kw_only=True):
     required = (
         "matched",
@@ -544,6 +576,7 @@ class CrossRank(Section, frozen=True, kw_only=True):
     collectives: Union[list[CollectiveRow], _U] = UNSET
     notes: Union[list[str], _U] = UNSET
     max_arrival_skew_us: Union[Num, _U] = UNSET
+    job: Union[JobReplay, _U] = UNSET  # only when every aligned rank's replay summary came back
 
 
 Span = Annotated[list[Num], msgspec.Meta(min_length=2, max_length=2)]  # [start, end]: JSON has no tuples

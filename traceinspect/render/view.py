@@ -251,10 +251,35 @@ def cross_rank(report) -> Section | None:
             ("rank", "last to arrive", "waits in collectives", "own transfer", "job cost", ""), rows, (0, 1, 2, 3, 4)
         ),
     ]
+    j = known(c.job)
+    if j:
+        blocks += _job_blocks(j)
     notes = known(c.notes, [])[:5]
     if notes:
         blocks.append(Items(tuple(Item((T(n),)) for n in notes)))
     return Section("cross-rank", ("Collectives across ", count(len(known(c.ranks, []))), " ranks"), tuple(blocks))
+
+
+def _job_blocks(j) -> list:
+    """The job replay: the job's step after each change, and the identity's error per rank."""
+    rows = tuple(
+        Row(((T(p.what),), (ms(p.step_us),), (ms(p.saved_per_step_us),), (pct(p.saved_frac),))) for p in j.predictions
+    )
+    worst = max(j.per_rank, key=lambda p: p.error_frac) if j.per_rank else None
+    lead = (
+        "Job replay (the ranks replayed together, joined at their collectives): job step ",
+        ms(j.replayed_step_us),
+        " replayed against ",
+        ms(j.measured_step_us),
+        " measured (the slowest rank's median step); identity error at most ",
+        pct(j.max_error_frac),
+        *((" (rank ", T(worst.rank), ")") if worst is not None and worst.error_frac > 0 else ()),
+        ".",
+    )
+    out = [Para(lead, note=True)]
+    if rows:
+        out.append(Table(("if", "job step", "saves", "share"), rows, (1, 2, 3)))
+    return out
 
 
 def account(report) -> Section | None:

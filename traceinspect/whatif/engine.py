@@ -103,6 +103,33 @@ def predict(
     fire has nothing to change (its finding is what the transformation scales). NAME:VARIANT selects a
     variant; a plain NAME gets the variant its finding's fix recommends (`recommended_variant`) unless
     `recommended` is False (`traceinspect whatif`: the detector's default variant)."""
+    base = graph_of(trace)
+    g, models, notes = transformed(trace, findings, fixes, recommended=recommended)
+    same = g is base or _same_replay_inputs(g, base)  # fixes that change nothing replay as the identity
+    r = identity_replay(trace) if same else replay(g)
+    steps, floor, work = hold(g, r)
+    if (steps > r.step_us + 1.0).any():
+        notes.append(
+            "the host would run ahead of the GPU by more than the measured window shows: those steps are "
+            "held at the GPU work they keep"
+        )
+    return Prediction(
+        fixes=tuple(fixes),
+        step_us=steps,
+        replay_us=r.step_us,
+        floor_us=floor,
+        work_us=work,
+        models=models,
+        path=critical_path(g, r) if with_path else {},
+        notes=notes,
+    )
+
+
+def transformed(
+    trace: Trace, findings: list[Finding], fixes: tuple[str, ...], *, recommended: bool = True
+) -> tuple[Graph, dict, list]:
+    """(graph, models, notes): the measured graph with the named fixes applied in order (the graph itself,
+    not a copy, when there is no fix), each fix's stated model, and what could not be applied."""
     by_name = {f.name: f for f in findings}
     known = transforms()
     base = graph_of(trace)
@@ -122,24 +149,7 @@ def predict(
 
             variant = f"batch={batch_plan(trace).factor}"
         models[name] = cls().whatif(g, finding, variant) if variant else cls().whatif(g, finding)
-    same = g is base or _same_replay_inputs(g, base)  # fixes that change nothing replay as the identity
-    r = identity_replay(trace) if same else replay(g)
-    steps, floor, work = hold(g, r)
-    if (steps > r.step_us + 1.0).any():
-        notes.append(
-            "the host would run ahead of the GPU by more than the measured window shows: those steps are "
-            "held at the GPU work they keep"
-        )
-    return Prediction(
-        fixes=tuple(fixes),
-        step_us=steps,
-        replay_us=r.step_us,
-        floor_us=floor,
-        work_us=work,
-        models=models,
-        path=critical_path(g, r) if with_path else {},
-        notes=notes,
-    )
+    return g, models, notes
 
 
 def alone(trace: Trace, findings: list[Finding], name: str) -> Prediction:

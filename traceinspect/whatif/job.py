@@ -1,0 +1,339 @@
+"""The job replay: the ranks of one run replayed together, joined by their collectives.
+
+Each rank's own graph (graph.py) is replayed where its trace is (a worker process), and reduced to a
+summary of the events the job couples: its collectives' arrivals (kernel starts) and its step markers.
+Per event the summary keeps two numbers (docs/multi-rank.md, "Job replay"):
+
+- `f`, the event's time in the rank's replay with every collective taking no time at all: the earliest
+  the rank's own work allows, whatever the other ranks do (a replay is monotone in its durations);
+- `p` and `d`: the collective whose end the event waited on in the rank's replay (the first collective
+  met walking back along the edges that bound each start, as the critical path does), and the time from
+  that end to the event. An event whose bound chain meets no collective has p = -1.
+
+The job is then replayed over the summaries, one collective at a time: a rank arrives at collective k at
+A = max(f, E(p) + d); a collective matched across ranks ends on every rank at once, when the last rank
+arrives plus its transfer time (the shortest duration of the collective over the ranks: the last to
+arrive does not wait), E = max over ranks of A + transfer; a collective no other rank matched keeps its
+own duration. Step markers follow the same rule, and a rank's step is from its start marker to its end
+marker. Unmodified, this reproduces each rank's replay where the last to arrive also has the shortest
+duration; its error per rank is reported. A fix is a rank's summary taken from its graph with the fix
+applied (engine.transformed); "without rank g" leaves rank g out of every collective's last arrival (the
+job paced by the other ranks, as a straggler study simulates it).
+
+The summaries are small (a few numbers per collective and step), so the job is replayed without ever
+holding two ranks' tables at once. Not modelled: a fix that changes a collective's own transfer time,
+and the GPU-work hold of the per-rank prediction (hold.hold).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+import numpy as np
+
+from ..findings import Finding
+from ..sections import JobPrediction, JobRank, JobReplay
+from ..trace.model import Trace
+from ..trace.ranks import Matched, collective_kernels
+from .engine import transforms, transformed
+from .graph import Graph
+from .hold import graph_of
+from .replay import FIXED, LAUNCH, STREAM, THREAD, WAIT, XSTREAM, XTHREAD, replay
+
+MODEL = "job replay: per-rank replays joined at their matched collectives (docs/multi-rank.md)"
+MAX_FIXES = 3  # per rank, the summaries of this many of its top causes with a transformation
+
+
+def rank_summary(trace: Trace, findings: list[Finding]) -> dict:
+    """What the job replay needs of one rank, as JSON: for the measured graph ("") and for each of the
+    rank's top causes with a transformation, the two numbers per collective and per step marker."""
+    k = collective_kernels(trace)
+    if not len(k) or not len(trace.steps) or not trace.has_gpu:
+        return {}
+    g0 = graph_of(trace)
+    if len(g0.markers) < 2:
+        return {}
+    rows = trace.kernels.index.get_indexer(k.index)
+    nodes = g0.kernel_nodes(rows)
+    if (rows < 0).any() or (nodes < 0).any():
+        return {}
+    origin = float(trace.meta.origin_us or 0.0)
+    known = transforms()
+    causes = [f.name for f in findings if f.name in known and not f.masked_by and f.time_lost_us > 0][:MAX_FIXES]
+    out = {"origin_us": origin, "variants": {}}
+    for fix in ["", *causes]:
+        g = transformed(trace, findings, (fix,))[0] if fix else g0
+        out["variants"][fix] = _summarise(g, nodes, origin)
+    return out
+
+
+def _summarise(g: Graph, nodes: np.ndarray, origin: float) -> dict:
+    r = replay(g)
+    free = g.copy()
+    free.g_dur = free.g_dur.copy()
+    free.g_dur[nodes] = 0.0
+    rf = replay(free)
+    row_of = {int(n): j for j, n in enumerate(nodes)}
+    walk = _Walk(g, r, row_of)
+    starts, ends = g.markers[:-1], g.m_end
+
+    def events(times: np.ndarray, free_times: np.ndarray, keys) -> dict:
+        p = [walk.anchor(key) for key in keys]
+        d = [float(t - r.g_end[nodes[j]]) if j >= 0 else 0.0 for t, j in zip(times, p)]
+        return {"f": [float(x) + origin for x in free_times], "p": p, "d": d}
+
+    return {
+        "dur": [float(x) for x in (r.g_end[nodes] - r.g_start[nodes])],
+        "coll": events(r.g_start[nodes], rf.g_start[nodes], [("g", int(n), 0) for n in nodes]),
+        "start": events(r.h_start[starts], rf.h_start[starts], [("h", int(n), 0) for n in starts]),
+        "end": events(r.h_start[ends], rf.h_start[ends], [("h", int(n), 0) for n in ends]),
+        "replayed_step_us": [float(x) for x in r.step_us],
+    }
+
+
+class _Walk:
+    """Walk back from an event along the edge that bound each start (and each end: a wait's awaited op,
+    else the call's own start) to the first collective whose end it meets: that collective's row, or -1
+    (the chain reaches a fixed time). Memoised over the states a walk passes."""
+
+    def __init__(self, g: Graph, r, row_of: dict[int, int]):
+        self.g, self.r, self.row_of, self.memo = g, r, row_of, {}
+
+    def anchor(self, state: tuple) -> int:
+        path, found = [], None
+        while found is None:
+            if state in self.memo:
+                found = self.memo[state]
+                break
+            path.append(state)
+            state, found = self._step(state)
+        for s in path:
+            self.memo[s] = found
+        return found
+
+    def _step(self, state: tuple):
+        g, r = self.g, self.r
+        side, n, at_end = state
+        if side == "g":
+            if at_end:
+                return (None, self.row_of[n]) if n in self.row_of else (("g", n, 0), None)
+            b = int(r.g_bind[n])
+            if b == LAUNCH:
+                return ("h", int(g.g_launch[n]), 0), None
+            if b == STREAM:
+                return ("g", int(g.g_prev[n]), 1), None
+            if b == XSTREAM:
+                return ("g", int(g.g_xprev[n]), 1), None
+            return None, -1
+        if at_end:
+            if int(r.h_end_bind[n]) == WAIT:
+                return ("g", int(g.h_wait[n]), 1), None
+            return ("h", n, 0), None
+        b = int(r.h_bind[n])
+        if b == THREAD:
+            return ("h", int(g.h_prev[n]), 1), None
+        if b == XTHREAD:
+            return ("h", int(g.h_xprev[n]), 1), None
+        assert b == FIXED
+        return None, -1
+
+
+# --- the job, over the summaries --------------------------------------------------------------------
+
+
+@dataclass
+class JobInput:
+    """The ranks' summaries with the matching and the clock offsets (alignment of trace/ranks.py)."""
+
+    summaries: dict[int, dict]
+    matched: Matched
+    offsets: dict[int, float]  # rank -> its clock minus the common clock (us)
+
+
+class OrderError(ValueError):
+    """The ranks' collectives wait on each other in a circle: the matching is not one order."""
+
+
+def run(job: JobInput, choice: dict[int, str] | None = None, without: frozenset = frozenset()) -> dict[int, np.ndarray]:
+    """Each rank's replayed steps (us) with rank r's summary taken from variant choice[r] ("" for the
+    measured graph), and the ranks in `without` left out of every collective's last arrival."""
+    choice = choice or {}
+    m = job.matched
+    var = {r: job.summaries[r]["variants"][choice.get(r, "")] for r in job.summaries}
+    off = {r: float(job.offsets.get(r, 0.0)) for r in var}
+    node: dict[tuple[int, int], int] = {}
+    for i, row in enumerate(m.members):
+        for r, j in zip(m.ranks, row):
+            if r in var:
+                node[(r, j)] = i
+    transfer = []
+    for i, row in enumerate(m.members):
+        durs = [job.summaries[r]["variants"][""]["dur"][j] for r, j in zip(m.ranks, row) if r in var]
+        transfer.append(min(durs) if durs else 0.0)
+    members = {i: [(r, j) for r, j in zip(m.ranks, row) if r in var] for i, row in enumerate(m.members)}
+    ends: dict = {}  # ("m", i) matched, ("l", r, j) a rank's own collective -> its end (common clock)
+
+    def key_of(r: int, j: int):
+        return ("m", node[(r, j)]) if (r, j) in node else ("l", r, j)
+
+    def arrival(r: int, j: int, which: str = "coll") -> float | None:
+        ev = var[r][which]
+        a = ev["f"][j] - off[r]
+        p = ev["p"][j]
+        if p < 0:
+            return a
+        e = ends.get(key_of(r, p))
+        return None if e is None else max(a, e + ev["d"][j])
+
+    def end_of(key) -> float | None:
+        """The end, when every arrival it needs is known; else None (its dependencies go first)."""
+        if key[0] == "l":
+            a = arrival(key[1], key[2])
+            return None if a is None else a + var[key[1]]["dur"][key[2]]
+        arr = []
+        for r, j in members[key[1]]:
+            a = arrival(r, j)
+            if a is None:
+                return None
+            if r not in without:
+                arr.append(a)
+        if not arr:  # every member left out: the collective runs at its members' own pace
+            arr = [arrival(r, j) for r, j in members[key[1]]]
+        return max(arr) + transfer[key[1]]
+
+    def deps(key) -> list:
+        out = []
+        pairs = [(key[1], key[2])] if key[0] == "l" else members[key[1]]
+        for r, j in pairs:
+            p = var[r]["coll"]["p"][j]
+            if p >= 0:
+                out.append(key_of(r, p))
+        return out
+
+    def resolve(key) -> None:
+        stack, on = [key], {key}
+        while stack:
+            k = stack[-1]
+            if k in ends:
+                stack.pop()
+                on.discard(k)
+                continue
+            todo = [d for d in deps(k) if d not in ends]
+            if not todo:
+                e = end_of(k)
+                assert e is not None
+                ends[k] = e
+                stack.pop()
+                on.discard(k)
+                continue
+            for d in todo:
+                if d in on:
+                    raise OrderError("the ranks' collectives wait on each other in a circle")
+                stack.append(d)
+                on.add(d)
+
+    out = {}
+    for r in var:
+        for j in range(len(var[r]["dur"])):
+            resolve(key_of(r, j))
+    for r in var:
+        s = [
+            _event(var[r]["start"], j, off[r], ends, lambda p, r=r: key_of(r, p))
+            for j in range(len(var[r]["start"]["f"]))
+        ]
+        e = [
+            _event(var[r]["end"], j, off[r], ends, lambda p, r=r: key_of(r, p)) for j in range(len(var[r]["end"]["f"]))
+        ]
+        out[r] = np.array(e) - np.array(s)
+    return out
+
+
+def _event(ev: dict, j: int, off: float, ends: dict, key_of) -> float:
+    a = ev["f"][j] - off
+    p = ev["p"][j]
+    return a if p < 0 else max(a, ends[key_of(p)] + ev["d"][j])
+
+
+# --- the report's numbers ---------------------------------------------------------------------------
+
+
+def job_step(steps: dict[int, np.ndarray], ranks) -> float:
+    """The job's step: the slowest rank's median step (the ranks move in lock-step at the collectives)."""
+    vals = [float(np.median(steps[r])) for r in ranks if r in steps and len(steps[r])]
+    return max(vals) if vals else 0.0
+
+
+MAX_PACE_RANKS = 64  # "keeps pace" is replayed for every rank up to this many, else for the straggler only
+
+
+def pace_costs(job: JobInput, ranks) -> dict[int, float]:
+    """Per rank: what the job's step would lose if that rank kept pace with the others (left out of
+    every collective's last arrival), from the job replay."""
+    base = run(job)
+    out = {}
+    for g in ranks:
+        keep = [r for r in sorted(job.summaries) if r != g]
+        out[g] = job_step(base, keep) - job_step(run(job, without=frozenset({g})), keep)
+    return out
+
+
+def report(job: JobInput, measured: dict[int, float], gating: int | None, top_cause: str | None) -> JobReplay:
+    """The cross-rank section's job replay: the identity's error per rank, and the job step after fixing
+    the gating rank's top cause on that rank, after fixing it on every rank that has it, and without the
+    gating rank's delay."""
+    base = run(job)
+    ranks = sorted(job.summaries)
+    replayed = job_step(base, ranks)
+    meas = max(measured[r] for r in ranks)
+    per = [
+        JobRank(
+            rank=r,
+            measured_us=measured[r],
+            replayed_us=float(np.median(base[r])),
+            error_frac=abs(float(np.median(base[r])) - measured[r]) / measured[r] if measured[r] else 0.0,
+        )
+        for r in ranks
+    ]
+    preds = []
+
+    def add(what: str, fix: str | None, on: list[int], steps: dict, keep) -> None:
+        to = job_step(steps, keep)
+        preds.append(
+            JobPrediction(
+                what=what,
+                fix=fix,
+                ranks=on,
+                step_us=to,
+                saved_per_step_us=replayed - to,
+                saved_frac=(replayed - to) / replayed if replayed else 0.0,
+            )
+        )
+
+    if gating is not None and top_cause and top_cause in job.summaries[gating]["variants"]:
+        add(f"{top_cause} fixed on rank {gating}", top_cause, [gating], run(job, {gating: top_cause}), ranks)
+        have = [r for r in ranks if top_cause in job.summaries[r]["variants"]]
+        if len(have) > 1:
+            add(
+                f"{top_cause} fixed on every rank that has it",
+                top_cause,
+                have,
+                run(job, {r: top_cause for r in have}),
+                ranks,
+            )
+    if gating is not None:  # measured on the other ranks: what rank g's delay costs them
+        keep = [r for r in ranks if r != gating]
+        add(f"rank {gating} keeps pace with the others", None, [gating], run(job, without=frozenset({gating})), keep)
+        p = preds[-1]
+        was = job_step(base, keep)
+        preds[-1] = msgspec.structs.replace(
+            p, saved_per_step_us=was - p.step_us, saved_frac=(was - p.step_us) / was if was else 0.0
+        )
+    return JobReplay(
+        model=MODEL,
+        measured_step_us=meas,
+        replayed_step_us=replayed,
+        max_error_frac=max((p.error_frac for p in per), default=0.0),
+        per_rank=per,
+        predictions=preds,
+    )
