@@ -155,7 +155,16 @@ def test_dlrm_rank7_gates_the_step():
     assert c["gating_rank"] == expected == 7
     per = {p["rank"]: p for p in c["per_rank"]}
     assert per[7]["last_arrivals"] == last.count(7)
-    assert per[7]["job_cost_us_per_step"] == pytest.approx(cost[7], abs=0.5)
+    # each collective's cost in the table: how much later its last rank arrived than the next-latest one
+    assert sum(r["job_cost_us"] for r in c["collectives"] if r["last_rank"] == 7) == pytest.approx(cost[7], abs=0.5)
+    # the rank's cost to the job is the job replay's (whatif/job.py): rank 7 keeping pace, the other
+    # ranks' step; never more than the sum of its leads (an earlier end moves each later end by at most
+    # as much), and here less: the steps of the other ranks do not all end on the collectives
+    j = c["job"]
+    pace = next(p for p in j["predictions"] if p["fix"] is None)
+    assert per[7]["job_cost_us_per_step"] == pytest.approx(pace["saved_per_step_us"])
+    assert 0 < per[7]["job_cost_us_per_step"] <= cost[7] + 0.5
+    assert j["max_error_frac"] < 0.01
     # the rank that enters the step first waits longest; it is not the one named
     assert rep.trace["rank"] == 7 and rep.verdict["headline"].startswith("Rank 7 gates the step")
 

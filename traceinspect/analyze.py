@@ -1028,11 +1028,13 @@ def _job_replay(cross: CrossRank, colls: dict, sums: dict, reps: list[Report]):
 
 
 def _job_section(ji, cross: CrossRank, reps: list[Report], gate: int | None):
+    """The job replay's section: the gating rank's top cause (else the slowest rank's) fixed on the gating
+    rank and on every rank that has it, and the gating rank keeping pace."""
     by_rank = {r.trace.rank: r for r in reps}
     measured = {r: float(by_rank[r].steps.median_us) for r in cross.ranks}
-    g = gate if gate is not None else cross.straggler
-    top = known(by_rank[g].verdict.top) if g is not None and by_rank[g].verdict else None
-    return job.report(ji, measured, g, top)
+    lead = gate if gate is not None else max(cross.ranks, key=lambda r: measured[r])
+    top = known(by_rank[lead].verdict.top) if by_rank[lead].verdict else None
+    return job.report(ji, measured, gate, top)
 
 
 def _gating_rank(cross: CrossRank, reps: list[Report]) -> int | None:
@@ -1067,6 +1069,11 @@ def _straggler_verdict(lead: Report, cross: CrossRank, rep: Report, median_us: f
         f"the job loses {fmt_us(p.job_cost_us_per_step)} per step to it. {cause}. The other ranks' "
         f"collective time is waiting for rank {s}, not communication to tune."
     )
+    j = known(cross.job)
+    if j:
+        said = "; ".join(f"{x.what}: {fmt_us(x.step_us)}" for x in j.predictions if x.fix)
+        if said:
+            headline += f" Replayed as one job (step {fmt_us(j.replayed_step_us)}): {said}."
     return msgspec.structs.replace(
         v,
         headline=headline,

@@ -169,7 +169,7 @@ def run(job: JobInput, choice: dict[int, str] | None = None, without: frozenset 
                 node[(r, j)] = i
     transfer = []
     for i, row in enumerate(m.members):
-        durs = [job.summaries[r]["variants"][""]["dur"][j] for r, j in zip(m.ranks, row) if r in var]
+        durs = [var[r]["dur"][j] for r, j in zip(m.ranks, row) if r in var]
         transfer.append(min(durs) if durs else 0.0)
     members = {i: [(r, j) for r, j in zip(m.ranks, row) if r in var] for i, row in enumerate(m.members)}
     ends: dict = {}  # ("m", i) matched, ("l", r, j) a rank's own collective -> its end (common clock)
@@ -280,8 +280,8 @@ def pace_costs(job: JobInput, ranks) -> dict[int, float]:
 
 def report(job: JobInput, measured: dict[int, float], gating: int | None, top_cause: str | None) -> JobReplay:
     """The cross-rank section's job replay: the identity's error per rank, and the job step after fixing
-    the gating rank's top cause on that rank, after fixing it on every rank that has it, and without the
-    gating rank's delay."""
+    top_cause (the gating rank's top cause, else the slowest rank's) on the gating rank, after fixing it on
+    every rank that has it, and with the gating rank keeping pace."""
     base = run(job)
     ranks = sorted(job.summaries)
     replayed = job_step(base, ranks)
@@ -310,17 +310,13 @@ def report(job: JobInput, measured: dict[int, float], gating: int | None, top_ca
             )
         )
 
-    if gating is not None and top_cause and top_cause in job.summaries[gating]["variants"]:
-        add(f"{top_cause} fixed on rank {gating}", top_cause, [gating], run(job, {gating: top_cause}), ranks)
+    if top_cause:
+        if gating is not None and top_cause in job.summaries[gating]["variants"]:
+            add(f"{top_cause} fixed on rank {gating}", top_cause, [gating], run(job, {gating: top_cause}), ranks)
         have = [r for r in ranks if top_cause in job.summaries[r]["variants"]]
-        if len(have) > 1:
-            add(
-                f"{top_cause} fixed on every rank that has it",
-                top_cause,
-                have,
-                run(job, {r: top_cause for r in have}),
-                ranks,
-            )
+        if len(have) > 1 or (have and gating is None):
+            fixed = run(job, {r: top_cause for r in have})
+            add(f"{top_cause} fixed on every rank that has it", top_cause, have, fixed, ranks)
     if gating is not None:  # measured on the other ranks: what rank g's delay costs them
         keep = [r for r in ranks if r != gating]
         add(f"rank {gating} keeps pace with the others", None, [gating], run(job, without=frozenset({gating})), keep)
