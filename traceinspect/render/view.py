@@ -273,7 +273,7 @@ def _job_blocks(j) -> list:
         ms(j.measured_step_us),
         " measured (the slowest rank's median step); identity error at most ",
         pct(j.max_error_frac),
-        *((" (rank ", T(worst.rank), ")") if worst is not None and worst.error_frac > 0 else ()),
+        *((" (rank ", T(worst.rank), ")") if worst is not None and worst.error_frac >= 0.0005 else ()),
         ".",
     )
     out = [Para(lead, note=True)]

@@ -255,6 +255,12 @@ def _event(ev: dict, j: int, off: float, ends: dict, key_of) -> float:
     return a if p < 0 else max(a, ends[key_of(p)] + ev["d"][j])
 
 
+def _ranks_label(have: list[int], ranks: list[int]) -> str:
+    if have == ranks:
+        return f"all {len(ranks)} ranks"
+    return ("ranks " + ", ".join(map(str, have))) if len(have) <= 4 else f"{len(have)} ranks"
+
+
 # --- the report's numbers ---------------------------------------------------------------------------
 
 
@@ -316,7 +322,7 @@ def report(job: JobInput, measured: dict[int, float], gating: int | None, top_ca
         have = [r for r in ranks if top_cause in job.summaries[r]["variants"]]
         if len(have) > 1 or (have and gating is None):
             fixed = run(job, {r: top_cause for r in have})
-            add(f"{top_cause} fixed on every rank that has it", top_cause, have, fixed, ranks)
+            add(f"{top_cause} fixed on {_ranks_label(have, ranks)}", top_cause, have, fixed, ranks)
     if gating is not None:  # measured on the other ranks: what rank g's delay costs them
         keep = [r for r in ranks if r != gating]
         add(f"rank {gating} keeps pace with the others", None, [gating], run(job, without=frozenset({gating})), keep)
