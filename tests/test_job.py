@@ -125,3 +125,41 @@ def test_the_summary_is_small_and_names_each_collective(tmp_path):
         assert len(v["dur"]) == len(v["coll"]["f"]) == n and len(v["start"]["f"]) == len(t.steps)
     assert len(json.dumps(s)) < 4000
     assert np.all(np.array(s["variants"][""]["dur"]) >= JOB_XFER_US - 1e-6)
+
+
+def test_whatif_on_a_folder_replays_the_job_with_a_fix_on_one_rank(tmp_path):
+    """`whatif DIR --fix CAUSE@rankN` and api.whatif: the same number as the report's job prediction."""
+    import clirun
+
+    write_job(tmp_path, slow_rank=3, extra_loader_us=30_000)
+    d = api.whatif(tmp_path, "dataloader-stall@rank3")
+    assert d.replayed_step_us == pytest.approx(d.measured_step_us, rel=1e-3)
+    assert d.replayed_step_us - d.predicted_step_us == pytest.approx(30_000, rel=0.10)
+    by = {r.rank: r for r in d.per_rank}
+    assert by[3].fixes == ["dataloader-stall"] and by[0].fixes == []
+    rep = api.analyze(tmp_path)
+    same = next(p for p in rep.cross_rank.job.predictions if p.fix == "dataloader-stall" and p.ranks == [3])
+    assert d.predicted_step_us == pytest.approx(same.step_us)
+    # a plain NAME on a folder fixes every rank; ranks where it did not fire say so
+    every = api.whatif(tmp_path, "dataloader-stall")
+    assert all(r.fixes == ["dataloader-stall"] for r in every.per_rank)
+    assert any("rank 0: dataloader-stall did not fire" in n for n in every.notes)
+    out = clirun.run(["whatif", tmp_path, "--fix", "dataloader-stall@rank3"])
+    assert out.returncode == 0 and "What-if (job replay)" in out.stdout and "dataloader-stall" in out.stdout
+
+
+@pytest.mark.parametrize(
+    "fix,where,says",
+    [
+        ("dataloader-stall@rank9", "dir", "no rank 9 among the files"),
+        ("dataloader-stall@node3", "dir", "@rankN"),
+        ("dataloader-stall@rank3", "file", "names a rank of a run's folder"),
+    ],
+)
+def test_whatif_refuses_a_rank_it_cannot_fix_in_one_line(tmp_path, fix, where, says):
+    import clirun
+
+    paths = write_job(tmp_path, world=2, slow_rank=1, extra_loader_us=5_000)
+    out = clirun.run(["whatif", tmp_path if where == "dir" else paths[0], "--fix", fix])
+    assert out.returncode == 2 and says in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr

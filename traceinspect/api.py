@@ -300,6 +300,57 @@ def render(
     return document(DIFF_RENDERERS[format][0](obj, width=width))
 
 
+def _whatif_job(paths: list[str], names: tuple, where: dict, steps: str | None):
+    """`whatif DIR`: each rank's file read in turn (one trace held at a time), summarised with the fixes
+    that apply to it, then the job replayed (whatif/job.py). A plain NAME applies to every rank."""
+    from .analyze import analyze as run
+    from .trace.ranks import align, match, rank_collectives
+    from .whatif import job
+
+    colls, sums, measured, per_rank, notes = {}, {}, {}, {}, []
+    asked = {int(at[4:]) for at in where.values() if at.startswith("rank")}
+    for p in paths:
+        trace = load(p, steps=steps)
+        r = trace.meta.rank
+        if r is None or r in colls:
+            raise UsageError(f"{p}: rank {r} is not one rank of the run; whatif DIR needs one file per rank")
+        findings = run(trace).findings
+        mine = tuple(n.partition("@")[0] for n in names if where[n] in ("", "all") or where[n] == f"rank{r}")
+        fired = {f.name for f in findings}
+        notes += [
+            f"rank {r}: {n} did not fire; its transformation changes only what it finds"
+            for n in mine
+            if n.partition(":")[0] not in fired
+        ]
+        colls[r] = rank_collectives(trace) if trace.has_gpu else []
+        sums[r] = job.rank_summary(trace, list(findings), mine)
+        measured[r] = float(trace.steps["dur_us"].median()) if len(trace.steps) else 0.0
+        per_rank[r] = mine
+        del trace
+    missing = sorted(asked - set(colls))
+    if missing:
+        raise UsageError(
+            f": no rank {', '.join(map(str, missing))} among the files (ranks: {sorted(colls)})",
+            param="fixes",
+            value=",".join(names),
+        )
+    cross = align(colls)
+    if not cross or not all(sums[r].get("variants") for r in cross.ranks):
+        raise UsageError(
+            f"{paths[0]}: the ranks' collectives cannot be aligned or replayed (no collectives in the "
+            "analysed steps on some rank); analyse the folder for the cross-rank section's notes"
+        )
+    ji = job.JobInput(
+        summaries={r: sums[r] for r in cross.ranks},
+        matched=match(colls),
+        offsets={q.rank: q.clock_offset_us for q in cross.per_rank},
+    )
+    try:
+        return job.whatif(ji, measured, list(names), per_rank, notes + list(cross.notes))
+    except job.OrderError as e:
+        raise UsageError(f"{paths[0]}: {e}; the job cannot be replayed") from None
+
+
 def annotate(
     path: str | Path,
     out: str | Path,
@@ -335,7 +386,7 @@ def whatif(path: str | Path, fixes: str | tuple[str, ...] | list[str], *, steps:
 
     names = tuple(n.strip() for n in (fixes.split(",") if isinstance(fixes, str) else fixes) if n.strip())
     known = transforms()
-    bad = [n for n in names if not valid_fix(n)]
+    bad = [n for n in names if not valid_fix(n.partition("@")[0])]
     if bad or not names:
         raise UsageError(
             f": no replay transformation for {', '.join(bad) or 'an empty list'}; known: {', '.join(sorted(known))}"
@@ -353,9 +404,15 @@ def whatif(path: str | Path, fixes: str | tuple[str, ...] | list[str], *, steps:
         from .trace.model import parse_step_slice
 
         parse_step_slice(steps)
+    where = {n: n.partition("@")[2] for n in names}
+    for n, at in where.items():
+        if at and at != "all" and not (at.startswith("rank") and at[4:].isdigit()):
+            raise UsageError(f": {n}: a fix applies @rankN (e.g. @rank5) or @all", param="fixes", value=fixes)
     paths = trace_paths(path)
-    if len(paths) != 1:
-        raise UsageError(f"{path}: whatif replays one trace file; pass one rank's file")
+    if len(paths) > 1:
+        return _whatif_job(paths, names, where, steps)
+    if any(where.values()):
+        raise UsageError(f"{path}: NAME@rankN names a rank of a run's folder; pass the folder of rank files")
     trace = load(paths[0], steps=steps)
     if not trace.has_gpu or not len(trace.steps):
         raise UsageError(f"{paths[0]}: no GPU activity or no steps to replay; capture with ProfilerActivity.CUDA")

@@ -423,17 +423,19 @@ def annotate(trace, output, steps):
     required=True,
     metavar="NAME[,NAME...]",
     help="Detector fixes to apply, in order (names from 'traceinspect detectors'; NAME:VARIANT picks "
-    "a variant: launch-bound:cuda-graphs (the default) or launch-bound:batch).",
+    "a variant: launch-bound:cuda-graphs (the default) or launch-bound:batch). On a run's folder, "
+    "NAME@rankN fixes one rank and NAME (or NAME@all) every rank: the job is replayed.",
 )
 @click.option("-f", "--format", "fmt", type=click.Choice(["text", "json"]), default="text", help="Output format.")
 @click.option("--steps", default=None, help="Steps to analyse, e.g. '1:'.")
 def whatif(path, fixes, fmt, steps):
-    """Predict the step time after fixes by replaying a trace file (docs/whatif.md)."""
+    """Predict the step time after fixes by replaying a trace file, or a run's folder (docs/whatif.md)."""
     from .api import whatif as predict
-    from .render.text import render_whatif
+    from .render.text import render_whatif, render_whatif_job
 
     d = predict(path, fixes, steps=steps)
-    _echo(json.dumps(d.to_dict(), sort_keys=True, indent=1) if fmt == "json" else render_whatif(d))
+    text = render_whatif_job if type(d).__name__ == "WhatIfJob" else render_whatif
+    _echo(json.dumps(d.to_dict(), sort_keys=True, indent=1) if fmt == "json" else text(d))
 
 
 @cli.command()

@@ -628,6 +628,27 @@ class WhatIfRun(Section, frozen=True, kw_only=True):
     notes: Union[list[str], _U] = UNSET
 
 
+class WhatIfJobRank(Section, frozen=True, kw_only=True):
+    rank: int
+    fixes: list[str]  # applied to this rank, in order
+    measured_us: Num  # median step
+    replayed_us: Num  # the job replay unmodified
+    predicted_us: Num  # the job replay with the fixes
+
+
+class WhatIfJob(Section, frozen=True, kw_only=True):
+    """`traceinspect whatif DIR --fix CAUSE@rankN`: the job replayed with fixes on some ranks
+    (whatif/job.py; docs/multi-rank.md, "Job replay")."""
+
+    model: str
+    fixes: list[str]  # as asked: NAME[:VARIANT][@rankN]
+    measured_step_us: Num  # the slowest rank's measured median step
+    replayed_step_us: Num
+    predicted_step_us: Num
+    per_rank: list[WhatIfJobRank]
+    notes: list[str]
+
+
 Setting = Union[str, int, float, bool, list[str]]
 
 

@@ -62,6 +62,27 @@ def render_whatif(d) -> str:
     return fit(document("\n".join(out)), 100) + "\n"  # the width rule of every text page
 
 
+def render_whatif_job(d) -> str:
+    """`traceinspect whatif DIR`'s text (a sections.WhatIfJob): the job's step before and after, per rank."""
+    out = [
+        f"What-if (job replay): {', '.join(plain(n) for n in d.fixes)}",
+        f"  {plain(d.model)}",
+        "",
+        f"Job step (the slowest rank's median): measured {ms(d.measured_step_us)}, replayed "
+        f"{ms(d.replayed_step_us)}, predicted {ms(d.predicted_step_us)}",
+        "",
+        f"{'rank':>6} {'measured':>12} {'replayed':>12} {'predicted':>12}  fixes",
+    ]
+    for r in d.per_rank:
+        out.append(
+            f"{plain(r.rank):>6} {ms(r.measured_us):>12} {ms(r.replayed_us):>12} {ms(r.predicted_us):>12}  "
+            + (", ".join(plain(f) for f in r.fixes) or "-")
+        )
+    for n in d.notes:
+        out.append(f"note: {plain(n)}")
+    return fit(document("\n".join(out)), 100) + "\n"
+
+
 def _light(sol: SpeedOfLight) -> str:
     if not known(sol.sol_us):
         return f"Speed of light: unknown ({plain(known(sol.why, 'no model'))})"

@@ -33,7 +33,7 @@ import msgspec
 import numpy as np
 
 from ..findings import Finding
-from ..sections import JobPrediction, JobRank, JobReplay
+from ..sections import JobPrediction, JobRank, JobReplay, WhatIfJob, WhatIfJobRank
 from ..trace.model import Trace
 from ..trace.ranks import Matched, collective_kernels
 from .engine import transforms, transformed
@@ -45,9 +45,10 @@ MODEL = "job replay: per-rank replays joined at their matched collectives (docs/
 MAX_FIXES = 3  # per rank, the summaries of this many of its top causes with a transformation
 
 
-def rank_summary(trace: Trace, findings: list[Finding]) -> dict:
+def rank_summary(trace: Trace, findings: list[Finding], fixes: tuple[str, ...] | None = None) -> dict:
     """What the job replay needs of one rank, as JSON: for the measured graph ("") and for each of the
-    rank's top causes with a transformation, the two numbers per collective and per step marker."""
+    rank's top causes with a transformation (or, given `fixes`, for those applied in order, keyed by
+    their names joined with "+"), the two numbers per collective and per step marker."""
     k = collective_kernels(trace)
     if not len(k) or not len(trace.steps) or not trace.has_gpu:
         return {}
@@ -59,12 +60,15 @@ def rank_summary(trace: Trace, findings: list[Finding]) -> dict:
     if (rows < 0).any() or (nodes < 0).any():
         return {}
     origin = float(trace.meta.origin_us or 0.0)
-    known = transforms()
-    causes = [f.name for f in findings if f.name in known and not f.masked_by and f.time_lost_us > 0][:MAX_FIXES]
-    out = {"origin_us": origin, "variants": {}}
-    for fix in ["", *causes]:
-        g = transformed(trace, findings, (fix,))[0] if fix else g0
-        out["variants"][fix] = _summarise(g, nodes, origin)
+    if fixes is None:
+        known = transforms()
+        causes = [f.name for f in findings if f.name in known and not f.masked_by and f.time_lost_us > 0]
+        variants = {c: (c,) for c in causes[:MAX_FIXES]}
+    else:
+        variants = {"+".join(fixes): tuple(fixes)} if fixes else {}
+    out = {"origin_us": origin, "variants": {"": _summarise(g0, nodes, origin)}}
+    for key, fx in variants.items():
+        out["variants"][key] = _summarise(transformed(trace, findings, fx)[0], nodes, origin)
     return out
 
 
@@ -338,4 +342,32 @@ def report(job: JobInput, measured: dict[int, float], gating: int | None, top_ca
         max_error_frac=max((p.error_frac for p in per), default=0.0),
         per_rank=per,
         predictions=preds,
+    )
+
+
+def whatif(
+    job: JobInput, measured: dict[int, float], asked: list[str], per_rank: dict[int, tuple], notes: list[str]
+) -> WhatIfJob:
+    """The job replayed with per_rank[r] (fix names, in order) applied to rank r's graph: each summary
+    carries that variant under the names joined with "+"."""
+    ranks = sorted(job.summaries)
+    base = run(job)
+    fixed = run(job, {r: "+".join(per_rank[r]) for r in ranks if per_rank.get(r)})
+    return WhatIfJob(
+        model=MODEL,
+        fixes=list(asked),
+        measured_step_us=max(measured[r] for r in ranks),
+        replayed_step_us=job_step(base, ranks),
+        predicted_step_us=job_step(fixed, ranks),
+        per_rank=[
+            WhatIfJobRank(
+                rank=r,
+                fixes=list(per_rank.get(r, ())),
+                measured_us=measured[r],
+                replayed_us=float(np.median(base[r])),
+                predicted_us=float(np.median(fixed[r])),
+            )
+            for r in ranks
+        ],
+        notes=notes,
     )
