@@ -38,7 +38,7 @@ from ..trace.model import Trace
 from ..trace.ranks import Matched, collective_kernels
 from .engine import transforms, transformed
 from .graph import Graph
-from .hold import graph_of
+from .hold import graph_of, identity_replay
 from .replay import FIXED, LAUNCH, STREAM, THREAD, WAIT, XSTREAM, XTHREAD, replay
 
 MODEL = "job replay: per-rank replays joined at their matched collectives (docs/multi-rank.md)"
@@ -66,14 +66,14 @@ def rank_summary(trace: Trace, findings: list[Finding], fixes: tuple[str, ...] |
         variants = {c: (c,) for c in causes[:MAX_FIXES]}
     else:
         variants = {"+".join(fixes): tuple(fixes)} if fixes else {}
-    out = {"origin_us": origin, "variants": {"": _summarise(g0, nodes, origin)}}
+    out = {"origin_us": origin, "variants": {"": _summarise(g0, nodes, origin, identity_replay(trace))}}
     for key, fx in variants.items():
         out["variants"][key] = _summarise(transformed(trace, findings, fx)[0], nodes, origin)
     return out
 
 
-def _summarise(g: Graph, nodes: np.ndarray, origin: float) -> dict:
-    r = replay(g)
+def _summarise(g: Graph, nodes: np.ndarray, origin: float, r=None) -> dict:
+    r = replay(g) if r is None else r
     free = g.copy()
     free.g_dur = free.g_dur.copy()
     free.g_dur[nodes] = 0.0
