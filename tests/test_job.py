@@ -163,3 +163,14 @@ def test_whatif_refuses_a_rank_it_cannot_fix_in_one_line(tmp_path, fix, where, s
     out = clirun.run(["whatif", tmp_path if where == "dir" else paths[0], "--fix", fix])
     assert out.returncode == 2 and says in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+
+
+def test_two_ranks_waiting_on_one_collective_is_not_a_circle():
+    """Two communicators issued in a different order on different ranks: rank 0 runs c then y; ranks 1
+    and 2 run y then c, and their c waits on their y. Resolving rank 0's c first meets y twice (through
+    ranks 1 and 2): a shared dependency, not a circle. y ends at 5 + 1 = 6, c at max(0, 6 + 2) + 1 = 9."""
+    first = _summary([0.0, 5.0], [-1, -1], [0.0, 0.0], [9.0, 1.0], [0.0], [0.0], [1], [0.0])
+    later = _summary([5.0, 0.0], [-1, 0], [0.0, 2.0], [1.0, 1.0], [0.0], [0.0], [1], [0.0])
+    m = Matched(ranks=[0, 1, 2], members=[[0, 1, 1], [1, 0, 0]], names=["allreduce"] * 2, groups=[0, 1], notes=[])
+    out = job.run(job.JobInput(summaries={0: first, 1: later, 2: later}, matched=m, offsets={}))
+    assert out[0].tolist() == [6.0] and out[1].tolist() == [9.0]

@@ -161,99 +161,76 @@ class OrderError(ValueError):
 def run(job: JobInput, choice: dict[int, str] | None = None, without: frozenset = frozenset()) -> dict[int, np.ndarray]:
     """Each rank's replayed steps (us) with rank r's summary taken from variant choice[r] ("" for the
     measured graph), and the ranks in `without` left out of every collective's last arrival."""
-    choice = choice or {}
-    m = job.matched
-    var = {r: job.summaries[r]["variants"][choice.get(r, "")] for r in job.summaries}
-    off = {r: float(job.offsets.get(r, 0.0)) for r in var}
-    node: dict[tuple[int, int], int] = {}
-    for i, row in enumerate(m.members):
-        for r, j in zip(m.ranks, row):
-            if r in var:
-                node[(r, j)] = i
-    transfer = []
-    for i, row in enumerate(m.members):
-        durs = [var[r]["dur"][j] for r, j in zip(m.ranks, row) if r in var]
-        transfer.append(min(durs) if durs else 0.0)
-    members = {i: [(r, j) for r, j in zip(m.ranks, row) if r in var] for i, row in enumerate(m.members)}
-    ends: dict = {}  # ("m", i) matched, ("l", r, j) a rank's own collective -> its end (common clock)
+    return _Job(job, choice or {}, without).steps()
 
-    def key_of(r: int, j: int):
-        return ("m", node[(r, j)]) if (r, j) in node else ("l", r, j)
 
-    def arrival(r: int, j: int, which: str = "coll") -> float | None:
-        ev = var[r][which]
-        a = ev["f"][j] - off[r]
+class _Job:
+    """One replay of the job. A collective is keyed ("m", i) when matched across ranks, ("l", r, j)
+    when only rank r has it (row j); `ends` holds each one's end on the common clock once known."""
+
+    def __init__(self, job: JobInput, choice: dict[int, str], without: frozenset):
+        m = job.matched
+        self.var = {r: job.summaries[r]["variants"][choice.get(r, "")] for r in job.summaries}
+        self.off = {r: float(job.offsets.get(r, 0.0)) for r in self.var}
+        self.without = without
+        self.members = {i: [(r, j) for r, j in zip(m.ranks, row) if r in self.var] for i, row in enumerate(m.members)}
+        self.node = {rj: i for i, rows in self.members.items() for rj in rows}
+        # the transfer: the shortest duration over the ranks (the last to arrive does not wait)
+        self.transfer = {
+            i: min((self.var[r]["dur"][j] for r, j in rows), default=0.0) for i, rows in self.members.items()
+        }
+        self.ends: dict = {}
+
+    def key(self, r: int, j: int) -> tuple:
+        return ("m", self.node[(r, j)]) if (r, j) in self.node else ("l", r, j)
+
+    def at(self, r: int, which: str, j: int) -> float:
+        """An event's time: max(its own pace, the end it waited on + the gap), once that end is known."""
+        ev = self.var[r][which]
+        a = ev["f"][j] - self.off[r]
         p = ev["p"][j]
-        if p < 0:
-            return a
-        e = ends.get(key_of(r, p))
-        return None if e is None else max(a, e + ev["d"][j])
+        return a if p < 0 else max(a, self.ends[self.key(r, p)] + ev["d"][j])
 
-    def end_of(key) -> float | None:
-        """The end, when every arrival it needs is known; else None (its dependencies go first)."""
+    def end(self, key: tuple) -> float:
         if key[0] == "l":
-            a = arrival(key[1], key[2])
-            return None if a is None else a + var[key[1]]["dur"][key[2]]
-        arr = []
-        for r, j in members[key[1]]:
-            a = arrival(r, j)
-            if a is None:
-                return None
-            if r not in without:
-                arr.append(a)
+            return self.at(key[1], "coll", key[2]) + self.var[key[1]]["dur"][key[2]]
+        rows = self.members[key[1]]
+        arr = [self.at(r, "coll", j) for r, j in rows if r not in self.without]
         if not arr:  # every member left out: the collective runs at its members' own pace
-            arr = [arrival(r, j) for r, j in members[key[1]]]
-        return max(arr) + transfer[key[1]]
+            arr = [self.at(r, "coll", j) for r, j in rows]
+        return max(arr) + self.transfer[key[1]]
 
-    def deps(key) -> list:
-        out = []
-        pairs = [(key[1], key[2])] if key[0] == "l" else members[key[1]]
-        for r, j in pairs:
-            p = var[r]["coll"]["p"][j]
-            if p >= 0:
-                out.append(key_of(r, p))
-        return out
+    def deps(self, key: tuple) -> list:
+        rows = [(key[1], key[2])] if key[0] == "l" else self.members[key[1]]
+        return [self.key(r, p) for r, j in rows if (p := self.var[r]["coll"]["p"][j]) >= 0]
 
-    def resolve(key) -> None:
-        stack, on = [key], {key}
-        while stack:
-            k = stack[-1]
-            if k in ends:
-                stack.pop()
-                on.discard(k)
-                continue
-            todo = [d for d in deps(k) if d not in ends]
-            if not todo:
-                ends[k] = end_of(k)
-                stack.pop()
-                on.discard(k)
-                continue
-            for d in todo:
-                if d in on:
-                    raise OrderError("the ranks' collectives wait on each other in a circle")
-                stack.append(d)
+    def resolve(self, key: tuple) -> None:
+        """Depth first: the stack is the path of collectives waiting on each other, so a collective met
+        again on it is a circle."""
+        path, on = [key], {key}
+        while path:
+            k = path[-1]
+            d = next((d for d in self.deps(k) if d not in self.ends), None)
+            if d is None:
+                self.ends[k] = self.end(k)
+                on.discard(path.pop())
+            elif d in on:
+                raise OrderError("the ranks' collectives wait on each other in a circle")
+            else:
+                path.append(d)
                 on.add(d)
 
-    out = {}
-    for r in var:
-        for j in range(len(var[r]["dur"])):
-            resolve(key_of(r, j))
-    for r in var:
-        s = [
-            _event(var[r]["start"], j, off[r], ends, lambda p, r=r: key_of(r, p))
-            for j in range(len(var[r]["start"]["f"]))
-        ]
-        e = [
-            _event(var[r]["end"], j, off[r], ends, lambda p, r=r: key_of(r, p)) for j in range(len(var[r]["end"]["f"]))
-        ]
-        out[r] = np.array(e) - np.array(s)
-    return out
-
-
-def _event(ev: dict, j: int, off: float, ends: dict, key_of) -> float:
-    a = ev["f"][j] - off
-    p = ev["p"][j]
-    return a if p < 0 else max(a, ends[key_of(p)] + ev["d"][j])
+    def steps(self) -> dict[int, np.ndarray]:
+        for r, v in self.var.items():
+            for j in range(len(v["dur"])):
+                if self.key(r, j) not in self.ends:
+                    self.resolve(self.key(r, j))
+        out = {}
+        for r, v in self.var.items():
+            s = [self.at(r, "start", j) for j in range(len(v["start"]["f"]))]
+            e = [self.at(r, "end", j) for j in range(len(v["end"]["f"]))]
+            out[r] = np.array(e) - np.array(s)
+        return out
 
 
 def _ranks_label(have: list[int], ranks: list[int]) -> str:
