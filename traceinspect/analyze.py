@@ -62,7 +62,7 @@ from .whatif import engine as whatif
 from .trace.model import Trace, default_rank_warning, load_trace
 from .trace import intervals as iv
 from .trace.rundir import RankFile, check_one_run
-from .trace.ranks import align, match, rank_collectives
+from .trace.ranks import align, rank_collectives
 from .whatif import job
 from .trace.timeline import IDLE_PARTS, PARTS
 
@@ -1008,11 +1008,7 @@ def _job_replay(cross: CrossRank, colls: dict, sums: dict, reps: list[Report]):
         return msgspec.structs.replace(
             cross, notes=[*cross.notes, "job replay: not every rank's replay could be summarised; not replayed"]
         ), None
-    ji = job.JobInput(
-        summaries={r: sums[r] for r in cross.ranks},
-        matched=match(colls),
-        offsets={p.rank: p.clock_offset_us for p in cross.per_rank},
-    )
+    ji = job.job_input(cross, colls, sums)
     try:
         ranks = cross.ranks if len(cross.ranks) <= job.MAX_PACE_RANKS else [cross.straggler]
         costs = job.pace_costs(ji, [r for r in ranks if r is not None])

@@ -304,7 +304,7 @@ def _whatif_job(paths: list[str], names: tuple, where: dict, steps: str | None):
     """`whatif DIR`: each rank's file read in turn (one trace held at a time), summarised with the fixes
     that apply to it, then the job replayed (whatif/job.py). A plain NAME applies to every rank."""
     from .analyze import analyze as run
-    from .trace.ranks import align, match, rank_collectives
+    from .trace.ranks import align, rank_collectives
     from .whatif import job
 
     colls, sums, measured, per_rank, notes = {}, {}, {}, {}, []
@@ -340,11 +340,7 @@ def _whatif_job(paths: list[str], names: tuple, where: dict, steps: str | None):
             f"{paths[0]}: the ranks' collectives cannot be aligned or replayed (no collectives in the "
             "analysed steps on some rank); analyse the folder for the cross-rank section's notes"
         )
-    ji = job.JobInput(
-        summaries={r: sums[r] for r in cross.ranks},
-        matched=match(colls),
-        offsets={q.rank: q.clock_offset_us for q in cross.per_rank},
-    )
+    ji = job.job_input(cross, colls, sums)
     try:
         return job.whatif(ji, measured, list(names), per_rank, notes + list(cross.notes))
     except job.OrderError as e:

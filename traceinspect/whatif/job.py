@@ -35,7 +35,7 @@ import numpy as np
 from ..findings import Finding
 from ..sections import JobPrediction, JobRank, JobReplay, WhatIfJob, WhatIfJobRank
 from ..trace.model import Trace
-from ..trace.ranks import Matched, collective_kernels
+from ..trace.ranks import Matched, collective_kernels, match
 from .engine import transforms, transformed
 from .graph import Graph
 from .hold import graph_of, identity_replay
@@ -152,6 +152,16 @@ class JobInput:
     summaries: dict[int, dict]
     matched: Matched
     offsets: dict[int, float]  # rank -> its clock minus the common clock (us)
+
+
+def job_input(cross, colls: dict[int, list[dict]], sums: dict[int, dict]) -> JobInput:
+    """The aligned ranks' summaries, their collectives matched as align matched them, and the clock
+    offsets align estimated (cross: its CrossRank)."""
+    return JobInput(
+        summaries={r: sums[r] for r in cross.ranks},
+        matched=match(colls),
+        offsets={p.rank: p.clock_offset_us for p in cross.per_rank},
+    )
 
 
 class OrderError(ValueError):
