@@ -21,6 +21,7 @@ Usage (from the repository root)::
     python bench/generate.py --size 100M --gzip
     python bench/generate.py --size 500M --seed /path/to/trace.pt.trace.json.gz
     python bench/generate.py --size 100M --ranks 8        # 8 rank files in one directory
+    python bench/generate.py --size 2M --ranks 64 --seed DIR   # 64 ranks from a real run's rank files
 
 Files go to ``--out`` (default /tmp/traceinspect-bench), never into the repository. Sizes use
 decimal units (1M = 10**6 bytes, 1G = 10**9 bytes); the file ends within half a seed copy of
@@ -45,7 +46,7 @@ try:  # orjson is ~5x faster to serialize; json works too
 except ImportError:  # pragma: no cover
     _orjson = None
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2  # 2: rank files get their own clocks and one copy count
 GZIP_MAGIC = b"\x1f\x8b"
 DEFAULT_OUT = "/tmp/traceinspect-bench"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -175,6 +176,8 @@ class Seed:
         i = keys.index("traceEvents")
         self.head = {k: doc[k] for k in keys[:i]}
         self.tail = {k: doc[k] for k in keys[i + 1 :]}
+        base = doc.get("baseTimeNanoseconds")
+        self.base_us = base // 1000 if isinstance(base, int) and not isinstance(base, bool) else 0
         events = [e for e in doc["traceEvents"] if isinstance(e, dict)]
         self.meta_events = [e for e in events if e.get("ph") == "M"]
         self.events = [e for e in events if e.get("ph") != "M"]
@@ -263,9 +266,12 @@ class Seed:
         return b",\n".join(_dumps(e) for e in self.copy_events(k, extra_shift))
 
 
-def _header_footer(seed: Seed, distributed: dict | None) -> tuple[bytes, bytes]:
+def _header_footer(seed: Seed, distributed: dict | None, base_time_ns: int | None = None) -> tuple[bytes, bytes]:
     head = dict(seed.head)
     tail = dict(seed.tail)
+    if base_time_ns is not None:
+        tail.pop("baseTimeNanoseconds", None)
+        head["baseTimeNanoseconds"] = base_time_ns  # Kineto writes it just before traceEvents
     if distributed is not None:
         tail.pop("distributedInfo", None)
         head.pop("distributedInfo", None)
@@ -314,8 +320,12 @@ def write_trace(
     gzip_level: int = 1,
     distributed: dict | None = None,
     extra_shift: int = 0,
+    copies: int | None = None,
+    base_time_ns: int | None = None,
 ) -> dict:
-    """Write copies of the seed until the file is within half a copy of target_bytes."""
+    """Write copies of the seed until the file is within half a copy of target_bytes (or, given
+    `copies`, that many); base_time_ns replaces the seed's baseTimeNanoseconds."""
+    n_copies = copies
     sinks = []
     if out_json is not None:
         sinks.append((out_json, None))
@@ -323,7 +333,7 @@ def write_trace(
         sinks.append((out_gz, gzip_level))
     s = _Sinks(sinks)
     t = time.perf_counter()
-    header, footer = _header_footer(seed, distributed)
+    header, footer = _header_footer(seed, distributed, base_time_ns)
     s.write(header)
     written = len(header) + len(footer)
     copies = 0
@@ -336,7 +346,7 @@ def write_trace(
         written += len(b)
         last_len = len(b)
         copies += 1
-        if written + last_len / 2 >= target_bytes:
+        if (copies >= n_copies) if n_copies else (written + last_len / 2 >= target_bytes):
             break
     s.write(footer)
     s.close()
@@ -414,26 +424,92 @@ def ensure_trace(
     return pj, (pg if want_gz else None)
 
 
+RANKS_PER_HOST = 8  # ranks that share one host, and so one clock
+BASE_EPOCH_S = 1_700_000_000  # baseTimeNanoseconds of rank 0 when the seed has neither a base nor epoch ts
+
+
+def rank_seeds(seed_path: Path) -> list[Path]:
+    """A seed file, or a directory holding a real run's rank files: those, in rank order (the
+    distributedInfo rank where a file has one, else the file name)."""
+    if not seed_path.is_dir():
+        return [seed_path]
+    files = sorted(p for p in seed_path.iterdir() if _looks_like_trace(p))
+    if not files:
+        raise SystemExit(f"{seed_path}: no trace files (*.json, *.json.gz) in the seed directory")
+
+    def rank_of(p: Path):
+        m = re.search(rb'"rank"\s*:\s*(\d+)', read_trace_bytes(p)[:65536])
+        return (0, int(m.group(1)), p.name) if m else (1, 0, p.name)
+
+    return sorted(files, key=rank_of)
+
+
+def rank_clocks(r: int, seed: Seed, per_host: int = RANKS_PER_HOST) -> tuple[int, int]:
+    """Rank r's two clock offsets: (its host's clock offset in us, its baseTimeNanoseconds).
+
+    The ranks of one host share a clock; each host's differs by a few ms (0 on host 0), drawn from
+    a generator seeded by the host's number. Each rank's process has its own baseTimeNanoseconds
+    (Kineto since #910 writes ts relative to it): rank r's process started r s before rank 0's, so
+    its ts are r * 10**6 us larger. The absolute time (base + ts) is the host's clock."""
+    import random
+
+    h = r // per_host
+    host_us = 0 if h == 0 else int(random.Random(f"host{h}").uniform(-20_000, 20_000))
+    t0_s = int((seed.base_us + seed.t0) // 10**6) if (seed.base_us or seed.t0 > 10**12) else BASE_EPOCH_S
+    return host_us, (t0_s - r) * 10**9
+
+
 def ensure_ranks(
     out: Path, seed_path: Path, size: int, ranks: int, force: bool = False, seed: Seed | None = None, log=print
 ) -> Path:
-    """A directory with `ranks` files rank{r}.pt.trace.json of `size` bytes each."""
-    d = out / f"ranks{ranks}-{seed_path.name.split('.')[0][:40]}-{size_label(size)}"
+    """A directory with `ranks` files rank{r}.pt.trace.json of about `size` bytes each.
+
+    seed_path is one trace, or a directory of a real run's rank files: rank r is then made from the
+    seed rank r mod (number of seed ranks), so the ranks keep the real run's differences. Every rank
+    gets the same number of copies (so the k-th collective of each communicator exists on every rank),
+    its host's clock offset and its own baseTimeNanoseconds (rank_clocks)."""
+    seeds = rank_seeds(seed_path)
+    label = seed_path.name.split(".")[0][:40]
+    d = out / f"ranks{ranks}-{label}-{size_label(size)}"
     d.mkdir(parents=True, exist_ok=True)
+    loaded: dict[int, Seed] = {}
+    if seed is not None and len(seeds) == 1:
+        loaded[0] = seed
+
+    def get(i: int) -> Seed:
+        if i not in loaded:
+            loaded[i] = Seed(seeds[i])
+        return loaded[i]
+
+    copies = None
+    # one period for every rank (the longest seed's): copy k of each rank is shifted by the same time,
+    # so the run's ranks stay in step copy after copy
+    period = max(get(i).period for i in range(min(len(seeds), ranks)))
+    for i in loaded:
+        loaded[i].period = period
     for r in range(ranks):
+        i = r % len(seeds)
         p = d / f"rank{r}.pt.trace.json"
         m = read_meta(p)
         if (
             not force
-            and _fresh(p, seed_path, size)
+            and _fresh(p, seeds[i], size)
             and m
             and (m.get("distributedInfo") or {}).get("world_size") == ranks
+            and m.get("generator_version") == GENERATOR_VERSION
         ):
             continue
-        seed = seed or Seed(seed_path)
+        if copies is None:  # from seed rank 0, the same for every rank
+            s0 = get(0)
+            copies = max(1, round(size / max(len(s0.chunk(0)) + 2, 1)))
+        s = get(i)
+        host_us, base_ns = rank_clocks(r, s)
         dist = {"rank": r, "world_size": ranks, "backend": "nccl"}
-        info = write_trace(seed, size, p, None, distributed=dist, extra_shift=r * 7)
-        log(f"generated {d.name}/{p.name}: {info['json_bytes'] / 1e6:.0f} MB in {info['seconds']} s")
+        shift = host_us + int(s.base_us) - base_ns // 1000
+        info = write_trace(
+            s, size, p, None, distributed=dist, extra_shift=shift, copies=copies, base_time_ns=base_ns
+        )
+        log(f"generated {d.name}/{p.name}: {info['json_bytes'] / 1e6:.1f} MB in {info['seconds']} s")
     return d
 
 
@@ -442,7 +518,8 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument(
-        "--seed", type=Path, help="seed trace (.json or .json.gz); default: sample_traces/ or shared traces"
+        "--seed", type=Path, help="seed trace (.json or .json.gz), or with --ranks a directory of a run's rank files; "
+        "default: sample_traces/ or shared traces"
     )
     ap.add_argument("--size", default="100M", help="target uncompressed size: 100M, 500M, 1G (default 100M)")
     ap.add_argument("--out", type=Path, default=Path(DEFAULT_OUT), help=f"output directory (default {DEFAULT_OUT})")

@@ -75,6 +75,7 @@ class TraceBuilder:
         world_size: int | None = None,
     ):
         self.events: list[dict] = []
+        self.base_time_ns = 1_700_000_000_000_000_000  # the trace's baseTimeNanoseconds (ts are relative to it)
         self.now = 1000.0  # host clock
         self.stream_free: dict[int, float] = {}
         self.gpu = gpu
@@ -288,7 +289,7 @@ class TraceBuilder:
         if self.rank is not None:
             doc["distributedInfo"] = {"backend": "nccl", "rank": self.rank, "world_size": self.world_size or 1}
         doc["displayTimeUnit"] = "ms"
-        doc["baseTimeNanoseconds"] = 1_700_000_000_000_000_000
+        doc["baseTimeNanoseconds"] = self.base_time_ns
         doc["traceEvents"] = [
             {"name": "process_name", "ph": "M", "ts": 0, "pid": PID, "tid": 0, "args": {"name": "python3"}},
             {

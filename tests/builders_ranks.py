@@ -67,17 +67,22 @@ def write_run(
     gpus_per_host: int = 2,
     host_offset_us: float = HOST_OFFSET_US,
     skip: tuple[int, ...] = (),
+    base_step_s: int = 0,
 ) -> list:
     """One run's folder: rank r lives on host r // gpus_per_host, whose clock is that many times
-    host_offset_us ahead of host 0's. Returns the written paths."""
+    host_offset_us ahead of host 0's. With base_step_s, rank r's process has its own
+    baseTimeNanoseconds, r * base_step_s seconds before rank 0's, and its ts (relative to it, as Kineto
+    writes them since 2024) are that much larger: the same instants on the host's clock. Returns the
+    written paths."""
     paths = []
     for r in range(world):
         if r in skip:
             continue
         off = (r // gpus_per_host) * host_offset_us
         b = build_rank(r, world, slow_rank=slow_rank, steps=steps, gpus_per_host=gpus_per_host, offset_us=off)
+        b.base_time_ns -= r * base_step_s * 10**9
         for e in b.events:
-            e["ts"] += off
+            e["ts"] += off + r * base_step_s * 1e6
         paths.append(b.write(d / f"rank{r}.pt.trace.json"))
     return paths
 

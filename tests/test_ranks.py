@@ -20,7 +20,7 @@ DLRM = SHARED / "facebookresearch__param/et_replay/tests/data/dlrm_kineto"
 
 def _run(tmp_path, **kw) -> tuple:
     d = tmp_path / "run"
-    d.mkdir()
+    d.mkdir(parents=True)
     paths = br.write_run(d, **kw)
     return analyze_many([str(p) for p in paths], jobs=1), paths
 
@@ -45,7 +45,8 @@ def test_builder_straggler_cost_and_clock_offsets(tmp_path):
     assert c["clock"] != "one clock"
     for r in range(4):
         assert per[r]["clock_offset_us"] == pytest.approx((r // 2) * br.HOST_OFFSET_US, abs=1e-3)
-    assert any("clocks differ" in w for w in rep.warnings)
+    said = next(w for w in rep.warnings if "clocks differ" in w)
+    assert f"(ranks 0-1 +0.000 ms, ranks 2-3 +{br.HOST_OFFSET_US / 1e3:.3f} ms)" in said  # one entry per clock
     assert c["max_arrival_skew_us"] == pytest.approx(br.SLOW_US, abs=1e-3)
     h = rep.verdict["headline"]
     assert h.startswith("Rank 2 gates the step") and "3.0 ms per step" in h and "dataloader-stall" in h
@@ -57,6 +58,20 @@ def test_one_clock_is_left_alone(tmp_path):
     assert rep.cross_rank["clock"] == "one clock" and rep.cross_rank["gating_rank"] == 1
     assert all(p["clock_offset_us"] == 0.0 for p in rep.cross_rank["per_rank"])
     assert not any("clocks differ" in w for w in rep.warnings)
+
+
+def test_each_rank_own_base_time_is_one_host_clock(tmp_path):
+    """Kineto writes ts relative to the process's baseTimeNanoseconds: ranks that started seconds apart
+    have ts seconds apart for one instant. On one host that is one clock, not offsets to estimate."""
+    rep, _ = _run(tmp_path, world=4, slow_rank=1, gpus_per_host=4, base_step_s=3)
+    c = rep.cross_rank
+    assert c["clock"] == "one clock" and c["gating_rank"] == 1
+    assert all(p["clock_offset_us"] == 0.0 for p in c["per_rank"])
+    # two hosts, each rank with its own base: only the hosts' offset remains
+    rep, _ = _run(tmp_path / "two", world=4, slow_rank=1, gpus_per_host=2, base_step_s=3)
+    per = {p["rank"]: p["clock_offset_us"] for p in rep.cross_rank["per_rank"]}
+    for r in range(4):
+        assert per[r] == pytest.approx((r // 2) * br.HOST_OFFSET_US, abs=0.5)
 
 
 def test_no_straggler_when_ranks_arrive_together(tmp_path):

@@ -950,7 +950,7 @@ def reduce_ranks(results: list[dict]) -> Report:
         cross = msgspec.structs.replace(cross, gating_rank=gate)
         lead = msgspec.structs.replace(lead, cross_rank=cross)
         if cross.clock != "one clock":
-            offs = ", ".join(f"rank {p.rank} {p.clock_offset_us / 1e3:+.3f} ms" for p in cross.per_rank)
+            offs = _clock_groups(cross)
             warnings.append(
                 f"the ranks' clocks differ (different hosts, or clocks not synchronised): offsets "
                 f"against rank {cross.ranks[0]} estimated from the collectives' end times and "
@@ -995,6 +995,28 @@ def reduce_ranks(results: list[dict]) -> Report:
         if i != lead_i and r.trace.rank_source == "default":
             warnings.append(default_rank_warning(r.trace.file))
     return msgspec.structs.replace(lead, warnings=warnings)
+
+
+MAX_CLOCK_GROUPS = 16  # clocks named in the warning; the table has every rank's offset
+
+
+def _clock_groups(cross: CrossRank) -> str:
+    """The ranks' clock offsets, runs of ranks within the tolerance of each other's clock as one
+    ("ranks 0-7 +0.000 ms"): a host's ranks share a clock, and 512 ranks make one line per host."""
+    groups: list[list] = []
+    for p in cross.per_rank:
+        g = groups[-1] if groups else None
+        if g and abs(p.clock_offset_us - g[2]) <= cross.clock_tolerance_us:
+            g[1] = p.rank
+        else:
+            groups.append([p.rank, p.rank, p.clock_offset_us])
+    said = [
+        f"{'rank' if a == b else 'ranks'} {a if a == b else f'{a}-{b}'} {off / 1e3:+.3f} ms"
+        for a, b, off in groups[:MAX_CLOCK_GROUPS]
+    ]
+    if len(groups) > MAX_CLOCK_GROUPS:
+        said.append(f"... {len(groups)} clocks in all, every rank's in the collectives table")
+    return ", ".join(said)
 
 
 def _job_replay(cross: CrossRank, colls: dict, sums: dict, reps: list[Report]):

@@ -69,6 +69,13 @@ class TraceMeta:
     steps_dropped: tuple = ()  # step numbers cut by the truncation (not analysed)
     profiler_source: dict = dataclasses.field(default_factory=dict)  # option -> where its value comes from
 
+    @property
+    def clock_origin_us(self) -> float:
+        """The origin on the profiler's clock, the one the ranks of a host share: since kineto #910 (2024)
+        `ts` is relative to the process's own baseTimeNanoseconds (absolute = base + ts, as HTA converts),
+        so two ranks' files compare only after adding it; older traces write absolute `ts` and no base."""
+        return float(self.origin_us or 0.0) + (self.base_time_ns or 0) / 1e3
+
 
 class Trace:
     """One rank's trace, ready for analysis."""

@@ -94,7 +94,7 @@ def rank_collectives(trace) -> list[dict]:
         return []
     names = collective_names(k)
     # ts_us is relative to this file's own origin: back to the profiler's clock, shared by the ranks of a host
-    origin = float(trace.meta.origin_us or 0.0)
+    origin = trace.meta.clock_origin_us
     order: dict[int, int] = {}
     rows = []
     for r, coll in zip(k.itertuples(index=False), names):

@@ -59,7 +59,7 @@ def rank_summary(trace: Trace, findings: list[Finding], fixes: tuple[str, ...] |
     nodes = g0.kernel_nodes(rows)
     if (rows < 0).any() or (nodes < 0).any():
         return {}
-    origin = float(trace.meta.origin_us or 0.0)
+    origin = trace.meta.clock_origin_us
     if fixes is None:
         known = transforms()
         causes = [f.name for f in findings if f.name in known and not f.masked_by and f.time_lost_us > 0]
