@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from conftest import SHARED, shared_available
-from traceinspect.analyze import analyze, analyze_many
+from traceinspect.analyze import analyze
+from traceinspect.multirank import analyze_many
 from traceinspect.errors import TraceError
 from traceinspect.report import SCHEMA_VERSION
 from traceinspect.trace import intervals as iv

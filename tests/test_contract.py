@@ -110,6 +110,7 @@ _LAYER_OF = {
     "facts": 0.5,
     "detectors": 1,
     "analyze": 2,
+    "multirank": 2.5,  # the folder of rank files: reduces analyze()s reports into the job's
     "report": 2,
     "diff": 3,
     "docs": 3,

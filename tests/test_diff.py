@@ -223,7 +223,7 @@ def test_real_pair_dataloader_workers(shared_dir, expected):
 def test_every_report_we_write_reads_back_unchanged(tmp_path, scenario):
     """Report.from_dict checks types; a report this version writes must pass it and round-trip exactly."""
     from builders import TraceBuilder, build_launch_bound
-    from traceinspect.analyze import analyze_many
+    from traceinspect.multirank import analyze_many
 
     if scenario == "ranks":
         paths = []

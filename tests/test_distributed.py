@@ -3,7 +3,7 @@
 import pytest
 
 from builders import build_dataloader_stall
-from traceinspect.analyze import analyze_many
+from traceinspect.multirank import analyze_many
 
 distributed = pytest.importorskip("distributed", reason="the dask extra is not installed")
 

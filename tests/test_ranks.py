@@ -10,7 +10,7 @@ import pytest
 
 import builders_ranks as br
 from conftest import SHARED
-from traceinspect.analyze import analyze_many
+from traceinspect.multirank import analyze_many
 from traceinspect.detectors.exposed_communication import bus_factor, dtype_bytes
 from traceinspect.render import RENDERERS
 from traceinspect.trace.ranks import align

@@ -149,7 +149,7 @@ def test_an_assumed_rank_is_reported_from_its_rank_source(tmp_path):
     """Two files, one named for rank 1 and one that states no rank (assumed 0): the lead is the slower
     one (rank 1, a dataloader stall), and the job report still says that the other's rank was assumed."""
     from builders import build_dataloader_stall
-    from traceinspect.analyze import analyze_many
+    from traceinspect.multirank import analyze_many
 
     d = tmp_path / "run"
     d.mkdir()

@@ -1,5 +1,5 @@
 """A directory -> the rank files of one run (trace/rundir.py): what the head and tail of each file
-say, without parsing events; and the same one-run rule after the full parse (analyze.reduce_ranks)."""
+say, without parsing events; and the same one-run rule after the full parse (multirank.reduce_ranks)."""
 
 import gzip
 import json
@@ -7,7 +7,7 @@ import json
 import pytest
 
 from builders import build_dataloader_stall
-from traceinspect.analyze import analyze_many
+from traceinspect.multirank import analyze_many
 from traceinspect.errors import TraceError, UsageError
 from traceinspect.trace.rundir import HEAD_BYTES, find_trace_files, one_run, sniff
 

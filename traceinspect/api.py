@@ -161,7 +161,7 @@ def analyze(
             "so far, not to a directory of rank files",
             hint="analyse one rank file at a time",
         )
-    from .analyze import analyze_many
+    from .multirank import analyze_many
 
     mapper = None
     if scheduler:

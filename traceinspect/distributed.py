@@ -1,5 +1,5 @@
 """Optional Dask backend: map the per-rank analysis (a pure function file -> report dict) over a
-Dask cluster; the reduction into one report stays local (analyze.reduce_ranks).
+Dask cluster; the reduction into one report stays local (multirank.reduce_ranks).
 
 Install with `pip install -e '.[dask]' in the traceinspect checkout`; use with `traceinspect analyze DIR --scheduler ADDRESS`.
 The files must be readable at the same paths on the workers (a shared filesystem).

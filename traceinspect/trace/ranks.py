@@ -1,7 +1,7 @@
 """Cross-rank alignment of collectives: each rank's collective kernels as plain rows, matched across
 ranks by their order per communicator, clock offsets from their end times, and who arrives last.
 
-Pure data over numbers (no findings, no rendering): analyze.reduce_ranks turns it into the verdict.
+Pure data over numbers (no findings, no rendering): multirank.reduce_ranks turns it into the verdict.
 """
 
 from __future__ import annotations
@@ -227,7 +227,7 @@ def align(per_rank: dict[int, list[dict]], n_steps: int = 1, tolerance_us: float
         clock="offsets estimated from collective end times" if two_clocks else "one clock",
         clock_tolerance_us=tolerance_us,
         straggler=best.rank if best.caused_wait_us_per_step > 0 else None,
-        gating_rank=None,  # the job's judgement (analyze.reduce_ranks: the straggler, when it costs enough)
+        gating_rank=None,  # the job's judgement (multirank.reduce_ranks: the straggler, when it costs enough)
         per_rank=per,
         collectives=rows,
         notes=notes,
