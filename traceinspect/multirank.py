@@ -7,6 +7,7 @@ job). Renders nothing.
 from __future__ import annotations
 
 import os
+import zlib
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Callable, Sequence
@@ -25,50 +26,80 @@ from .trace.rundir import RankFile, check_one_run
 from .whatif import job
 
 
-def analyze_file(path: str, steps: str | None = None, strict: bool = False, warn_default_rank: bool = False) -> dict:
-    """Pure function: one trace file -> report dict (what a process pool or Dask maps)."""
+class RankResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What a worker sends back for one rank file, and all the reduction holds of it: the rank's row of
+    the job's table (its own part; the cross-rank columns are the reduction's), the few facts the
+    reduction judges by, the rank's whole report packed (zlib over msgpack, a few tens of KB; decoded
+    for the rank that leads the job's report only), its collectives and its job-replay summary. So the
+    parent's memory grows by these per rank, never by a rank's tables or its report's objects."""
+
+    row: RankSummary
+    rank_source: str
+    world_size: int | None
+    top_cause: str | None  # the rank's verdict's top cause
+    packed: bytes
+    collectives: list
+    summary: dict  # whatif/job.py rank_summary
+
+    def report(self) -> Report:
+        return Report.from_dict(msgspec.msgpack.decode(zlib.decompress(self.packed)))
+
+
+class RankFailed(msgspec.Struct, frozen=True):
+    """A rank file that could not be read: skipped with a warning, the others go on."""
+
+    path: str
+    reason: str
+    hint: str
+
+
+def analyze_file(
+    path: str, steps: str | None = None, strict: bool = False, warn_default_rank: bool = False
+) -> RankResult:
+    """Pure function: one trace file -> its RankResult (what a process pool or Dask maps)."""
     trace = load_trace(path, warn_default_rank=warn_default_rank, jobs=1)  # ranks are the parallel unit
     trace.select_steps(steps)
     rep = analyze(trace, strict=strict)
-    out = rep.to_dict()
-    # not a report key: the rows reduce_ranks aligns across ranks, dropped once it has run
-    out[COLLECTIVES_KEY] = rank_collectives(trace) if trace.has_gpu else []
-    # not a report key either: the rank's summary for the job replay (whatif/job.py)
-    out[JOB_KEY] = job.rank_summary(trace, list(rep.findings)) if out[COLLECTIVES_KEY] else {}
-    return out
+    colls = rank_collectives(trace) if trace.has_gpu else []
+    busy = rep.breakdown.get("gpu_busy")
+    return RankResult(
+        row=RankSummary(
+            rank=rep.trace.rank,
+            file=rep.trace.file,
+            median_step_us=rep.steps.median_us,
+            mean_step_us=rep.steps.mean_us,
+            steps=rep.steps.count,
+            gpu_busy_frac=known(busy.frac) if busy else None,
+            top_finding=rep.findings[0].name if rep.findings else None,
+            slowest=False,
+        ),
+        rank_source=known(rep.trace.rank_source),
+        world_size=known(rep.trace.world_size),
+        top_cause=known(rep.verdict.top) if rep.verdict else None,
+        packed=zlib.compress(msgspec.msgpack.encode(rep.to_dict()), 6),
+        collectives=colls,
+        summary=job.rank_summary(trace, list(rep.findings)) if colls else {},
+    )
 
 
-COLLECTIVES_KEY = "_collectives"
-JOB_KEY = "_job"
-ERROR_KEY = "_error"  # a rank file that could not be read (never a key of a report)
 STRAGGLER_MIN_FRAC = 0.01  # a rank gates the step when the job loses at least 1% of the median step to it
 
 
-def _safe_analyze_file(args) -> dict:
-    """analyze_file, where a file that cannot be read is a value ({ERROR_KEY: {path, reason, hint}}): one
-    bad rank file is skipped with a warning, it does not fail the others. The parts stay separate, so
-    the reduction never parses a message."""
+def _safe_analyze_file(args) -> RankResult | RankFailed:
+    """analyze_file, where a file that cannot be read is a value (RankFailed): one bad rank file is
+    skipped with a warning, it does not fail the others. The parts stay separate, so the reduction
+    never parses a message."""
     path, steps, strict = args
     try:
         return analyze_file(path, steps, strict, warn_default_rank=True)
     except TraceError as e:
-        return {ERROR_KEY: {"path": e.path, "reason": e.reason, "hint": e.hint}}
+        return RankFailed(e.path, e.reason, e.hint)
     except OSError as e:
-        return {
-            ERROR_KEY: {
-                "path": path,
-                "reason": f"cannot read the file ({e.strerror or e})",
-                "hint": "check the file and its permissions",
-            }
-        }
+        return RankFailed(path, f"cannot read the file ({e.strerror or e})", "check the file and its permissions")
     except MemoryError:
-        return {
-            ERROR_KEY: {
-                "path": path,
-                "reason": "out of memory while reading it",
-                "hint": "analyse this rank on its own, or capture fewer active steps",
-            }
-        }
+        return RankFailed(
+            path, "out of memory while reading it", "analyse this rank on its own, or capture fewer active steps"
+        )
 
 
 def analyze_many(
@@ -80,7 +111,8 @@ def analyze_many(
     mapper: Callable | None = None,
     keep_rank: int | None = None,
 ) -> Report:
-    """Analyse rank files in parallel and reduce them into one report led by the slowest rank."""
+    """Analyse rank files in parallel and reduce them into one report led by the rank that gates the
+    step, else the slowest."""
     work = [(str(p), steps, strict) for p in paths]
     if mapper is not None:
         results = list(mapper(_safe_analyze_file, work))
@@ -93,73 +125,58 @@ def analyze_many(
                 results = list(ex.map(_safe_analyze_file, work))
     if keep_rank is not None:
         for r in results:
-            if ERROR_KEY not in r and r["trace"]["rank"] == keep_rank:
-                return Report.from_dict(r)
-        found = sorted(r["trace"]["rank"] for r in results if ERROR_KEY not in r)
+            if isinstance(r, RankResult) and r.row.rank == keep_rank:
+                return r.report()
+        found = sorted(r.row.rank for r in results if isinstance(r, RankResult))
         raise UsageError(f": no such rank among the files (ranks found: {found})", param="rank", value=keep_rank)
     return reduce_ranks(results)
 
 
-def reduce_ranks(results: list[dict]) -> Report:
+def reduce_ranks(results: list) -> Report:
     """One report for the job: led by the rank that gates the step (the one most often last to arrive at
     the collectives, weighted by the wait it causes the others) when the collectives can be aligned,
-    else by the rank with the slowest median step. The ranks are reduced from their typed reports."""
-    ok = [r for r in results if ERROR_KEY not in r]
-    bad = [r[ERROR_KEY] for r in results if ERROR_KEY in r]
-    if not ok:
-        first = bad[0]
-        raise TraceError(first["path"], first["reason"], hint=first["hint"])
-    colls = [r.pop(COLLECTIVES_KEY, None) or [] for r in ok]
-    sums = [r.pop(JOB_KEY, None) or {} for r in ok]
-    reps = [Report.from_dict(r) for r in ok]
+    else by the rank with the slowest median step. The ranks are reduced from their RankResults; only
+    the leading rank's report is unpacked."""
+    ranks = [r for r in results if isinstance(r, RankResult)]
+    bad = [r for r in results if isinstance(r, RankFailed)]
+    if not ranks:
+        raise TraceError(bad[0].path, bad[0].reason, hint=bad[0].hint)
     # the rank each file claims is known for sure only now (the sniff before the parse reads the
     # head and tail only): two files with the same rank are not one run
     check_one_run(
         [
             RankFile(
-                path=Path(r.trace.file),
-                rank=r.trace.rank,
-                rank_source=known(r.trace.rank_source),
-                world_size=known(r.trace.world_size),
-                worker=None,
+                path=Path(r.row.file), rank=r.row.rank, rank_source=r.rank_source, world_size=r.world_size, worker=None
             )
-            for r in reps
+            for r in ranks
         ],
         "the rank files",
     )
-    order = sorted(range(len(reps)), key=lambda i: reps[i].trace.rank)
-    reps = [reps[i] for i in order]
-    colls = {reps[k].trace.rank: colls[i] for k, i in enumerate(order)}
-    sums = {reps[k].trace.rank: sums[i] for k, i in enumerate(order)}
-    med = [r.steps.median_us for r in reps]
+    ranks.sort(key=lambda r: r.row.rank)
+    colls = {r.row.rank: r.collectives for r in ranks}
+    sums = {r.row.rank: r.summary for r in ranks}
+    med = [r.row.median_step_us for r in ranks]
     slow = int(np.argmax(med))
     fastest = float(np.min(med))
-    cross = align(colls, n_steps=min(int(r.steps.count or 1) for r in reps)) if len(reps) > 1 else CrossRank()
-    cross, replayed = _job_replay(cross, colls, sums, reps)
-    gate = _gating_rank(cross, reps)
+    cross = align(colls, n_steps=min(int(r.row.steps or 1) for r in ranks)) if len(ranks) > 1 else CrossRank()
+    cross, replayed = _job_replay(cross, colls, sums)
+    gate = _gating_rank(cross, med)
     if replayed is not None:
-        cross = msgspec.structs.replace(cross, job=_job_section(replayed, cross, reps, gate))
-    lead_i = next(i for i, r in enumerate(reps) if r.trace.rank == gate) if gate is not None else slow
-    lead = reps[lead_i]
+        cross = msgspec.structs.replace(cross, job=_job_section(replayed, cross, ranks, gate))
+    lead_i = next(i for i, r in enumerate(ranks) if r.row.rank == gate) if gate is not None else slow
+    lead = ranks[lead_i].report()
     per = {p.rank: p for p in cross.get("per_rank", [])}
 
-    def summary(i: int, r: Report) -> RankSummary:
-        busy = r.breakdown.get("gpu_busy")
-        c = per.get(r.trace.rank)
-        return RankSummary(
-            rank=r.trace.rank,
-            file=r.trace.file,
-            median_step_us=r.steps.median_us,
-            mean_step_us=r.steps.mean_us,
-            steps=r.steps.count,
-            gpu_busy_frac=known(busy.frac) if busy else None,
-            top_finding=r.findings[0].name if r.findings else None,
+    def summary(i: int, r: RankResult) -> RankSummary:
+        c = per.get(r.row.rank)
+        return msgspec.structs.replace(
+            r.row,
             slowest=i == slow,
             **(
                 {}
                 if c is None
                 else {
-                    "gating": r.trace.rank == gate,
+                    "gating": r.row.rank == gate,
                     "last_arrivals": c.last_arrivals,
                     "collective_wait_us_per_step": c.wait_us_per_step,
                     "collective_transfer_us_per_step": c.transfer_us_per_step,
@@ -168,7 +185,7 @@ def reduce_ranks(results: list[dict]) -> Report:
             ),
         )
 
-    lead = msgspec.structs.replace(lead, ranks=[summary(i, r) for i, r in enumerate(reps)])
+    lead = msgspec.structs.replace(lead, ranks=[summary(i, r) for i, r in enumerate(ranks)])
     warnings = []
     if cross:
         cross = msgspec.structs.replace(cross, gating_rank=gate)
@@ -182,28 +199,24 @@ def reduce_ranks(results: list[dict]) -> Report:
             )
         warnings += cross.notes
     if gate is not None:
-        lead = msgspec.structs.replace(lead, verdict=_straggler_verdict(lead, cross, reps[lead_i], med[lead_i]))
-    elif len(reps) > 1:
+        lead = msgspec.structs.replace(lead, verdict=_straggler_verdict(lead, cross))
+    elif len(ranks) > 1:
         warnings.insert(
             0,
             (
-                f"{len(reps)} ranks analysed; the findings below are rank {reps[slow].trace.rank}'s, the slowest "
+                f"{len(ranks)} ranks analysed; the findings below are rank {ranks[slow].row.rank}'s, the slowest "
                 f"(median step {med[slow] / 1e3:.1f} ms vs fastest {fastest / 1e3:.1f} ms, "
                 f"{(med[slow] / fastest - 1) * 100 if fastest else 0:.0f}% slower)"
+                + "; no rank gates the collectives ("
                 + (
-                    "; no rank gates the collectives ("
-                    + (
-                        f"arrivals within {fmt_us(cross.max_arrival_skew_us)})"
-                        if cross
-                        else "no collectives to align across ranks)"
-                    )
-                    if len(reps) > 1
-                    else ""
+                    f"arrivals within {fmt_us(cross.max_arrival_skew_us)})"
+                    if cross
+                    else "no collectives to align across ranks)"
                 )
             ),
         )
-    ws = max((known(r.trace.world_size) or 0) for r in reps)
-    present = {r.trace.rank for r in reps}
+    ws = max((r.world_size or 0) for r in ranks)
+    present = {r.row.rank for r in ranks}
     missing = sorted(set(range(ws)) - present) if ws else []
     if missing:
         shown = ", ".join(map(str, missing[:16])) + (", ..." if len(missing) > 16 else "")
@@ -214,10 +227,10 @@ def reduce_ranks(results: list[dict]) -> Report:
         )
     warnings += lead.warnings
     for b in bad:
-        warnings.append(f"rank file skipped, {b['path']}: {b['reason']}")
-    for i, r in enumerate(reps):  # a rank that was assumed: its rank_source says so, not its warning text
-        if i != lead_i and r.trace.rank_source == "default":
-            warnings.append(default_rank_warning(r.trace.file))
+        warnings.append(f"rank file skipped, {b.path}: {b.reason}")
+    for i, r in enumerate(ranks):  # a rank that was assumed: its rank_source says so, not its warning text
+        if i != lead_i and r.rank_source == "default":
+            warnings.append(default_rank_warning(r.row.file))
     return msgspec.structs.replace(lead, warnings=warnings)
 
 
@@ -243,7 +256,7 @@ def _clock_groups(cross: CrossRank) -> str:
     return ", ".join(said)
 
 
-def _job_replay(cross: CrossRank, colls: dict, sums: dict, reps: list[Report]):
+def _job_replay(cross: CrossRank, colls: dict, sums: dict):
     """(cross, job input): where every aligned rank sent its replay summary, the job replay's cost of each
     rank's delay replaces the arrival-lead estimate in per_rank (one number for "what the job loses to
     this rank": the table, the gating judgement and the headline read it), and the straggler is the rank
@@ -269,33 +282,32 @@ def _job_replay(cross: CrossRank, colls: dict, sums: dict, reps: list[Report]):
     return msgspec.structs.replace(cross, per_rank=per, straggler=straggler), ji
 
 
-def _job_section(ji, cross: CrossRank, reps: list[Report], gate: int | None):
+def _job_section(ji, cross: CrossRank, ranks: list[RankResult], gate: int | None):
     """The job replay's section: the gating rank's top cause (else the slowest rank's) fixed on the gating
     rank and on every rank that has it, and the gating rank keeping pace."""
-    by_rank = {r.trace.rank: r for r in reps}
-    measured = {r: float(by_rank[r].steps.median_us) for r in cross.ranks}
+    by_rank = {r.row.rank: r for r in ranks}
+    measured = {r: float(by_rank[r].row.median_step_us) for r in cross.ranks}
     lead = gate if gate is not None else max(cross.ranks, key=lambda r: measured[r])
-    top = known(by_rank[lead].verdict.top) if by_rank[lead].verdict else None
-    return job.report(ji, measured, gate, top)
+    return job.report(ji, measured, gate, by_rank[lead].top_cause)
 
 
-def _gating_rank(cross: CrossRank, reps: list[Report]) -> int | None:
+def _gating_rank(cross: CrossRank, medians: list[float]) -> int | None:
     """The straggler when it costs the job at least STRAGGLER_MIN_FRAC of the median step."""
     s = cross.straggler if cross else None
     if s is None:
         return None
     p = next(p for p in cross.per_rank if p.rank == s)
-    median = float(np.median([r.steps.median_us for r in reps]))
+    median = float(np.median(medians))
     return s if median and p.job_cost_us_per_step >= STRAGGLER_MIN_FRAC * median else None
 
 
-def _straggler_verdict(lead: Report, cross: CrossRank, rep: Report, median_us: float) -> Verdict:
+def _straggler_verdict(lead: Report, cross: CrossRank) -> Verdict:
     """The job's headline: the gating rank, the wait it costs, and its own top cause as the reason."""
     s = cross.straggler
     p = next(p for p in cross.per_rank if p.rank == s)
     others = [q for q in cross.per_rank if q.rank != s]
     mean_wait = float(np.mean([q.wait_us_per_step for q in others])) if others else 0.0
-    part = rep.breakdown.get("gpu_busy")
+    part = lead.breakdown.get("gpu_busy")
     busy = known(part.frac) if part else None
     v = lead.verdict
     top = known(v.top)
