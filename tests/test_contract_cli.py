@@ -62,3 +62,20 @@ def test_a_rank_that_is_not_an_integer_is_no_rank(tmp_path):
     """distributedInfo.rank true (a bool, an int to Python) and world_size "8<img>": neither is used."""
     rep = json.loads(cli(CASES["rank_not_an_integer"](tmp_path).argv, tmp_path).stdout)
     assert (rep["trace"]["rank"], rep["trace"]["rank_source"], rep["trace"]["world_size"]) == (0, "default", None)
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["detectors"], ["analyze", "--help"]])
+def test_help_and_the_detector_list_stay_off_pandas(argv):
+    """The fixed cost users feel first (issue 29 item 4): `--help` and `detectors` never import pandas,
+    numpy or a detector module; a fresh interpreter's import log says what was imported."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "traceinspect", *argv], capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0, out.stderr[-500:]
+    mods = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
+    assert "traceinspect.cli" in mods  # the log is read right
+    heavy = {m for m in mods if m.split(".")[0] in ("pandas", "numpy") or m.startswith("traceinspect.detectors")}
+    assert not heavy, sorted(heavy)[:5]
