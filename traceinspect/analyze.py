@@ -691,10 +691,18 @@ def _fix_path(
     sol = whatif.speed_of_light(trace) if known else {}
     floor = sol.get("sol_us") or 0.0
     memo: dict = {}
+    # the path's latest applied fixes: the next step and each candidate on top of the path continue from
+    # a copy of its graph (one graph held, not one per prefix; the same graphs as applying from scratch)
+    last: list = [None]
 
     def replayed(fixes: tuple):
         if fixes not in memo:
-            memo[fixes] = whatif.predict(trace, findings, fixes, with_path=False)
+            a = last[0]
+            start = a if a is not None and fixes[: len(a.fixes)] == a.fixes else None
+            applied = whatif.apply(trace, findings, fixes, start=start)
+            memo[fixes] = whatif.predict_applied(trace, applied)
+            if fixes == tuple(done):
+                last[0] = applied
         return memo[fixes]
 
     gpu_left = float(np.median(replayed(()).floor_us)) if known and len(trace.steps) else 0.0

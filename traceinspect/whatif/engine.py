@@ -96,15 +96,39 @@ def valid_fix(name: str) -> bool:
     return not variant or variant in variants
 
 
+@dataclass
+class Applied:
+    """A graph with fixes applied (in order), their stated models and what could not be applied: the
+    start a longer fix list continues from (the fix path's next step, a candidate on top of the path)
+    instead of applying every fix again to a fresh copy of the measured graph."""
+
+    fixes: tuple[str, ...]
+    graph: Graph
+    models: dict
+    notes: list
+
+
 def predict(
-    trace: Trace, findings: list[Finding], fixes: tuple[str, ...], *, with_path: bool = True, recommended: bool = True
+    trace: Trace,
+    findings: list[Finding],
+    fixes: tuple[str, ...],
+    *,
+    with_path: bool = True,
+    recommended: bool = True,
+    start: Applied | None = None,
 ) -> Prediction:
     """Apply the named fixes (in order) to the measured graph and replay. A fix whose detector did not
     fire has nothing to change (its finding is what the transformation scales). NAME:VARIANT selects a
     variant; a plain NAME gets the variant its finding's fix recommends (`recommended_variant`) unless
-    `recommended` is False (`traceinspect whatif`: the detector's default variant)."""
+    `recommended` is False (`traceinspect whatif`: the detector's default variant). start: the fixes
+    already applied (a prefix of `fixes`), continued from a copy of its graph."""
+    return predict_applied(trace, apply(trace, findings, fixes, recommended=recommended, start=start), with_path)
+
+
+def predict_applied(trace: Trace, a: Applied, with_path: bool = False) -> Prediction:
+    """Replay a graph with its fixes applied (apply), with the GPU-work hold, into a Prediction."""
     base = graph_of(trace)
-    g, models, notes = transformed(trace, findings, fixes, recommended=recommended)
+    g, notes = a.graph, list(a.notes)
     same = g is base or _same_replay_inputs(g, base)  # fixes that change nothing replay as the identity
     r = identity_replay(trace) if same else replay(g)
     steps, floor, work = hold(g, r)
@@ -114,12 +138,12 @@ def predict(
             "held at the GPU work they keep"
         )
     return Prediction(
-        fixes=tuple(fixes),
+        fixes=a.fixes,
         step_us=steps,
         replay_us=r.step_us,
         floor_us=floor,
         work_us=work,
-        models=models,
+        models=dict(a.models),
         path=critical_path(g, r) if with_path else {},
         notes=notes,
     )
@@ -130,12 +154,34 @@ def transformed(
 ) -> tuple[Graph, dict, list]:
     """(graph, models, notes): the measured graph with the named fixes applied in order (the graph itself,
     not a copy, when there is no fix), each fix's stated model, and what could not be applied."""
+    a = apply(trace, findings, fixes, recommended=recommended)
+    return a.graph, a.models, a.notes
+
+
+def apply(
+    trace: Trace,
+    findings: list[Finding],
+    fixes: tuple[str, ...],
+    *,
+    recommended: bool = True,
+    start: Applied | None = None,
+) -> Applied:
+    """The named fixes applied in order to a copy of the measured graph, or, given start (whose fixes are
+    a prefix of these), the rest applied to a copy of start's graph: the same graph, since each
+    transformation is a function of the graph it is given and its finding. The measured graph itself,
+    not a copy, when there is no fix."""
+    fixes = tuple(fixes)
+    if start is not None and start.fixes != fixes[: len(start.fixes)]:
+        raise ValueError(f"start {start.fixes} is not a prefix of {fixes}")
+    done = start.fixes if start is not None else ()
+    rest = fixes[len(done) :]
+    src = start.graph if start is not None else graph_of(trace)
+    g = src.copy() if rest else src
+    models = dict(start.models) if start is not None else {}
+    notes = list(start.notes) if start is not None else []
     by_name = {f.name: f for f in findings}
     known = transforms()
-    base = graph_of(trace)
-    g = base.copy() if fixes else base
-    models, notes = {}, []
-    for name in fixes:
+    for name in rest:
         key, _, variant = name.partition(":")
         cls = known.get(key)
         if cls is None:
@@ -149,7 +195,7 @@ def transformed(
 
             variant = f"batch={batch_plan(trace).factor}"
         models[name] = cls().whatif(g, finding, variant) if variant else cls().whatif(g, finding)
-    return g, models, notes
+    return Applied(fixes=fixes, graph=g, models=models, notes=notes)
 
 
 def alone(trace: Trace, findings: list[Finding], name: str) -> Prediction:

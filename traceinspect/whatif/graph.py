@@ -77,6 +77,9 @@ class Graph:
     edges: "EdgeCounts" = field(default_factory=lambda: EdgeCounts())
     notes: list = field(default_factory=list)
     time_scale: float = 1.0  # the graph's time unit against the trace's (a k times larger batch: 1/k per sample)
+    # host time inside an interval set, per host node's measured gap (remove_host_time), by interval set:
+    # shared by a graph's copies (the measured h_ts, h_end, h_prev it reads are never transformed)
+    _gap_cover: dict = field(default_factory=dict, repr=False)
 
     def copy(self) -> "Graph":
         kw = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in self.__dict__.items()}
@@ -96,9 +99,15 @@ class Graph:
         s, e = iv.union(np.asarray(starts, float), np.asarray(ends, float))
         if not len(s):
             return 0.0
-        a, b = self.host_gap_span()
-        cut = _covered(s, e, b) - _covered(s, e, a)
-        cut = np.minimum(np.maximum(cut * factor, 0.0), np.maximum(self.h_gap, 0.0))
+        key = (s.tobytes(), e.tobytes())
+        if key not in self._gap_cover:  # sparse: the nodes whose gap meets the set, and how much
+            a, b = self.host_gap_span()
+            inside = _covered(s, e, b) - _covered(s, e, a)
+            at = np.flatnonzero(inside > 0)
+            self._gap_cover[key] = (at, inside[at])
+        at, inside = self._gap_cover[key]
+        cut = np.zeros(len(self.h_gap))
+        cut[at] = np.minimum(inside * max(factor, 0.0), np.maximum(self.h_gap[at], 0.0))
         self.h_gap = self.h_gap - cut
         self.h_xgap = np.maximum(self.h_xgap - cut, 0.0)
         return float(cut.sum())
