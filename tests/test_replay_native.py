@@ -213,7 +213,9 @@ def test_a_malformed_graph_raises_through_replay(monkeypatch):
     g = _random_graph(np.random.default_rng(0), 50, 40)
     for field, bad in (("h_xprev", 50), ("g_xprev", 40), ("g_prev", 10**9)):  # edges the order does not read
         h = g.copy()
-        getattr(h, field)[7] = bad
+        edges = getattr(h, field).copy()  # the measured edges are shared with g, read-only: a new array
+        edges[7] = bad
+        setattr(h, field, edges)
         with pytest.raises(ValueError, match="out of range"):
             R.replay(h)
 
@@ -246,3 +248,18 @@ def test_a_fix_set_that_changes_nothing_reuses_the_identity_replay(tmp_path, mon
     assert len(calls) == n and np.array_equal(ident.replay_us, nothing.replay_us)
     fixed = E.predict(tr, rep.findings, ("dataloader-stall",))  # a fix that changes gaps: replayed
     assert len(calls) == n + 1 and fixed.median_us < ident.median_us
+
+
+def test_a_copy_shares_the_measured_structure_read_only():
+    """Graph.copy copies what transformations write (Graph.MUTABLE) and shares the rest read-only: a
+    transformation that wrote the measured structure in place would change every copy, so it fails."""
+    g = _random_graph(np.random.default_rng(1), 30, 20)
+    h = g.copy()
+    assert h.h_ts is g.h_ts and not h.h_ts.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        h.g_prev[0] = 3
+    for name in g.MUTABLE:
+        a = getattr(h, name)
+        assert a is not getattr(g, name) and a.flags.writeable
+    h.g_dur[0] += 1.0
+    assert h.g_dur[0] == g.g_dur[0] + 1.0

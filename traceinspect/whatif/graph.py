@@ -81,8 +81,19 @@ class Graph:
     # shared by a graph's copies (the measured h_ts, h_end, h_prev it reads are never transformed)
     _gap_cover: dict = field(default_factory=dict, repr=False)
 
+    # the arrays transformations write in place; the others (the measured structure: times, edges, names)
+    # are shared between a graph and its copies, read-only, so a write to one of them fails at once
+    # instead of changing the measured graph (copying every array was 0.44 s of a 1 GB trace's analysis)
+    MUTABLE = ("g_dur", "g_lat", "g_slack", "g_xprev", "h_gap", "h_own", "h_wait", "h_xgap")
+
     def copy(self) -> "Graph":
-        kw = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in self.__dict__.items()}
+        kw = dict(self.__dict__)
+        for k, v in kw.items():
+            if isinstance(v, np.ndarray):
+                if k in self.MUTABLE:
+                    kw[k] = v.copy()
+                else:
+                    v.flags.writeable = False
         kw["notes"] = list(self.notes)
         return Graph(**kw)
 
