@@ -136,7 +136,8 @@ class HostSync(Detector):
         s, e = iv.union(blamed["ts_us"].to_numpy(), blamed["end_us"].to_numpy())
         j = np.searchsorted(s, graph.h_ts, side="right") - 1
         inside = (j >= 0) & (graph.h_ts < e[np.maximum(j, 0)]) if len(s) else np.zeros(len(graph.h_ts), bool)
-        sync = np.array(["Synchroniz" in n for n in graph.h_name], dtype=bool) & graph.host_in_steps() & inside
+        calls = graph.structural("sync calls", lambda: np.array(["Synchroniz" in n for n in graph.h_name], dtype=bool))
+        sync = calls & graph.host_in_steps() & inside
         graph.h_wait = np.where(sync, -1, graph.h_wait)
         return f"{int(sync.sum())} synchronising call(s) in the steps stop waiting for the GPU"
 

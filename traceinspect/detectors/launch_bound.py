@@ -267,7 +267,7 @@ class LaunchBound(Detector):
         if variant.startswith("batch"):  # "batch=N" (engine.predict sizes a plain "batch" by the run's plan)
             return self._whatif_batch(graph, finding, batch_variant_factor(variant) or 1)
         us = graph.remove_claimed_host_time(finding, "idle_launch")
-        lh = np.unique(graph.g_launch[(graph.g_launch >= 0) & graph.gpu_in_steps()])
+        lh = graph.launches_in_steps()
         graph.h_own[lh] = np.minimum(graph.h_own[lh], self.graph_kernel_us)
         return (
             f"CUDA graphs: {us / 1e3:.1f} ms of launch gaps go, {len(lh)} launches cost "

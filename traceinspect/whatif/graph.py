@@ -77,14 +77,24 @@ class Graph:
     edges: "EdgeCounts" = field(default_factory=lambda: EdgeCounts())
     notes: list = field(default_factory=list)
     time_scale: float = 1.0  # the graph's time unit against the trace's (a k times larger batch: 1/k per sample)
-    # host time inside an interval set, per host node's measured gap (remove_host_time), by interval set:
-    # shared by a graph's copies (the measured h_ts, h_end, h_prev it reads are never transformed)
-    _gap_cover: dict = field(default_factory=dict, repr=False)
+    # facts derived from the measured structure alone (the arrays not in MUTABLE, which no transformation
+    # writes): computed once, shared by a graph's copies (structural())
+    _shared: dict = field(default_factory=dict, repr=False)
 
     # the arrays transformations write in place; the others (the measured structure: times, edges, names)
     # are shared between a graph and its copies, read-only, so a write to one of them fails at once
     # instead of changing the measured graph (copying every array was 0.44 s of a 1 GB trace's analysis)
     MUTABLE = ("g_dur", "g_lat", "g_slack", "g_xprev", "h_gap", "h_own", "h_wait", "h_xgap")
+
+    def structural(self, key, compute):
+        """A fact of the measured structure, computed once for the graph and all its copies. Keyed also by
+        the structure's arrays themselves: a copy given a new one (a transformation that rebuilt an edge
+        array) computes its own."""
+        sig = tuple(id(v) for k, v in self.__dict__.items() if isinstance(v, np.ndarray) and k not in self.MUTABLE)
+        full = (key, sig)
+        if full not in self._shared:
+            self._shared[full] = compute()
+        return self._shared[full]
 
     def copy(self) -> "Graph":
         kw = dict(self.__dict__)
@@ -110,13 +120,14 @@ class Graph:
         s, e = iv.union(np.asarray(starts, float), np.asarray(ends, float))
         if not len(s):
             return 0.0
-        key = (s.tobytes(), e.tobytes())
-        if key not in self._gap_cover:  # sparse: the nodes whose gap meets the set, and how much
+
+        def cover():  # sparse: the nodes whose measured gap meets the set, and how much of it
             a, b = self.host_gap_span()
             inside = _covered(s, e, b) - _covered(s, e, a)
             at = np.flatnonzero(inside > 0)
-            self._gap_cover[key] = (at, inside[at])
-        at, inside = self._gap_cover[key]
+            return at, inside[at]
+
+        at, inside = self.structural(("gap cover", s.tobytes(), e.tobytes()), cover)
         cut = np.zeros(len(self.h_gap))
         cut[at] = np.minimum(inside * max(factor, 0.0), np.maximum(self.h_gap[at], 0.0))
         self.h_gap = self.h_gap - cut
@@ -131,12 +142,24 @@ class Graph:
         return self.remove_host_time(st, en, factor)
 
     def host_in_steps(self) -> np.ndarray:
-        st = self.trace.steps
-        lo, hi = float(st["start_us"].min()), float(st["end_us"].max())
-        return (self.h_ts >= lo) & (self.h_ts < hi)
+        """Host nodes inside the analysed window (read-only)."""
+
+        def mask():
+            st = self.trace.steps
+            lo, hi = float(st["start_us"].min()), float(st["end_us"].max())
+            return _frozen((self.h_ts >= lo) & (self.h_ts < hi))
+
+        return self.structural("host in steps", mask)
 
     def gpu_in_steps(self) -> np.ndarray:
-        return in_steps_mask(self.trace, self.g_ts)
+        """GPU nodes inside the analysed steps (read-only)."""
+        return self.structural("gpu in steps", lambda: _frozen(in_steps_mask(self.trace, self.g_ts)))
+
+    def launches_in_steps(self) -> np.ndarray:
+        """The host nodes that launched a GPU op inside the analysed steps, sorted (read-only)."""
+        return self.structural(
+            "launches in steps", lambda: _frozen(np.unique(self.g_launch[(self.g_launch >= 0) & self.gpu_in_steps()]))
+        )
 
     def kernel_mask(self, rows: np.ndarray) -> np.ndarray:
         """GPU nodes that are the given rows of trace.kernels."""
@@ -346,6 +369,11 @@ def _recorded(trace: Trace, g: pd.DataFrame, g_ts, g_end, rt_to_h, h_name, h_ts,
     o = np.lexsort((g_end[hsrc], hn))
     last = np.concatenate([hn[o][1:] != hn[o][:-1], [True]]) if len(o) else np.zeros(0, bool)
     return _Recorded(g_dst, g_src, hn[o][last], hsrc[o][last], complete, contradicted)
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
 
 
 def _covered(s: np.ndarray, e: np.ndarray, x: np.ndarray) -> np.ndarray:

@@ -22,20 +22,14 @@ def _work(g: Graph, r, step_starts: np.ndarray) -> tuple[np.ndarray, np.ndarray,
     precedes it. Returns the (steps, streams) matrix, each op's step (-1 or n: outside the window) and its
     stream column."""
     n = len(step_starts) - 1
-    key = np.unique(g.g_stream, return_inverse=True)[1].reshape(-1)
+    key = g.structural("stream column", lambda: np.unique(g.g_stream, return_inverse=True)[1].reshape(-1))
     if n <= 0 or not len(g.g_ts):
         return np.zeros((max(n, 0), 1)), np.full(len(g.g_ts), -1), key
     launched = g.g_launch >= 0
     at = np.where(launched, r.h_start[np.maximum(g.g_launch, 0)], r.g_start)
     step = np.searchsorted(step_starts, at, side="right") - 1
     if (~launched).any() and launched.any():
-        order = np.lexsort((g.g_ts, g.g_stream))
-        pos = np.arange(len(order))
-        last = np.maximum.accumulate(np.where(launched[order], pos, -1))
-        stream = g.g_stream[order]
-        first = np.r_[0, np.flatnonzero(stream[1:] != stream[:-1]) + 1]
-        group_start = np.repeat(first, np.diff(np.r_[first, len(order)]))
-        fill = ~launched[order] & (last >= group_start)
+        order, fill, last = g.structural("unlaunched ops", lambda: _unlaunched(g, launched))
         s_sorted = step[order]
         s_sorted[fill] = s_sorted[last[fill]]
         step[order] = s_sorted
@@ -43,6 +37,19 @@ def _work(g: Graph, r, step_starts: np.ndarray) -> tuple[np.ndarray, np.ndarray,
     cols = int(key.max()) + 1
     m = np.bincount(step[ok] * cols + key[ok], weights=g.g_dur[ok], minlength=n * cols).reshape(n, cols)
     return m, step, key
+
+
+def _unlaunched(g: Graph, launched: np.ndarray):
+    """The stream order, and for each op without a launch record the launched op before it on its
+    stream, when there is one (a fact of the measured structure)."""
+    order = np.lexsort((g.g_ts, g.g_stream))
+    pos = np.arange(len(order))
+    last = np.maximum.accumulate(np.where(launched[order], pos, -1))
+    stream = g.g_stream[order]
+    first = np.r_[0, np.flatnonzero(stream[1:] != stream[:-1]) + 1]
+    group_start = np.repeat(first, np.diff(np.r_[first, len(order)]))
+    fill = ~launched[order] & (last >= group_start)
+    return order, fill, last
 
 
 def _step_starts(g: Graph, r) -> np.ndarray:
