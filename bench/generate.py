@@ -506,9 +506,7 @@ def ensure_ranks(
         host_us, base_ns = rank_clocks(r, s)
         dist = {"rank": r, "world_size": ranks, "backend": "nccl"}
         shift = host_us + int(s.base_us) - base_ns // 1000
-        info = write_trace(
-            s, size, p, None, distributed=dist, extra_shift=shift, copies=copies, base_time_ns=base_ns
-        )
+        info = write_trace(s, size, p, None, distributed=dist, extra_shift=shift, copies=copies, base_time_ns=base_ns)
         log(f"generated {d.name}/{p.name}: {info['json_bytes'] / 1e6:.1f} MB in {info['seconds']} s")
     return d
 
@@ -518,8 +516,10 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument(
-        "--seed", type=Path, help="seed trace (.json or .json.gz), or with --ranks a directory of a run's rank files; "
-        "default: sample_traces/ or shared traces"
+        "--seed",
+        type=Path,
+        help="seed trace (.json or .json.gz), or with --ranks a directory of a run's rank files; "
+        "default: sample_traces/ or shared traces",
     )
     ap.add_argument("--size", default="100M", help="target uncompressed size: 100M, 500M, 1G (default 100M)")
     ap.add_argument("--out", type=Path, default=Path(DEFAULT_OUT), help=f"output directory (default {DEFAULT_OUT})")
