@@ -157,7 +157,6 @@ def reduce_ranks(results: list) -> Report:
     sums = {r.row.rank: r.summary for r in ranks}
     med = [r.row.median_step_us for r in ranks]
     slow = int(np.argmax(med))
-    fastest = float(np.min(med))
     cross = align(colls, n_steps=min(int(r.row.steps or 1) for r in ranks)) if len(ranks) > 1 else CrossRank()
     cross, replayed = _job_replay(cross, colls, sums)
     gate = _gating_rank(cross, med)
@@ -186,45 +185,19 @@ def reduce_ranks(results: list) -> Report:
         )
 
     lead = msgspec.structs.replace(lead, ranks=[summary(i, r) for i, r in enumerate(ranks)])
-    warnings = []
+    warnings = [w for w in (_missing_ranks(ranks), None if gate is not None else _slowest(ranks, slow, cross)) if w]
     if cross:
         cross = msgspec.structs.replace(cross, gating_rank=gate)
         lead = msgspec.structs.replace(lead, cross_rank=cross)
         if cross.clock != "one clock":
-            offs = _clock_groups(cross)
             warnings.append(
                 f"the ranks' clocks differ (different hosts, or clocks not synchronised): offsets "
                 f"against rank {cross.ranks[0]} estimated from the collectives' end times and "
-                f"removed before comparing arrivals ({offs})"
+                f"removed before comparing arrivals ({_clock_groups(cross)})"
             )
         warnings += cross.notes
     if gate is not None:
         lead = msgspec.structs.replace(lead, verdict=_straggler_verdict(lead, cross))
-    elif len(ranks) > 1:
-        warnings.insert(
-            0,
-            (
-                f"{len(ranks)} ranks analysed; the findings below are rank {ranks[slow].row.rank}'s, the slowest "
-                f"(median step {med[slow] / 1e3:.1f} ms vs fastest {fastest / 1e3:.1f} ms, "
-                f"{(med[slow] / fastest - 1) * 100 if fastest else 0:.0f}% slower)"
-                + "; no rank gates the collectives ("
-                + (
-                    f"arrivals within {fmt_us(cross.max_arrival_skew_us)})"
-                    if cross
-                    else "no collectives to align across ranks)"
-                )
-            ),
-        )
-    ws = max((r.world_size or 0) for r in ranks)
-    present = {r.row.rank for r in ranks}
-    missing = sorted(set(range(ws)) - present) if ws else []
-    if missing:
-        shown = ", ".join(map(str, missing[:16])) + (", ..." if len(missing) > 16 else "")
-        warnings.insert(
-            0,
-            f"world size is {ws} but {len(present)} rank file(s) were analysed (missing rank(s): "
-            f"{shown}): the rank that gates the step may be one that is absent; add its trace",
-        )
     warnings += lead.warnings
     for b in bad:
         warnings.append(f"rank file skipped, {b.path}: {b.reason}")
@@ -232,6 +205,34 @@ def reduce_ranks(results: list) -> Report:
         if i != lead_i and r.rank_source == "default":
             warnings.append(default_rank_warning(r.row.file))
     return msgspec.structs.replace(lead, warnings=warnings)
+
+
+def _missing_ranks(ranks: list[RankResult]) -> str | None:
+    """The warning for a world size larger than the ranks analysed, naming the absent ranks."""
+    ws = max((r.world_size or 0) for r in ranks)
+    present = {r.row.rank for r in ranks}
+    missing = sorted(set(range(ws)) - present) if ws else []
+    if not missing:
+        return None
+    shown = ", ".join(map(str, missing[:16])) + (", ..." if len(missing) > 16 else "")
+    return (
+        f"world size is {ws} but {len(present)} rank file(s) were analysed (missing rank(s): "
+        f"{shown}): the rank that gates the step may be one that is absent; add its trace"
+    )
+
+
+def _slowest(ranks: list[RankResult], slow: int, cross: CrossRank) -> str | None:
+    """Without a gating rank: whose findings the report shows (the slowest rank's), and why no rank gates."""
+    if len(ranks) < 2:
+        return None
+    med = [r.row.median_step_us for r in ranks]
+    fastest = float(np.min(med))
+    why = f"arrivals within {fmt_us(cross.max_arrival_skew_us)}" if cross else "no collectives to align across ranks"
+    return (
+        f"{len(ranks)} ranks analysed; the findings below are rank {ranks[slow].row.rank}'s, the slowest "
+        f"(median step {med[slow] / 1e3:.1f} ms vs fastest {fastest / 1e3:.1f} ms, "
+        f"{(med[slow] / fastest - 1) * 100 if fastest else 0:.0f}% slower); no rank gates the collectives ({why})"
+    )
 
 
 MAX_CLOCK_GROUPS = 16  # clocks named in the warning; the table has every rank's offset

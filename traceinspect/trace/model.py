@@ -74,7 +74,10 @@ class TraceMeta:
         """The origin on the profiler's clock, the one the ranks of a host share: since kineto #910 (2024)
         `ts` is relative to the process's own baseTimeNanoseconds (absolute = base + ts, as HTA converts),
         so two ranks' files compare only after adding it; older traces write absolute `ts` and no base."""
-        return float(self.origin_us or 0.0) + (self.base_time_ns or 0) / 1e3
+        base = self.base_time_ns or 0
+        if not 0 <= base < 2**63:  # not a time on a 64-bit ns clock (a damaged header): the ts alone
+            base = 0
+        return float(self.origin_us or 0.0) + base / 1e3
 
 
 class Trace:

@@ -149,15 +149,6 @@ def predict_applied(trace: Trace, a: Applied, with_path: bool = False) -> Predic
     )
 
 
-def transformed(
-    trace: Trace, findings: list[Finding], fixes: tuple[str, ...], *, recommended: bool = True
-) -> tuple[Graph, dict, list]:
-    """(graph, models, notes): the measured graph with the named fixes applied in order (the graph itself,
-    not a copy, when there is no fix), each fix's stated model, and what could not be applied."""
-    a = apply(trace, findings, fixes, recommended=recommended)
-    return a.graph, a.models, a.notes
-
-
 def apply(
     trace: Trace,
     findings: list[Finding],

@@ -17,7 +17,7 @@ arrive does not wait), E = max over ranks of A + transfer; a collective no other
 own duration. Step markers follow the same rule, and a rank's step is from its start marker to its end
 marker. Unmodified, this reproduces each rank's replay where the last to arrive also has the shortest
 duration; its error per rank is reported. A fix is a rank's summary taken from its graph with the fix
-applied (engine.transformed); "without rank g" leaves rank g out of every collective's last arrival (the
+applied (engine.apply); "without rank g" leaves rank g out of every collective's last arrival (the
 job paced by the other ranks, as a straggler study simulates it).
 
 The summaries are small (a few numbers per collective and step), so the job is replayed without ever
@@ -36,7 +36,7 @@ from ..findings import Finding
 from ..sections import JobPrediction, JobRank, JobReplay, WhatIfJob, WhatIfJobRank
 from ..trace.model import Trace
 from ..trace.ranks import Matched, collective_kernels, match
-from .engine import transforms, transformed
+from .engine import apply, transforms
 from .graph import Graph
 from .hold import graph_of, identity_replay
 from .replay import LAUNCH, STREAM, THREAD, WAIT, XSTREAM, XTHREAD, replay
@@ -68,7 +68,7 @@ def rank_summary(trace: Trace, findings: list[Finding], fixes: tuple[str, ...] |
         variants = {"+".join(fixes): tuple(fixes)} if fixes else {}
     out = {"origin_us": origin, "variants": {"": _summarise(g0, nodes, origin, identity_replay(trace))}}
     for key, fx in variants.items():
-        out["variants"][key] = _summarise(transformed(trace, findings, fx)[0], nodes, origin)
+        out["variants"][key] = _summarise(apply(trace, findings, fx).graph, nodes, origin)
     return out
 
 
