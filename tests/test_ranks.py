@@ -254,3 +254,16 @@ def test_an_unreadable_rank_file_is_skipped_with_its_path_and_reason(tmp_path):
     with pytest.raises(TraceError) as e:
         analyze_many([str(bad)], jobs=1)
     assert e.value.path == str(bad) and skipped[0] == f"rank file skipped, {bad}: {e.value.reason}"
+
+
+def test_a_damaged_base_time_leaves_the_ts_alone(tmp_path):
+    """baseTimeNanoseconds is added to the origin only when it is a time on a 64-bit ns clock."""
+    import dataclasses
+
+    from traceinspect.trace.model import load_trace
+
+    b = br.build_rank(0, 2, slow_rank=None, steps=1)
+    meta = load_trace(str(b.write(tmp_path / "r.pt.trace.json"))).meta
+    assert meta.clock_origin_us == pytest.approx(meta.origin_us + b.base_time_ns / 1e3)
+    for bad in (-5, 2**70):
+        assert dataclasses.replace(meta, base_time_ns=bad).clock_origin_us == meta.origin_us
