@@ -20,7 +20,7 @@ from ..facts import claims
 from ..facts.model_family import LANGUAGE, RECOMMENDER, VISION, family_of
 from ..facts.optimizer import stepped_optimizer
 from ..facts.profiler_overhead import ProfilerOverhead
-from ..facts.steps import in_steps  # noqa: F401  (detectors import it from here)
+from ..facts.steps import in_steps, step_kernels  # noqa: F401  (detectors import them from here)
 from ..facts.run import config_value, detect_framework  # noqa: F401  (detectors import them from here)
 from ..findings import EventRef, Evidence, Finding, Skipped
 from ..trace import intervals as iv

@@ -9,11 +9,10 @@ import pandas as pd
 
 from ..facts import kernels as K
 from ..facts.critical_path import on_critical_path
-from ..facts.device import primary_kernels
 from ..findings import Evidence
 from ..trace import intervals as iv
 from ..trace.tables import name_flags
-from .base import Detector, current, events_from, fmt_us, in_steps, option, pct, window_label
+from .base import Detector, current, events_from, fmt_us, option, pct, step_kernels, window_label
 
 # innermost CPU ops that launch GEMM / convolution kernels (their kernels carry these ops' External id)
 _GEMMISH = K.MATMUL_OPS | K.CONV_OPS | frozenset({"aten::_scaled_mm", "aten::_int_mm"})
@@ -308,7 +307,7 @@ def eager_blocks(trace):
     ops = trace.cpu_ops
     if not trace.has_gpu or not len(trace.kernels) or not len(ops):
         return None
-    k = in_steps(primary_kernels(trace), trace)
+    k = step_kernels(trace)
     if not len(k):
         return None
     cls = K.classify(k["name"])

@@ -15,7 +15,7 @@ from ..findings import Evidence
 from ..trace.hardware import KNOWN, peaks_for
 from ..trace.tables import name_flags
 from ..trace.timeline import is_comm_kernel
-from .base import Claim, Detector, events_from, fmt_us, in_steps, option, pct, window_label
+from .base import Claim, Detector, events_from, fmt_us, option, pct, step_kernels, window_label
 
 _ROCM_ISA = re.compile(r"ISA(9[0-9][0-9a-f])", re.I)
 _ROCM_ISA_PEAKS = {"90a": "mi250", "940": "mi300", "941": "mi300", "942": "mi300", "950": "mi300"}
@@ -150,7 +150,7 @@ class Fp32Gemm(Detector):
         if not hw["tensor_cores"]:
             yield self.skip(f"{hw['label']} has no tensor cores")
             return
-        picked = self._select(trace, k, hw)
+        picked = self._select(trace, hw)
         if picked is None:
             return
         kin, kind, compute_us, by_name, by_op, op_float, op_total, sel = picked
@@ -257,9 +257,9 @@ class Fp32Gemm(Detector):
             projected_lost_us=gpu_saving if lost < 0.5 * gpu_saving else None,
         )
 
-    def _select(self, trace, k, hw):
+    def _select(self, trace, hw):
         """The fp32 GEMM/convolution kernels inside the steps, and what detect() needs to judge them."""
-        kin = in_steps(k, trace)
+        kin = step_kernels(trace)
         if not len(kin):
             return None
         cls = K.classify(kin["name"])
@@ -282,7 +282,7 @@ class Fp32Gemm(Detector):
         # proportional to the GPU time it would save (its duration), as on_critical_path() adds them up
         k = primary_kernels(trace)
         hw = _hardware(trace, k["name"])
-        picked = self._select(trace, k, hw) if hw else None
+        picked = self._select(trace, hw) if hw else None
         if picked is None:
             return None
         kin, sel = picked[0], picked[-1]

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..facts import claims
-from ..facts.device import primary_kernels
 from ..facts.host import LAUNCH_CALLS, launch_rows as _launch_rows  # noqa: F401  (LAUNCH_CALLS: kept importable)
 from ..facts.memory_fit import gb
 from ..facts.profiler_overhead import profiler_overhead
@@ -26,6 +25,7 @@ from .base import (
     overhead_evidence,
     overhead_fix,
     pct,
+    step_kernels,
     window_label,
     stepped_fused_step,
 )
@@ -323,7 +323,7 @@ class LaunchBound(Detector):
                 )
             return
         n = ctx.n_steps
-        k = in_steps(primary_kernels(trace), trace)
+        k = step_kernels(trace)
         dur = k["dur_us"].to_numpy()
         med = float(np.median(dur)) if dur.size else 0.0
         short = float(np.mean(dur < SHORT_KERNEL_US)) if dur.size else 0.0

@@ -9,12 +9,11 @@ import numpy as np
 
 from ..facts import kernels as K
 from ..facts.critical_path import on_critical_path
-from ..facts.device import primary_kernels
 from ..findings import Evidence
 from ..trace import intervals as iv
 from ..trace.tables import name_flags
 from ..trace.timeline import is_comm_kernel
-from .base import Detector, events_from, fmt_us, in_steps, option, pct, window_label
+from .base import Detector, events_from, fmt_us, in_steps, option, pct, step_kernels, window_label
 
 _VARLEN = re.compile(r"flash_attn_varlen_forward|FlashAttnVarlenFunc|varlen_fwd", re.I)
 _OPTIMIZER = re.compile(r"^Optimizer\.(?:step|zero_grad)#")
@@ -310,7 +309,7 @@ def _metadata_tokens(steps, trace_steps: np.ndarray):
 def _token_time(trace):
     """GPU time of kernels whose work scales with tokens (non-comm, not launched by the optimizer),
     the fused-attention part of it, and those kernels."""
-    k = in_steps(primary_kernels(trace), trace)
+    k = step_kernels(trace)
     if not len(k):
         return 0.0, 0.0, k
     keep = ~is_comm_kernel(k["name"])

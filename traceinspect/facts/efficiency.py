@@ -16,8 +16,7 @@ from ..sections import Efficiency, Peaks, ShapeRow, py
 from ..trace import roofline as rl
 from ..trace.timeline import is_comm_kernel
 from . import kernels as K
-from .device import primary_kernels
-from .steps import in_steps
+from .steps import step_kernels as _primary_step_kernels
 
 
 def shape_table(trace) -> list[ShapeRow]:
@@ -139,11 +138,14 @@ def step_kernels(trace) -> pd.DataFrame:
 
 
 def _step_kernels(trace) -> pd.DataFrame:
-    k = trace.kernels
-    if not len(k) or not len(trace.steps):
-        return k.iloc[:0]
-    k = primary_kernels(trace)
-    return in_steps(k[~is_comm_kernel(k["name"])], trace)
+    def compute():
+        k = trace.kernels
+        if not len(k) or not len(trace.steps):
+            return k.iloc[:0]
+        k = _primary_step_kernels(trace)
+        return k[~is_comm_kernel(k["name"])]
+
+    return trace.memo("facts: compute kernels in steps", compute)
 
 
 def _table(trace) -> list[ShapeRow]:

@@ -242,14 +242,17 @@ def classify(names) -> pd.DataFrame:
     codes = np.asarray(cat.codes)
     ok = codes >= 0
     idx = np.maximum(codes, 0)
-    kinds = np.array([c.kind for c in classes] or [OTHER], dtype=object)
-    precs = np.array([c.precision for c in classes] or [UNKNOWN], dtype=object)
+    # codes into KINDS / PRECISIONS per distinct name, then one integer gather per row (no object arrays)
+    kinds = np.array([KINDS.index(c.kind) for c in classes] or [KINDS.index(OTHER)], dtype=np.int8)
+    precs = np.array([PRECISIONS.index(c.precision) for c in classes] or [PRECISIONS.index(UNKNOWN)], dtype=np.int8)
     archs = np.array([c.arch for c in classes] or [0], dtype=np.int64)
     index = names.index if isinstance(names, pd.Series) else None
     return pd.DataFrame(
         {
-            "kind": pd.Categorical(np.where(ok, kinds[idx], OTHER), categories=KINDS),
-            "precision": pd.Categorical(np.where(ok, precs[idx], UNKNOWN), categories=PRECISIONS),
+            "kind": pd.Categorical.from_codes(np.where(ok, kinds[idx], KINDS.index(OTHER)), categories=KINDS),
+            "precision": pd.Categorical.from_codes(
+                np.where(ok, precs[idx], PRECISIONS.index(UNKNOWN)), categories=PRECISIONS
+            ),
             "arch": np.where(ok, archs[idx], 0),
         },
         index=index,

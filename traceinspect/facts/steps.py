@@ -8,6 +8,7 @@ import pandas as pd
 
 from ..trace import intervals as iv
 from ..trace.model import Trace
+from .device import primary_kernels
 
 
 def step_set(trace: Trace) -> iv.Set:
@@ -34,3 +35,9 @@ def in_steps(df: pd.DataFrame, trace: Trace, col: str = "ts_us") -> pd.DataFrame
     if len(df) == 0:
         return df
     return df[in_steps_mask(trace, df[col].to_numpy())]
+
+
+def step_kernels(trace: Trace) -> pd.DataFrame:
+    """The primary device's kernels inside the analysed steps (computed once per trace and step
+    selection). Read-only."""
+    return trace.memo("facts: primary-device kernels in steps", lambda: in_steps(primary_kernels(trace), trace))

@@ -252,6 +252,16 @@ def _gaps_before(trace: Trace, starts: np.ndarray, steps: iv.Set) -> iv.Set:
     return iv.intersect(iv.union(g["start_us"].to_numpy()[hit], ends[hit]), steps)
 
 
+def _per_step(ts: np.ndarray, s0: np.ndarray, s1: np.ndarray, where: np.ndarray | None = None) -> np.ndarray:
+    """How many of the timestamps `ts` (those where `where` is True) fall in each step [s0, s1) (steps
+    sorted and not overlapping, as in_steps_mask reads them)."""
+    i = np.searchsorted(s0, ts, side="right") - 1
+    ok = (i >= 0) & (ts < s1[np.maximum(i, 0)]) if len(s0) else np.zeros(len(ts), dtype=bool)
+    if where is not None:
+        ok &= where
+    return np.bincount(i[ok], minlength=len(s0))
+
+
 def _missing_activity(trace: Trace, q: Quality, win: float) -> QualityCheck:
     k = _device_kernels(trace)
     st = trace.steps
@@ -259,25 +269,18 @@ def _missing_activity(trace: Trace, q: Quality, win: float) -> QualityCheck:
     rt = trace.runtime
     launches = launch_rows(rt) if len(rt) else rt
     if len(launches):
-        # sorted correlation ids of every GPU op, not a Python set of them (about 60 bytes an id)
-        kcorr = np.unique(
-            np.concatenate((trace.kernels["correlation"].to_numpy(), trace.memcpy["correlation"].to_numpy()))
-        )
+        # the correlation ids of every GPU op (np.isin counts integers in a table when their range is small)
+        gpu_corr = np.concatenate((trace.kernels["correlation"].to_numpy(), trace.memcpy["correlation"].to_numpy()))
         lc = launches["correlation"].to_numpy()
-        pos = np.minimum(np.searchsorted(kcorr, lc), max(kcorr.size - 1, 0))
-        found = kcorr[pos] == lc if kcorr.size else np.zeros(lc.size, dtype=bool)
-        no_kernel = (lc >= 0) & ~found
+        no_kernel = (lc >= 0) & ~np.isin(lc, gpu_corr)
         lts = launches["ts_us"].to_numpy()
     else:
         no_kernel, lts = np.zeros(0, dtype=bool), np.zeros(0)
-    per = []
     kts = k["ts_us"].to_numpy() if len(k) else np.zeros(0)
     unl = (k["launch_idx"].to_numpy() < 0) if len(k) and len(rt) else np.zeros(len(kts), dtype=bool)
-    for i in range(len(st)):
-        ink = (kts >= s0[i]) & (kts < s1[i])
-        inl = (lts >= s0[i]) & (lts < s1[i])
-        per.append((int(st["step"].iloc[i]), int(ink.sum()), int((ink & unl).sum()), int((inl & no_kernel).sum())))
-    counts = np.array([p[1] for p in per], dtype=float)
+    n_k, n_unl, n_lost = _per_step(kts, s0, s1), _per_step(kts, s0, s1, unl), _per_step(lts, s0, s1, no_kernel)
+    per = [(int(st["step"].iloc[i]), int(n_k[i]), int(n_unl[i]), int(n_lost[i])) for i in range(len(st))]
+    counts = n_k.astype(float)
     dropped_first = len(per) >= MIN_STEPS_FOR_OUTLIERS and counts[0] < FIRST_STEP_MIN_FRAC * float(
         np.median(counts[1:])
     )
@@ -380,7 +383,7 @@ def _warm_up(trace: Trace) -> QualityCheck:
     d = st["dur_us"].to_numpy()
     s0, s1 = st["start_us"].to_numpy(), st["end_us"].to_numpy()
     kts = trace.kernels["ts_us"].to_numpy()
-    counts = np.array([int(((kts >= a) & (kts < b)).sum()) for a, b in zip(s0, s1)], dtype=float)
+    counts = _per_step(kts, s0, s1).astype(float)
     hosts = [t for t in (trace.runtime, trace.cpu_ops) if len(t)]
     found = []
     for i in range(n):

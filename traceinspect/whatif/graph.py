@@ -157,9 +157,13 @@ class Graph:
 
     def launches_in_steps(self) -> np.ndarray:
         """The host nodes that launched a GPU op inside the analysed steps, sorted (read-only)."""
-        return self.structural(
-            "launches in steps", lambda: _frozen(np.unique(self.g_launch[(self.g_launch >= 0) & self.gpu_in_steps()]))
-        )
+
+        def compute():
+            hit = np.zeros(len(self.h_ts), dtype=bool)  # a table, not np.unique: a hash set is 5x slower here
+            hit[self.g_launch[(self.g_launch >= 0) & self.gpu_in_steps()]] = True
+            return _frozen(np.flatnonzero(hit))
+
+        return self.structural("launches in steps", compute)
 
     def kernel_mask(self, rows: np.ndarray) -> np.ndarray:
         """GPU nodes that are the given rows of trace.kernels."""
