@@ -157,30 +157,31 @@ def _table(trace) -> list[ShapeRow]:
     ops = trace.cpu_ops
     per_op = k.groupby("op_idx")["dur_us"].sum()
     idx = per_op.index.to_numpy()
+    op_names = _categorical(ops["name"])  # ops grouped by their name's code, the name read once per group
     inst = pd.DataFrame(
         {
-            "op": ops["name"].to_numpy()[idx].astype(str),
-            "dims": ops["input_dims_raw"].to_numpy()[idx],
-            "types": ops["input_type_raw"].to_numpy()[idx],
+            "op": np.asarray(op_names.codes, dtype=np.int64)[idx],
+            "dims": _bytes_or_empty(ops["input_dims_raw"].to_numpy()[idx]),
+            "types": _bytes_or_empty(ops["input_type_raw"].to_numpy()[idx]),
             "dur": per_op.to_numpy(),
         },
         index=idx,
     )
-    inst["dims"] = inst["dims"].map(lambda b: b if b is not None else b"")
-    inst["types"] = inst["types"].map(lambda b: b if b is not None else b"")
     grp = inst.groupby(["op", "dims", "types"], sort=False)
     inst["grp"] = grp.ngroup()
     agg = grp["dur"].agg(["sum", "count"]).reset_index()
-    # the longest-running kernel of each group: its name tells the math precision (TF32 or not)
+    # the longest-running kernel of each group: its name tells the math precision (TF32 or not); kernels
+    # grouped by their name's category code, the name read once per group
+    names = _categorical(k["name"])
     kg = pd.DataFrame(
         {
             "grp": inst["grp"].reindex(k["op_idx"].to_numpy()).to_numpy(),
-            "name": k["name"].astype(str).to_numpy(),
+            "name": np.asarray(names.codes, dtype=np.int64),
             "dur": k["dur_us"].to_numpy(),
         }
     )
     kk = kg.groupby(["grp", "name"], sort=False)["dur"].sum()
-    top_kernel = {g: name for g, name in kk.groupby(level=0).idxmax().map(lambda t: t[1]).items()}
+    top_kernel = {g: _name(names, t[1]) for g, t in kk.groupby(level=0).idxmax().items()}
     decoded = [trace.shapes(d) if d else None for d in agg["dims"]]
     conv_geo = _conv_geometry(trace)
     dev = trace.device
@@ -188,13 +189,30 @@ def _table(trace) -> list[ShapeRow]:
     rows = []
     for i, r in enumerate(agg.itertuples(index=False)):
         types = trace.shapes(r.types) if r.types else None
-        w = rl.op_work(r.op, decoded[i], types, conv_geo)
+        op = _name(op_names, r.op)
+        w = rl.op_work(op, decoded[i], types, conv_geo)
         if w is None or not r.sum > 0:
             continue
         kname = top_kernel.get(i, "")
-        rows.append(_row(r.op, w, float(r.sum), int(r.count), n, peaks, kname))
+        rows.append(_row(op, w, float(r.sum), int(r.count), n, peaks, kname))
     rows.sort(key=lambda x: -x.gpu_us_per_step)
     return rows
+
+
+def _categorical(names: pd.Series) -> pd.Categorical:
+    return names.array if isinstance(names.dtype, pd.CategoricalDtype) else pd.Categorical(names)
+
+
+def _name(names: pd.Categorical, code: int) -> str:
+    """The name of category `code` as str() of the column's value would give it ("nan" for a missing one)."""
+    return str(names.categories[code]) if code >= 0 else "nan"
+
+
+def _bytes_or_empty(a: np.ndarray) -> np.ndarray:
+    """An object array of raw bytes with None read as b"" (a copy)."""
+    a = a.copy()
+    a[np.equal(a, None)] = b""
+    return a
 
 
 def _conv_geometry(trace) -> dict:
@@ -204,8 +222,7 @@ def _conv_geometry(trace) -> dict:
     ops = trace.cpu_ops
     if not len(ops):
         return {}
-    names = ops["name"].astype(str)
-    sel = ops.loc[names.isin(rl.CONV_OPS).to_numpy(), ["name", "input_dims_raw"]].dropna()
+    sel = ops.loc[ops["name"].isin(rl.CONV_OPS).to_numpy(), ["name", "input_dims_raw"]].dropna()
     if not len(sel):
         return {}
     sel = sel.drop_duplicates()

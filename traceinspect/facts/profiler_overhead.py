@@ -7,7 +7,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from ..trace.model import Trace
-from .steps import in_steps
+import numpy as np
+
+from .steps import in_steps_mask
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,7 +94,7 @@ def _units(trace: Trace, table: str) -> int:
         df = ops[~ops["is_annotation"].to_numpy()] if len(ops) else ops
     else:
         df = getattr(trace, table)
-    return len(in_steps(df, trace)) if len(df) else 0
+    return int(np.count_nonzero(in_steps_mask(trace, df["ts_us"].to_numpy()))) if len(df) else 0
 
 
 def profiler_overhead(trace: Trace) -> ProfilerOverhead:

@@ -16,10 +16,11 @@ import numpy as np
 from ..trace import intervals as iv
 from ..trace.model import Trace
 from ..trace.tables import name_flags
+from .device import primary_kernels
 from .host import launch_rows
 from .profiler_overhead import profiler_overhead
 from ..sections import QualityCheck, py
-from .steps import in_steps_mask, step_set
+from .steps import step_kernels, step_set
 
 # --- thresholds (each with its physical reason; docs/trace-quality.md gives the evidence) -------------
 
@@ -159,11 +160,8 @@ def _quality(trace: Trace) -> Quality:
 
 
 def _device_kernels(trace: Trace):
-    k = trace.kernels
-    dev = trace.timeline.device
-    if dev is not None and len(k):
-        k = k[k["device"].to_numpy() == dev]
-    return k[in_steps_mask(trace, k["ts_us"].to_numpy())] if len(k) else k
+    """The kernels of the device the timeline shows (trace.device_id) inside the steps. Read-only."""
+    return step_kernels(trace)
 
 
 def _graph_replays(trace: Trace, q: Quality, win: float) -> QualityCheck:
@@ -466,10 +464,7 @@ def _clock_order(trace: Trace, q: Quality) -> QualityCheck:
         neg = int((same & (ks["ts_us"].to_numpy()[1:] < ks["end_us"].to_numpy()[:-1] - ORDER_TOL_US)).sum())
     st = trace.steps
     overlap_steps = int((st["start_us"].to_numpy()[1:] < st["end_us"].to_numpy()[:-1] - ORDER_TOL_US).sum())
-    allk = trace.kernels
-    dev = trace.timeline.device
-    if dev is not None and len(allk):
-        allk = allk[allk["device"].to_numpy() == dev]
+    allk = primary_kernels(trace)  # the timeline's device (trace.device_id), every step or not
     tot = float(allk["dur_us"].sum()) if len(allk) else 0.0
     u = iv.union(allk["ts_us"], allk["end_us"]) if len(allk) else iv.EMPTY
     steps = step_set(trace)
