@@ -263,10 +263,7 @@ class CpuOffload(Detector):
         launched = k[k["launch_idx"] >= 0] if len(k) else k
         kt = launched["launch_ts_us"].to_numpy() if len(launched) else np.zeros(0)
         ktid = rt["tid"].to_numpy()[launched["launch_idx"].to_numpy()] if len(launched) else np.zeros(0, dtype=np.int64)
-        n = np.zeros(len(opt), dtype=np.int64)
-        for i, r in enumerate(opt.itertuples(index=False)):
-            n[i] = int(np.sum((kt >= r.ts_us) & (kt < r.end_us) & (ktid == r.tid)))
-        opt = opt.assign(n_kernels=n)
+        opt = opt.assign(n_kernels=_launched_inside(kt, ktid, opt))
         return opt[opt["n_kernels"] <= self.max_cpu_opt_kernels]
 
     def traffic(self, trace) -> OffloadTraffic:
@@ -635,3 +632,17 @@ def _fix(framework: str, mem: int | None, family: str = "unknown") -> str:
         + how
         + "; pinned offload buffers (pin_memory) only narrow the gap."
     )
+
+
+def _launched_inside(kt: np.ndarray, ktid: np.ndarray, spans: pd.DataFrame) -> np.ndarray:
+    """For each span (ts_us, end_us, tid): how many launches at times `kt` on threads `ktid` fall in
+    [ts_us, end_us) on its thread (the launches sorted by thread then time, two binary searches a span)."""
+    order = np.lexsort((kt, ktid))
+    kt, ktid = kt[order], ktid[order]
+    ts, end, tid = (spans[c].to_numpy() for c in ("ts_us", "end_us", "tid"))
+    lo, hi = np.searchsorted(ktid, tid, side="left"), np.searchsorted(ktid, tid, side="right")
+    n = np.zeros(len(spans), dtype=np.int64)
+    for i in range(len(spans)):
+        block = kt[lo[i] : hi[i]]
+        n[i] = max(0, np.searchsorted(block, end[i], side="left") - np.searchsorted(block, ts[i], side="left"))
+    return n
