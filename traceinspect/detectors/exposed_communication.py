@@ -223,8 +223,8 @@ class ExposedCommunication(Detector):
         the trace does not show (the optimizer needs the reduced gradients) are only kept by that final
         wait."""
         trace = graph.trace
-        if finding is None or not len(graph.g_ts):
-            return "no exposed communication: nothing to change"
+        if not len(graph.g_ts):
+            return "no GPU ops: nothing to change"
         is_comm = np.asarray(is_comm_kernel(graph.g_name), dtype=bool) & (graph.g_kind == "kernel")
         if not is_comm.any():
             return "no collective kernels: nothing to change"
@@ -232,7 +232,7 @@ class ExposedCommunication(Detector):
         x = graph.g_xprev
         relax = inside & ~is_comm & (x >= 0) & is_comm[np.maximum(x, 0)]
         if not relax.any():
-            return "no compute op waits for a collective inside the steps: nothing to relax"
+            return "no compute op waits for a collective inside the steps: nothing to change"
         graph.g_xprev = np.where(relax, -1, x)
         # the final wait: per step and stream, the last compute op keeps a wait for the step's last collective
         st = trace.steps

@@ -120,21 +120,18 @@ class Fp32Gemm(Detector):
 
     def whatif(self, graph, finding) -> str:
         """Replay model: the fp32 GEMM/convolution kernels (named fp32 precision) run `s` times faster, s
-        the modelled tensor-core speedup of the finding (1 when it did not fire)."""
-        s = next(
-            (
-                float(e.value)
-                for e in (finding.evidence if finding else ())
-                if e.label == "modelled speedup of these kernels"
-            ),
-            1.0,
-        )
+        the modelled tensor-core speedup of the traced GPU (`speedup`, the figure the finding states, to
+        its two decimals), whether the detector reported them or declined them as below its threshold."""
         k = graph.trace.kernels
+        hw = _hardware(graph.trace, primary_kernels(graph.trace)["name"]) if len(k) else None
+        s = round(self.speedup(hw), 2) if hw is not None and hw["tensor_cores"] else 1.0
         if not len(k) or s <= 1.0:
             return "no fp32 GEMM speedup modelled: nothing to change"
         cls = K.classify(k["name"])
         kind, prec = cls["kind"].to_numpy(), cls["precision"].to_numpy()
         sel = graph.kernel_mask(np.flatnonzero(((kind == K.GEMM) | (kind == K.CONV)) & (prec == K.FP32)))
+        if not sel.any():
+            return "no fp32 GEMM/convolution kernels: nothing to change"
         graph.g_dur = np.where(sel, graph.g_dur / s, graph.g_dur)
         return f"{int(sel.sum())} fp32 GEMM/convolution kernel(s) run {s:.2f}x faster on tensor cores"
 
@@ -163,8 +160,7 @@ class Fp32Gemm(Detector):
                 f"{100 * self.min_share:g}% threshold"
             )
             return
-        s = hw["speedup_ratio"] * self.efficiency
-        s = float(min(self.max_speedup, max(1.0, s)))
+        s = self.speedup(hw)
         delta = dur[sel] * (1.0 - 1.0 / s)
         gpu_saving = float(delta.sum())
         if gpu_saving < self.min_saving_frac * ctx.window_us:
@@ -188,7 +184,7 @@ class Fp32Gemm(Detector):
             Evidence(label="of which convolution", value=round(100 * conv_us / fp32_us, 1), unit="%", window=win),
             Evidence(label="GPU", value=hw["label"], unit=""),
             Evidence(label="peak fp32 vs tensor/matrix cores", value=hw["peaks_label"], unit="TFLOP/s"),
-            Evidence(label="modelled speedup of these kernels", value=round(s, 2), unit="x"),
+            Evidence(label="modelled speedup of these kernels", value=round(s, 2), unit="x"),  # = whatif's
             Evidence(
                 label="GPU time these kernels would save",
                 value=round(gpu_saving / n / 1e3, 2),
@@ -256,6 +252,10 @@ class Fp32Gemm(Detector):
             events=events_from(kin[sel], trace, "kernel"),
             projected_lost_us=gpu_saving if lost < 0.5 * gpu_saving else None,
         )
+
+    def speedup(self, hw: dict) -> float:
+        """The modelled tensor-core speedup of fp32 GEMM/convolution kernels on this GPU."""
+        return float(min(self.max_speedup, max(1.0, hw["speedup_ratio"] * self.efficiency)))
 
     def _select(self, trace, hw):
         """The fp32 GEMM/convolution kernels inside the steps, and what detect() needs to judge them."""

@@ -291,9 +291,20 @@ class HostBound(Detector):
     top_n: int = option(5, "CPU ops / Python functions named in the evidence")
 
     def whatif(self, graph, finding) -> str:
-        """Replay model: the host work during the GPU idle time this finding claims leaves the critical
-        path (moved to a worker, done once, or compiled away); the rest of the host work stays."""
-        us = graph.remove_claimed_host_time(finding, "idle_cpu")
+        """Replay model: the host work during the GPU idle time this finding claims (idle_cpu, and the
+        short host-late gaps of idle_launch that launch-bound does not report) leaves the critical path
+        (moved to a worker, done once, or compiled away); the rest of the host work stays. Declined below
+        its threshold (no finding): the idle time detect() measured, the same unclaimed parts."""
+        if finding is not None:
+            us = sum(graph.remove_claimed_host_time(finding, p) for p in self.claims_parts)
+        else:
+            trace = graph.trace
+            us = sum(
+                graph.remove_host_time(*claims.unclaimed(trace, self.name, p, idle_in_steps(trace, p)))
+                for p in self.claims_parts
+            )
+        if us <= 0:
+            return "no host work during GPU idle time in the steps: nothing to change"
         return f"{us / 1e3:.1f} ms of host work during claimed GPU idle time leaves the critical path"
 
     def detect(self, trace, ctx):

@@ -23,7 +23,6 @@ _LIBRARY_FRAME = re.compile(
     r"^(torch/|<built-in|<string>|nn\.Module:|threading\.py|multiprocessing/|runpy\.py|"
     r"contextlib\.py|functools\.py|site-packages/torch/)"
 )
-_ITEM = re.compile(r"aten::(item|_local_scalar_dense|is_nonzero)$")
 _NONZERO = re.compile(r"aten::(nonzero|masked_select|unique|_unique2|index|masked_scatter|repeat_interleave)$")
 _COPY = re.compile(r"aten::(copy_|to|_to_copy|cpu|tolist)$")
 
@@ -46,6 +45,40 @@ def starved_sync_pieces(trace) -> tuple[np.ndarray, np.ndarray]:
     late = ~has
     late[has] = g_l[nxt[has]] > s[has]  # NaN launch (unlinked op) compares False: not claimed
     return s[late], e[late]
+
+
+def starving_syncs(trace):
+    """The finder detect() and whatif() share: (starved pieces' starts, ends, the sync each is charged
+    to (-1: none), per sync call of trace.runtime the GPU idle it is charged with (min(its blocked time, the bubble it caused)), the
+    bubble), or None where no sync starved the GPU. Each starved piece is charged to the sync whose
+    [start, end + relaunch allowance] holds its start, else to the one before it that reaches furthest."""
+
+    def compute():
+        ps, pe = starved_sync_pieces(trace)
+        rt = trace.runtime
+        if ps.size == 0 or not len(rt):
+            return None
+        is_sync = name_flags(rt["name"], SYNC_CALLS)
+        syncs = rt[is_sync]
+        if not len(syncs):
+            return None
+        s_ts = syncs["ts_us"].to_numpy()
+        s_end = syncs["end_us"].to_numpy() + SYNC_RELAUNCH_US
+        run_max = np.maximum.accumulate(s_end)
+        run_arg = np.array([0], dtype=np.int64) if s_end.size == 1 else _running_argmax(s_end)
+        j = np.searchsorted(s_ts, ps, side="right") - 1
+        ok = j >= 0
+        own = np.where(ok, j, 0)
+        inside = ok & (ps <= s_end[own])
+        other = ok & ~inside & (ps <= run_max[own])
+        owner = np.full(ps.size, -1, dtype=np.int64)
+        owner[inside] = own[inside]
+        owner[other] = run_arg[own[other]]
+        bubble = np.bincount(owner[owner >= 0], weights=(pe - ps)[owner >= 0], minlength=len(syncs))
+        lost_each = np.minimum(syncs["dur_us"].to_numpy(), bubble)
+        return ps, pe, owner, lost_each, bubble
+
+    return trace.memo("facts: starving syncs", compute)
 
 
 def _enclosing(ts: np.ndarray, end: np.ndarray, i_hi: int, t0: float, t1: float) -> np.ndarray:
@@ -127,19 +160,21 @@ class HostSync(Detector):
     min_frac: float = option(0.03, "minimum share of the analysed steps lost to syncs")
 
     def whatif(self, graph, finding) -> str:
-        """Replay model: the synchronising calls made inside the ops this detector blames (`.item()`,
-        `nonzero`, copies to the CPU) stop waiting for the GPU (the value is read later, or without a
-        sync); their own host cost stays, and deliberate syncs elsewhere (a step-end barrier) keep waiting."""
-        ops = graph.trace.cpu_ops
-        pat = lambda n: bool(_ITEM.match(n) or _NONZERO.match(n) or _COPY.match(n))  # noqa: E731
-        blamed = ops[name_flags(ops["name"], pat)] if len(ops) else ops
-        s, e = iv.union(blamed["ts_us"].to_numpy(), blamed["end_us"].to_numpy())
-        j = np.searchsorted(s, graph.h_ts, side="right") - 1
-        inside = (j >= 0) & (graph.h_ts < e[np.maximum(j, 0)]) if len(s) else np.zeros(len(graph.h_ts), bool)
-        calls = graph.structural("sync calls", lambda: np.array(["Synchroniz" in n for n in graph.h_name], dtype=bool))
-        sync = calls & graph.host_in_steps() & inside
-        graph.h_wait = np.where(sync, -1, graph.h_wait)
-        return f"{int(sync.sum())} synchronising call(s) in the steps stop waiting for the GPU"
+        """Replay model: the synchronising calls this detector charges with starved GPU time (the finder
+        `starving_syncs`, reported or declined below the threshold) stop waiting for the GPU: the value is
+        read later, or without a sync, or the explicit synchronize goes. Their own host cost stays; syncs
+        that starve nothing (the GPU still had queued work) keep waiting."""
+        trace = graph.trace
+        found = starving_syncs(trace)
+        if found is None or not (found[3] > 0).any():
+            return "no synchronising call starves the GPU in the steps: nothing to change"
+        rt = trace.runtime
+        rows = np.flatnonzero(name_flags(rt["name"], SYNC_CALLS))[found[3] > 0]
+        sync = graph.host_call_mask(rows) & graph.host_in_steps()
+        if not sync.any():
+            return "no synchronising call starves the GPU in the replayed steps: nothing to change"
+        graph.stop_waiting(sync)
+        return f"{int(sync.sum())} synchronising call(s) that starve the GPU stop waiting for it"
 
     def detect(self, trace, ctx):
         if not trace.has_gpu:
@@ -152,33 +187,19 @@ class HostSync(Detector):
         syncs = rt[name_flags(rt["name"], SYNC_CALLS)]
         if not len(syncs):
             return
-        ps, pe = starved_sync_pieces(trace)
-        if ps.size == 0:
+        found = starving_syncs(trace)
+        if found is None:
             idle = iv.total(
                 iv.intersect(trace.timeline.sets["idle_sync"], iv.union(trace.steps["start_us"], trace.steps["end_us"]))
             )
-            if idle > 0:
-                yield self.declined(
+            if idle > 0:  # the signature (a GPU starved behind a blocked host) is absent: not a decline
+                yield self.skip(
                     f"{len(syncs)} sync call(s), GPU idle during them {fmt_us(idle / max(ctx.n_steps, 1))}"
                     "/step, but the next GPU op was already queued: the GPU waited on a dependency "
                     "(event, other stream or process), not on the blocked host"
                 )
             return
-        # attribute each starved piece to the sync whose [start, end + relaunch allowance] holds its start
-        s_ts = syncs["ts_us"].to_numpy()
-        s_end = syncs["end_us"].to_numpy() + SYNC_RELAUNCH_US
-        run_max = np.maximum.accumulate(s_end)
-        run_arg = np.array([0], dtype=np.int64) if s_end.size == 1 else _running_argmax(s_end)
-        j = np.searchsorted(s_ts, ps, side="right") - 1
-        ok = j >= 0
-        own = np.where(ok, j, 0)
-        inside = ok & (ps <= s_end[own])
-        other = ok & ~inside & (ps <= run_max[own])
-        owner = np.full(ps.size, -1, dtype=np.int64)
-        owner[inside] = own[inside]
-        owner[other] = run_arg[own[other]]
-        bubble = np.bincount(owner[owner >= 0], weights=(pe - ps)[owner >= 0], minlength=len(syncs))
-        lost_each = np.minimum(syncs["dur_us"].to_numpy(), bubble)
+        ps, pe, owner, lost_each, bubble = found
         lost = float(lost_each.sum())
         frac = lost / ctx.window_us if ctx.window_us else 0.0
         if frac < self.min_frac:

@@ -244,8 +244,9 @@ class LaunchBound(Detector):
         """Replay model, two variants (`--fix launch-bound:cuda-graphs` / `launch-bound:batch`; a plain
         `launch-bound` is CUDA graphs in `whatif`, the variant the fix text leads with in the verdict).
 
-        CUDA graphs: the launch gaps this finding claims go, and each kernel launch in the steps costs
-        `graph_kernel_us` of host time (a graph replays its kernels from one launch).
+        CUDA graphs: the launch gaps this finding claims go (declined, the gaps detect() measured; none:
+        nothing changes), and each kernel launch in the steps costs `graph_kernel_us` of host time (a
+        graph replays its kernels from one launch).
 
         Larger batch, per equivalent original batch: with the batch k times larger (k the factor the fix
         recommends, or N of `launch-bound:batch=N`), a step launches the same kernels behind the same
@@ -266,7 +267,13 @@ class LaunchBound(Detector):
         divided by k too."""
         if variant.startswith("batch"):  # "batch=N" (engine.predict sizes a plain "batch" by the run's plan)
             return self._whatif_batch(graph, finding, batch_variant_factor(variant) or 1)
-        us = graph.remove_claimed_host_time(finding, "idle_launch")
+        if finding is not None:
+            us = graph.remove_claimed_host_time(finding, "idle_launch")
+        else:  # declined (GPU busy, or below the threshold): the launch gaps detect() measured
+            gaps = self.claim(graph.trace)[0]
+            if not iv.total(gaps):
+                return "CUDA graphs: no launch gaps in the steps, nothing to change"
+            us = graph.remove_host_time(*gaps)
         lh = graph.launches_in_steps()
         graph.h_own[lh] = np.minimum(graph.h_own[lh], self.graph_kernel_us)
         return (

@@ -227,7 +227,7 @@ class PageableMemcpy(Detector):
         its stream, so the kernels queued behind it still wait for it. Source: CUDA Runtime API,
         "API synchronization behavior" (pageable copies are staged and synchronous)."""
         trace = graph.trace
-        if finding is None or not trace.has_gpu or not len(trace.memcpy):
+        if not trace.has_gpu or not len(trace.memcpy):
             return "no pageable copies estimated: nothing to change"
         mc = trace.memcpy
         _, big = self._copies(trace)

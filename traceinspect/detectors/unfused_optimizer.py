@@ -118,9 +118,7 @@ class UnfusedOptimizer(Detector):
         of launches (large models take tens: the kept time is the same, only that many launches' host
         time is not counted); the per-kernel fixed cost is launch-bound's `kernel_fixed_us` (2 us: grid
         dispatch, one wave's latency and completion)."""
-        if finding is None:
-            return "unfused-optimizer did not fire: nothing to change"
-        opt = optimizer_steps(graph.trace)
+        opt = optimizer_steps(graph.trace)  # the steps detect() judges, reported or declined
         bad = opt[opt["impl"].isin(["foreach", "for-loop"]) & (opt["n_kernels"] >= self.min_kernels)]
         lh = np.maximum(graph.g_launch, 0)
         launched = (graph.g_launch >= 0) & (graph.g_kind == "kernel")
