@@ -23,6 +23,7 @@ _LIBRARY_FRAME = re.compile(
     r"^(torch/|<built-in|<string>|nn\.Module:|threading\.py|multiprocessing/|runpy\.py|"
     r"contextlib\.py|functools\.py|site-packages/torch/)"
 )
+_ITEM = re.compile(r"aten::(item|_local_scalar_dense|is_nonzero)$")
 _NONZERO = re.compile(r"aten::(nonzero|masked_select|unique|_unique2|index|masked_scatter|repeat_interleave)$")
 _COPY = re.compile(r"aten::(copy_|to|_to_copy|cpu|tolist)$")
 
@@ -160,21 +161,30 @@ class HostSync(Detector):
     min_frac: float = option(0.03, "minimum share of the analysed steps lost to syncs")
 
     def whatif(self, graph, finding) -> str:
-        """Replay model: the synchronising calls this detector charges with starved GPU time (the finder
-        `starving_syncs`, reported or declined below the threshold) stop waiting for the GPU: the value is
-        read later, or without a sync, or the explicit synchronize goes. Their own host cost stays; syncs
-        that starve nothing (the GPU still had queued work) keep waiting."""
+        """Replay model: two kinds of synchronising call stop waiting for the GPU (the value is read later,
+        or without a sync, or the explicit synchronize goes): those this detector charges with starved GPU
+        time (the finder `starving_syncs`, reported or declined below the threshold), and those made inside
+        the ops it blames (`.item()`, `nonzero`, copies to the CPU), which starve the GPU once the host
+        keeps ahead of it (a next bottleneck after other fixes). Their own host cost stays; other syncs
+        keep waiting."""
         trace = graph.trace
-        found = starving_syncs(trace)
-        if found is None or not (found[3] > 0).any():
-            return "no synchronising call starves the GPU in the steps: nothing to change"
         rt = trace.runtime
-        rows = np.flatnonzero(name_flags(rt["name"], SYNC_CALLS))[found[3] > 0]
-        sync = graph.host_call_mask(rows) & graph.host_in_steps()
+        found = starving_syncs(trace)
+        starving = np.zeros(len(graph.h_ts), dtype=bool)
+        if found is not None and (found[3] > 0).any():
+            starving = graph.host_call_mask(np.flatnonzero(name_flags(rt["name"], SYNC_CALLS))[found[3] > 0])
+        ops = trace.cpu_ops
+        pat = lambda n: bool(_ITEM.match(n) or _NONZERO.match(n) or _COPY.match(n))  # noqa: E731
+        blamed = ops[name_flags(ops["name"], pat)] if len(ops) else ops
+        s, e = iv.union(blamed["ts_us"].to_numpy(), blamed["end_us"].to_numpy())
+        j = np.searchsorted(s, graph.h_ts, side="right") - 1
+        inside = (j >= 0) & (graph.h_ts < e[np.maximum(j, 0)]) if len(s) else np.zeros(len(graph.h_ts), bool)
+        calls = graph.structural("sync calls", lambda: np.array(["Synchroniz" in n for n in graph.h_name], dtype=bool))
+        sync = graph.host_in_steps() & (starving | (calls & inside))
         if not sync.any():
-            return "no synchronising call starves the GPU in the replayed steps: nothing to change"
+            return "no synchronising call starves the GPU or sits in a blamed op in the steps: nothing to change"
         graph.stop_waiting(sync)
-        return f"{int(sync.sum())} synchronising call(s) that starve the GPU stop waiting for it"
+        return f"{int(sync.sum())} synchronising call(s) in the steps stop waiting for the GPU"
 
     def detect(self, trace, ctx):
         if not trace.has_gpu:
@@ -192,8 +202,8 @@ class HostSync(Detector):
             idle = iv.total(
                 iv.intersect(trace.timeline.sets["idle_sync"], iv.union(trace.steps["start_us"], trace.steps["end_us"]))
             )
-            if idle > 0:  # the signature (a GPU starved behind a blocked host) is absent: not a decline
-                yield self.skip(
+            if idle > 0:
+                yield self.declined(
                     f"{len(syncs)} sync call(s), GPU idle during them {fmt_us(idle / max(ctx.n_steps, 1))}"
                     "/step, but the next GPU op was already queued: the GPU waited on a dependency "
                     "(event, other stream or process), not on the blocked host"
