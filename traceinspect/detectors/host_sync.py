@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -48,21 +49,33 @@ def starved_sync_pieces(trace) -> tuple[np.ndarray, np.ndarray]:
     return s[late], e[late]
 
 
-def starving_syncs(trace):
-    """The finder detect() and whatif() share: (starved pieces' starts, ends, the sync each is charged
-    to (-1: none), per sync call of trace.runtime the GPU idle it is charged with (min(its blocked time, the bubble it caused)), the
-    bubble), or None where no sync starved the GPU. Each starved piece is charged to the sync whose
-    [start, end + relaunch allowance] holds its start, else to the one before it that reaches furthest."""
+class Starving(NamedTuple):
+    """What `starving_syncs` finds: the starved idle pieces, the sync each is charged to (an index into
+    `rows`, -1: none), the sync calls (positions in trace.runtime), and per sync the GPU idle it is
+    charged with (min(its blocked time, its bubble)) and its bubble."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    owner: np.ndarray
+    rows: np.ndarray
+    lost: np.ndarray
+    bubble: np.ndarray
+
+
+def starving_syncs(trace) -> Starving | None:
+    """The finder detect() and whatif() share, or None where no sync starved the GPU. Each starved piece
+    is charged to the sync whose [start, end + relaunch allowance] holds its start, else to the one
+    before it that reaches furthest."""
 
     def compute():
         ps, pe = starved_sync_pieces(trace)
         rt = trace.runtime
         if ps.size == 0 or not len(rt):
             return None
-        is_sync = name_flags(rt["name"], SYNC_CALLS)
-        syncs = rt[is_sync]
-        if not len(syncs):
+        rows = np.flatnonzero(name_flags(rt["name"], SYNC_CALLS))
+        if not rows.size:
             return None
+        syncs = rt.iloc[rows]
         s_ts = syncs["ts_us"].to_numpy()
         s_end = syncs["end_us"].to_numpy() + SYNC_RELAUNCH_US
         run_max = np.maximum.accumulate(s_end)
@@ -76,8 +89,7 @@ def starving_syncs(trace):
         owner[inside] = own[inside]
         owner[other] = run_arg[own[other]]
         bubble = np.bincount(owner[owner >= 0], weights=(pe - ps)[owner >= 0], minlength=len(syncs))
-        lost_each = np.minimum(syncs["dur_us"].to_numpy(), bubble)
-        return ps, pe, owner, lost_each, bubble
+        return Starving(ps, pe, owner, rows, np.minimum(syncs["dur_us"].to_numpy(), bubble), bubble)
 
     return trace.memo("facts: starving syncs", compute)
 
@@ -168,11 +180,10 @@ class HostSync(Detector):
         keeps ahead of it (a next bottleneck after other fixes). Their own host cost stays; other syncs
         keep waiting."""
         trace = graph.trace
-        rt = trace.runtime
         found = starving_syncs(trace)
         starving = np.zeros(len(graph.h_ts), dtype=bool)
-        if found is not None and (found[3] > 0).any():
-            starving = graph.host_call_mask(np.flatnonzero(name_flags(rt["name"], SYNC_CALLS))[found[3] > 0])
+        if found is not None and (found.lost > 0).any():
+            starving = graph.host_call_mask(found.rows[found.lost > 0])
         ops = trace.cpu_ops
         pat = lambda n: bool(_ITEM.match(n) or _NONZERO.match(n) or _COPY.match(n))  # noqa: E731
         blamed = ops[name_flags(ops["name"], pat)] if len(ops) else ops
@@ -209,7 +220,7 @@ class HostSync(Detector):
                     "(event, other stream or process), not on the blocked host"
                 )
             return
-        ps, pe, owner, lost_each, bubble = found
+        ps, pe, owner, lost_each, bubble = found.starts, found.ends, found.owner, found.lost, found.bubble
         lost = float(lost_each.sum())
         frac = lost / ctx.window_us if ctx.window_us else 0.0
         if frac < self.min_frac:

@@ -16,7 +16,7 @@ from ..sections import Efficiency, Peaks, ShapeRow, py
 from ..trace import roofline as rl
 from ..trace.timeline import is_comm_kernel
 from . import kernels as K
-from .steps import step_kernels as _primary_step_kernels
+from .steps import step_kernels
 
 
 def shape_table(trace) -> list[ShapeRow]:
@@ -27,7 +27,7 @@ def shape_table(trace) -> list[ShapeRow]:
 
 def coverage(trace) -> dict:
     """GPU kernel time per step (communication kernels excluded) and the share the table models."""
-    k = _step_kernels(trace)
+    k = compute_kernels(trace)
     n = max(len(trace.steps), 1)
     total = float(k["dur_us"].sum()) if len(k) else 0.0
     modelled = sum(r.gpu_us_per_step for r in shape_table(trace) if r.share_of_peak is not None) * n
@@ -38,7 +38,7 @@ def unmodelled(trace, top: int = 3) -> list[tuple[str, float, bool]]:
     """The ops whose kernels the table has no FLOPs and bytes for, by their kernel time per step, longest
     first: what "only N% modelled" is made of, each with whether its calls recorded shapes. Kernels
     launched outside any recorded op are one entry."""
-    k = _step_kernels(trace)
+    k = compute_kernels(trace)
     if not len(k):
         return []
     n = max(len(trace.steps), 1)
@@ -131,25 +131,22 @@ def reported(r: ShapeRow) -> ShapeRow:
     return ShapeRow(**out)
 
 
-def step_kernels(trace) -> pd.DataFrame:
-    """The kernels the table and coverage() count: the primary device's, communication left out, in the
-    analysed steps."""
-    return _step_kernels(trace)
+def compute_kernels(trace) -> pd.DataFrame:
+    """The kernels the table and coverage() count: the primary device's in the analysed steps,
+    communication left out (computed once per trace and step selection). Read-only."""
 
-
-def _step_kernels(trace) -> pd.DataFrame:
     def compute():
         k = trace.kernels
         if not len(k) or not len(trace.steps):
             return k.iloc[:0]
-        k = _primary_step_kernels(trace)
+        k = step_kernels(trace)
         return k[~is_comm_kernel(k["name"])]
 
     return trace.memo("facts: compute kernels in steps", compute)
 
 
 def _table(trace) -> list[ShapeRow]:
-    k = _step_kernels(trace)
+    k = compute_kernels(trace)
     k = k[k["op_idx"].to_numpy() >= 0]
     if not len(k):
         return []

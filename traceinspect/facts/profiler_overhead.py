@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ..trace.model import Trace
 import numpy as np
 
+from ..trace.model import Trace
 from .steps import in_steps_mask
 
 

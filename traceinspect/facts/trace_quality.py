@@ -159,13 +159,8 @@ def _quality(trace: Trace) -> Quality:
     return q
 
 
-def _device_kernels(trace: Trace):
-    """The kernels of the device the timeline shows (trace.device_id) inside the steps. Read-only."""
-    return step_kernels(trace)
-
-
 def _graph_replays(trace: Trace, q: Quality, win: float) -> QualityCheck:
-    k = _device_kernels(trace)
+    k = step_kernels(trace)
     rt = trace.runtime
     li = k["launch_idx"].to_numpy() if len(k) else np.zeros(0, dtype=np.int64)
     dur = k["dur_us"].to_numpy() if len(k) else np.zeros(0)
@@ -261,7 +256,7 @@ def _per_step(ts: np.ndarray, s0: np.ndarray, s1: np.ndarray, where: np.ndarray 
 
 
 def _missing_activity(trace: Trace, q: Quality, win: float) -> QualityCheck:
-    k = _device_kernels(trace)
+    k = step_kernels(trace)
     st = trace.steps
     s0, s1 = st["start_us"].to_numpy(), st["end_us"].to_numpy()
     rt = trace.runtime
@@ -452,7 +447,7 @@ def _too_few_steps(trace: Trace) -> QualityCheck:
 
 
 def _clock_order(trace: Trace, q: Quality) -> QualityCheck:
-    k = _device_kernels(trace)
+    k = step_kernels(trace)
     n = len(k)
     early = (
         int((k["ts_us"].to_numpy() < k["launch_ts_us"].to_numpy() - ORDER_TOL_US).sum()) if n else 0

@@ -281,10 +281,10 @@ def speed_of_light(trace: Trace) -> SpeedOfLight:
 def _overlap(trace: Trace, kernel_us_per_step: float) -> float:
     """The step kernels' busy time (their union) over their summed time: 1 where one stream runs them,
     below 1 where streams overlap. The floor of a sum of kernel floors is scaled by it."""
-    from ..facts.efficiency import step_kernels
+    from ..facts.efficiency import compute_kernels
     from ..trace.intervals import total, union
 
-    k = step_kernels(trace)
+    k = compute_kernels(trace)
     if not len(k) or kernel_us_per_step <= 0:
         return 1.0
     busy = total(union(k["ts_us"].to_numpy(), k["end_us"].to_numpy())) / max(len(trace.steps), 1)
