@@ -157,3 +157,56 @@ def build_sync_beside_a_later_op(kind: str = "stream", *, records: bool = True) 
                 t.event_synchronize(ev)
             t.cpu(50.0)
     return t
+
+
+# --- replay order and the window's start ----------------------------------------------------------------
+
+BLOCKING_LAUNCH_US = 400.0  # a launch call that blocks (a full launch queue) until its own kernel has run
+
+
+def build_blocking_launch_of_an_empty_kernel(*, loader_us: float = 3000.0) -> EdgeTraceBuilder:
+    """Each step: a DataLoader wait, a GEMM, then a launch call that returns at the very time its own
+    zero-length kernel ends (a launch queue drained up to it), then host work. The graph makes the call
+    wait for that kernel (LAUNCH_BACKPRESSURE_US): the wait must be replayed after the kernel, or it reads
+    the kernel's measured end and pins every later host node to its measured time."""
+    b = EdgeTraceBuilder()
+    for _ in range(STEPS):
+        with b.step():
+            b.dataloader(loader_us)
+            with b.span("aten::mm") as ev:
+                b.cpu(10.0)
+                b.kernel(GEMM_BF16, 200.0, external_id=ev["args"]["External id"])
+                rt = b._runtime("cudaLaunchKernel", BLOCKING_LAUNCH_US, 211, ev["args"]["External id"])
+                end = rt["ts"] + rt["dur"]
+                b.events.append(
+                    {
+                        "ph": "X",
+                        "cat": "kernel",
+                        "name": "elementwise_kernel_empty",
+                        "pid": 0,
+                        "tid": 7,
+                        "ts": end,
+                        "dur": 0,
+                        "args": {"device": 0, "stream": 7, "correlation": rt["args"]["correlation"]},
+                    }
+                )
+                b.stream_free[7] = end
+            b.cpu(100.0)
+    return b
+
+
+def build_gpu_work_before_the_window(*, pre_us: float = 20000.0) -> EdgeTraceBuilder:
+    """Set-up before the first profiler step: a long GEMM the host synchronises on, then steps of GEMMs
+    and host work. Only the steps are analysed, so a fix that speeds up every GEMM must not move the
+    first step's start."""
+    b = EdgeTraceBuilder()
+    with b.span("aten::mm") as ev:
+        b.cpu(10.0)
+        b.kernel(GEMM_BF16, pre_us, external_id=ev["args"]["External id"])
+    b.sync()
+    for _ in range(STEPS):
+        with b.step():
+            b.op("aten::mm", kernels=[(GEMM_BF16, 500.0)], cpu_us=20.0)
+            b.cpu(100.0)
+            b.sync()
+    return b

@@ -625,6 +625,12 @@ def build(trace: Trace) -> Graph:
         bounds = list(st["start_us"].to_numpy(float)) + [float(st["end_us"].iloc[-1])]
         markers = np.array([pos[float(b)] for b in bounds], dtype=np.int64)
         m_end = np.array([pos[float(b)] for b in st["end_us"].to_numpy(float)], dtype=np.int64)
+        # the analysed window starts where it was measured to start: a fix shortens the steps, not the time
+        # before them. Chained to the work before it, the first marker would start earlier when a fix
+        # speeds up that work (a sync before the window on a faster kernel), while a later step's end stays
+        # pinned by its own waits: that step would then read longer by as much.
+        h_prev[markers[0]] = -1
+        h_xprev[markers[0]] = -1
     return Graph(
         trace=trace,
         h_ts=h_ts,

@@ -45,7 +45,7 @@ def event_order(g: Graph) -> tuple[np.ndarray, np.ndarray]:
 
 
 # what the event order reads; the cache keeps this many edge sets per trace
-_ORDER_FIELDS = ("h_ts", "h_end", "h_prev", "g_ts", "g_launch", "h_wait")
+_ORDER_FIELDS = ("h_ts", "h_end", "h_prev", "g_ts", "g_end", "g_launch", "h_wait")
 _ORDER_CACHE_SIZE = 4
 
 
@@ -65,8 +65,20 @@ def _event_order(g: Graph) -> tuple[np.ndarray, np.ndarray]:
     g_key = g.g_ts.copy()
     gl = g.g_launch >= 0
     g_key[gl] = np.maximum(g_key[gl], h_key[g.g_launch[gl]])  # GPU clock ahead of the host's
+    # a wait ends after the op it waits for has run, even where the call returned at the very time the op
+    # ended (a zero-length kernel launched by a blocking launch call): read before that op, the wait would
+    # take its measured end, and pin every later host node to its measured time however the fix moves it
     w = np.flatnonzero(g.h_wait >= 0)
-    w_key = np.maximum(g.h_end[w], g_key[g.h_wait[w]])
+    o = g.h_wait[w]
+    w_key = np.maximum(g.h_end[w], np.nextafter(g_key[o] + (g.g_end[o] - g.g_ts[o]), np.inf))
+    # ... and the next call on the thread starts after that wait ends, as do the ops it launches
+    nxt = np.flatnonzero(has)
+    at = np.full(n_h, -np.inf)
+    at[w] = w_key
+    bumped = nxt[at[hp[nxt]] > h_key[nxt]]
+    if len(bumped):
+        h_key[bumped] = at[hp[bumped]]
+        g_key[gl] = np.maximum(g.g_ts[gl], h_key[g.g_launch[gl]])
     keys = np.concatenate([w_key, h_key, g_key])
     kind = np.concatenate([np.zeros(len(w), np.int8), np.ones(n_h, np.int8), np.full(n_g, 2, np.int8)])
     idx = np.concatenate([w, np.arange(n_h), np.arange(n_g)]).astype(np.int64)
