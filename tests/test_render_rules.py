@@ -21,14 +21,13 @@ def _report(builder, tmp_path) -> dict:
 
 def _below_resolution(d: dict) -> Report:
     """The dataloader-stall builder's report with one item of each kind worth nothing at print resolution:
-    a fix-path step that keeps the step time (to = from), a masked finding that costs 0.2 us/step now
+    a fix-path step that keeps the step time (to = from), a finding that costs 0.2 us/step now
     (ms() prints it as "0 us"), an evidence value of 0.0, and an efficiency row of 0 TFLOP/s."""
     path = d["verdict"]["path"]
     last = path[-1]["to_us"]
     path.append({"fix": "pageable-memcpy", "from_us": last, "to_us": last - 10.0, "model": "replay"})  # 10 us off
     # a ms-rounded step: last is ~19.1 ms, so last - 10 us prints the same "19.1 ms"
     f = d["findings"][1]
-    f["masked_by"] = ["dataloader-stall"]
     f["time_lost_per_step_us"] = 0.2
     f["evidence"].append({"label": "overlapped with compute", "value": 0.0, "unit": "ms/step", "window": ""})
     d["efficiency"]["rows"][0]["tflops"] = 0.0
@@ -39,7 +38,7 @@ def _below_resolution(d: dict) -> Report:
 def test_items_below_resolution_say_none_in_every_format(fmt, tmp_path):
     rep = _below_resolution(_report(build_dataloader_stall(), tmp_path))
     out = RENDERERS[fmt][0](rep)
-    assert not re.search(r"(?<![\d.])0 us/step", out), "a masked finding's 0.2 us/step prints as '0 us/step'"
+    assert not re.search(r"(?<![\d.])0 us/step", out), "a finding's 0.2 us/step prints as '0 us/step'"
     assert not re.search(r"(?<![\d.])0 ms/step", out)
     assert not re.search(r"(?<![\d.])0 TFLOP/s", out) and "<td class=n>0</td>" not in out
     assert not re.search(r"(\d+\.\d ms) -&?g?t?;?>? ?\1", out.replace("-&gt;", "->")), (

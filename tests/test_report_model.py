@@ -82,7 +82,7 @@ def test_an_older_report_is_migrated_once_in_from_dict(tmp_path):
     some: those whose value may be null read as null ("not recorded"), one that cannot be null is refused
     with its name, and a schema-3 report that lacks a key is refused. The caller's dict is not changed."""
     d = analyze(load_trace(str(build_healthy().write(tmp_path / "t.pt.trace.json")))).to_dict()
-    assert d["schema_version"] == 3
+    assert d["schema_version"] == SCHEMA_VERSION
     old = json.loads(json.dumps(d)) | {"schema_version": 2}
     del old["trace"]["world_size"], old["trace"]["gpu"]["num_sms"]
     back = Report.from_dict(old)
@@ -90,7 +90,9 @@ def test_an_older_report_is_migrated_once_in_from_dict(tmp_path):
     assert "world_size" not in old["trace"]  # migrated on a copy
     assert back.to_dict()["trace"]["world_size"] is None and back.schema_version == 2
     with pytest.raises(ValueError, match="world_size|num_sms"):
-        Report.from_dict(old | {"schema_version": 3})
+        Report.from_dict(old | {"schema_version": 3})  # keys required from schema 3 on
+    with pytest.raises(ValueError, match="world_size|num_sms"):
+        Report.from_dict(old | {"schema_version": SCHEMA_VERSION})
     del old["trace"]["gpu"]["rocm"]  # a flag: null would be a third value
     with pytest.raises(ValueError, match="rocm"):
         Report.from_dict(old)

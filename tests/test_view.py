@@ -3,7 +3,6 @@ words, and each format prints every kind of block with its own escaping."""
 
 from __future__ import annotations
 
-import dataclasses
 
 import msgspec
 import pytest
@@ -12,7 +11,15 @@ from test_injection import PAYLOAD, hostile_report, poisoned  # noqa: F401 (host
 from traceinspect.findings import Failure
 from traceinspect.render import html, markdown, text, view
 from traceinspect.render.view import C, Chart, Evidence, Figures, Item, Items, KeyValue, Para, Section, Sub, T, Table
-from traceinspect.sections import CrossRank, Efficiency, RankAlignment, RankSummary, ShapeRow, TimelineSample
+from traceinspect.sections import (
+    CrossRank,
+    Efficiency,
+    RankAlignment,
+    RankSummary,
+    Rediagnosed,
+    ShapeRow,
+    TimelineSample,
+)
 
 
 def _pieces(sec: Section):
@@ -56,7 +63,21 @@ def test_report_text_is_carried_as_untrusted(hostile_report):  # noqa: F811
         hostile_report,
         failures=[Failure(code="TI999", name="a-detector", error="it crashed")],
         warnings=["a warning"],
-        findings=list(hostile_report.findings) + [dataclasses.replace(f0, masked_by=("launch-bound",))],
+        verdict=msgspec.structs.replace(
+            hostile_report.verdict,
+            rediagnosed=[
+                Rediagnosed(
+                    fix=f0.name,
+                    present="below threshold",
+                    reason=f0.title,
+                    after=["host-bound"],
+                    from_us=10.0,
+                    to_us=9.0,
+                    saved_per_step_us=1.0,
+                    share_of_predicted=0.1,
+                )
+            ],
+        ),
         ranks=[
             RankSummary(
                 rank=r,

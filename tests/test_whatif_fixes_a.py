@@ -25,9 +25,13 @@ def _median(tr) -> float:
     return float(tr.steps["dur_us"].median())
 
 
+# busy-time causes whose cost now is the replay of faster kernels (whatif.engine.step_saving)
+COSTED_BY_REPLAY = ("fp32-gemm", "padding-waste")
+
+
 def _check(tmp_path, name, before_t, after_t, per: int = 1, tol: float = 0.02):
     """The replay of `name` on the before run lands within tol of the fixed run (per original batch),
-    and closer than subtraction of the finding's time lost."""
+    and closer than subtraction of the finding's time lost (the same, for a cause costed by the replay)."""
     before, after = _load(before_t, tmp_path, "before"), _load(after_t, tmp_path, "after")
     np.testing.assert_allclose(replay(build(before)).step_us, before.steps["dur_us"].to_numpy(), rtol=1e-6)
     rep = analyze(before)
@@ -36,7 +40,10 @@ def _check(tmp_path, name, before_t, after_t, per: int = 1, tol: float = 0.02):
     truth = _median(after) / per
     sub = projected_step(_median(before), f.time_lost_per_step_us)
     assert abs(pred.median_us - truth) / truth < tol, (pred.median_us, truth, pred.models)
-    assert abs(pred.median_us - truth) < 0.5 * abs(sub - truth), (pred.median_us, sub, truth)
+    if name in COSTED_BY_REPLAY:  # the finding's cost now is this replay: subtracting it gives the same step
+        assert sub == pytest.approx(pred.median_us, abs=1.0), (pred.median_us, sub)
+    else:
+        assert abs(pred.median_us - truth) < 0.5 * abs(sub - truth), (pred.median_us, sub, truth)
     return rep, pred, truth
 
 

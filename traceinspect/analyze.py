@@ -81,7 +81,6 @@ UNEXPLAINED_MAX_FRAC = 0.10  # more unexplained GPU idle than this (of the step)
 # verdict says which, so a per-step loss is never read against a typical step it does not describe.
 SKEWED_MEAN_RATIO = 1.10
 SLOW_STEP_RATIO = 1.5  # a step this much above the median step is a slow step
-UNEXPLAINED = "unexplained"  # masked_by entry when no finding explains the GPU idle that hides a cause
 
 # the detector that claims each idle part (the account says why a part stayed unexplained)
 PART_OWNER = claims.PART_OWNER  # facts/claims.py resolves who claims what
@@ -92,17 +91,10 @@ def rank_score(f: Finding) -> float:
 
 
 def rank(findings: list[Finding]) -> list[Finding]:
-    """Mark latent causes masked by the active ones that keep the GPU waiting, then order: active causes
-    by confidence-weighted time lost, then the masked ones (next bottlenecks) by their projected cost."""
-
-    def is_latent(f: Finding) -> bool:
-        return f.projected_lost_us is not None  # detectors set it only for a cause off the critical path
-
-    active = sorted((f for f in findings if not is_latent(f)), key=lambda f: (-rank_score(f), f.code))
-    maskers = tuple(f.name for f in active if f.idle_claims_us and f.time_lost_us > 0)
-    latent = [dataclasses.replace(f, masked_by=maskers or (UNEXPLAINED,)) for f in findings if is_latent(f)]
-    latent.sort(key=lambda f: (-(f.projected_lost_us or 0.0) * CONFIDENCE_WEIGHT.get(f.confidence, 0.5), f.code))
-    return active + latent
+    """Order the findings by confidence-weighted time lost now. A cause off the critical path now is
+    not ranked on what it would cost later: the re-diagnosis of the predicted run says that
+    (_rediagnose, next bottlenecks)."""
+    return sorted(findings, key=lambda f: (-rank_score(f), f.code))
 
 
 def _memory(trace: Trace, findings: list[Finding]) -> Memory:
@@ -116,7 +108,11 @@ def _memory(trace: Trace, findings: list[Finding]) -> Memory:
 
 def detector_context(trace: Trace) -> Context:
     """The facts detectors share, with the run's batch plan (sized by the replay, whatif/batch.py)."""
-    return Context.of(trace, batch_plan=lambda: whatif_batch.batch_plan(trace))
+    return Context.of(
+        trace,
+        batch_plan=lambda: whatif_batch.batch_plan(trace),
+        replayed_saving=lambda kin, delta: whatif.step_saving(trace, kin, delta),
+    )
 
 
 def run_detectors(
@@ -358,7 +354,7 @@ def _account(trace: Trace, findings: list[Finding], skipped: list[Skipped], brea
     left = dict(idle_by)
     parts = []
     for f in findings:
-        if f.masked_by or not f.idle_claims_us:
+        if not f.idle_claims_us:
             continue
         us = sum(f.idle_claims_us.values())
         for p, v in f.idle_claims_us.items():
@@ -394,7 +390,7 @@ def _account(trace: Trace, findings: list[Finding], skipped: list[Skipped], brea
                 )
             )
     reasons.sort(key=lambda r: -r.us)
-    per_step = _account_per_step(trace, [f for f in findings if not f.masked_by and f.idle_claims_us], artifact_steps)
+    per_step = _account_per_step(trace, [f for f in findings if f.idle_claims_us], artifact_steps)
     busy_causes = [
         BusyCause(
             name=f.name,
@@ -403,7 +399,7 @@ def _account(trace: Trace, findings: list[Finding], skipped: list[Skipped], brea
             per_step_us=(f.time_lost_us - sum(f.idle_claims_us.values())) / n,
         )
         for f in findings
-        if not f.masked_by and f.time_lost_us - sum(f.idle_claims_us.values()) > 1e-6
+        if f.time_lost_us - sum(f.idle_claims_us.values()) > 1e-6
     ]
     return Account(
         idle_us=idle,
@@ -570,8 +566,7 @@ def _verdict(
     account = account or Account()
     median = float(st["dur_us"].median())
     unexpl = float(account.get("unexplained_frac_of_step", 0.0))
-    causes = [f for f in findings if not f.masked_by and f.time_lost_us > 0 and f.time_lost_frac >= VERDICT_MIN_FRAC]
-    latent = [f for f in findings if f.masked_by]
+    causes = [f for f in findings if f.time_lost_us > 0 and f.time_lost_frac >= VERDICT_MIN_FRAC]
     arts = [a for a in account.get("artifacts", []) if a.frac_of_step >= 0.005]
     art_frac = sum(a.frac_of_step for a in arts)
     cannot = f"{100 * art_frac:.0f}% of the step is GPU idle time this trace cannot attribute: " + "; ".join(
@@ -581,7 +576,6 @@ def _verdict(
         "median_step_us": median,
         "unexplained_frac_of_step": unexpl,
         "explained_frac_of_idle": account.get("explained_frac_of_idle"),
-        "next_bottlenecks": [f.name for f in latent],
     }
     if not causes:
         if not trace.has_gpu and trace.meta.devices:  # a GPU is named: its events are absent or lost
@@ -610,8 +604,6 @@ def _verdict(
             )
         else:
             headline = "No significant slowdown found in the analysed steps."
-        if latent and trace.has_gpu:
-            headline += " Next bottleneck once the GPU is the limit: " + ", ".join(f.name for f in latent[:3]) + "."
         return Verdict(top=None, headline=headline, **base)
     top = causes[0]
     fixable = [top] + [f for f in causes[1:] if f.confidence != "low"][:2]
@@ -627,7 +619,7 @@ def _verdict(
     expected = path[-1].to_us
     if rediagnosed:
         base["rediagnosed"] = rediagnosed
-        base["next_bottlenecks"] = list(dict.fromkeys(base["next_bottlenecks"] + [r.fix for r in rediagnosed]))
+        base["next_bottlenecks"] = [r.fix for r in rediagnosed]
     return Verdict(
         **base,
         top=top.name,
@@ -725,9 +717,7 @@ def _fix_path(
             identity=whatif.identity(trace),
             speed_of_light=sol,
             saved_alone_per_step_us={
-                f.name: median - whatif.alone(trace, findings, f.name).median_us
-                for f in findings
-                if f.name in known and not f.masked_by
+                f.name: median - whatif.alone(trace, findings, f.name).median_us for f in findings if f.name in known
             },
         )
     return path, models, extra, _rediagnose(findings, skipped, tuple(done), replayed) if known else []
@@ -738,14 +728,15 @@ NEXT_MIN_FRAC = 0.03  # a cause asked again after the path is a next bottleneck 
 
 def _rediagnose(findings: list[Finding], skipped: Sequence[Skipped], done: tuple, replayed) -> list[Rediagnosed]:
     """Next bottlenecks as a re-diagnosis of the predicted run: after the path's replayed fixes, each
-    cause present now that is not on the path (a masked finding, or a detector that saw its signature
-    and declined it as below threshold) is replayed once more on top; those whose fix would then save at
-    least NEXT_MIN_FRAC of that predicted step are listed, largest first. The cost is the replay's: GPU
-    time and launches alike (eager attention in a launch-bound run)."""
+    cause present now that is not on the path (a finding ranked below it, or a detector that saw its
+    signature and declined it: below threshold, or off the critical path now) is replayed once more on
+    top; those whose fix would then save at least NEXT_MIN_FRAC of that predicted step are listed,
+    largest first. The cost is the replay's: GPU time and launches alike (eager attention in a
+    launch-bound run). The one mechanism for what a cause costs later: no detector estimates it."""
     if not done:
         return []
     known = whatif.transforms()
-    cands = {f.name: ("masked", f.title) for f in findings if f.masked_by and f.name in known and f.name not in done}
+    cands = {f.name: ("reported", f.title) for f in findings if f.name in known and f.name not in done}
     for s in skipped:
         if s.checked and s.name in known and s.name not in done and s.name not in cands:
             cands[s.name] = ("below threshold", s.reason)

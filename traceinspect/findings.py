@@ -42,10 +42,6 @@ class Finding:
     # GPU idle time (us over the window) this finding claims, per timeline idle part ("idle_cpu": ...).
     # Part of time_lost_us; the explained-time account adds these up. Empty for busy-time causes.
     idle_claims_us: dict[str, float] = field(default_factory=dict)
-    # Set when the cause is present but not on the critical path now (a latent cause): the active
-    # findings that hide it, and its cost once they are fixed. time_lost_us is then its cost now.
-    masked_by: tuple[str, ...] = ()
-    projected_lost_us: float | None = None
     # transient, not serialised: part -> (starts, ends, factor), the claimed idle intervals (scaled by
     # factor <= 1), so the account can split each claim per step
     claim_sets: dict = field(default_factory=dict, repr=False, compare=False)
@@ -54,30 +50,22 @@ class Finding:
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "claim_sets"}
         d["evidence"] = [asdict(e) for e in self.evidence]
         d["events"] = [asdict(e) for e in self.events]
-        d["masked_by"] = list(self.masked_by)
         d["idle_claims_us"] = dict(self.idle_claims_us)
         return d
-
-    @property
-    def masked(self) -> bool:
-        return bool(self.masked_by)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Finding":
         d = dict(d)
         d["evidence"] = tuple(Evidence(**e) for e in d.get("evidence", ()))
         d["events"] = tuple(EventRef(**e) for e in d.get("events", ()))
-        # the issue-13 fields, tolerant of reports saved before them (absent) and of malformed values
-        mb = d.get("masked_by")
-        d["masked_by"] = tuple(str(x) for x in mb) if isinstance(mb, (list, tuple)) else ()
+        # tolerant of reports saved before idle_claims_us (absent) and of malformed values; the schema-2/3
+        # keys masked_by and projected_lost_us (a detector's own later-cost rule, gone in schema 4) drop
         ic = d.get("idle_claims_us")
         d["idle_claims_us"] = (
             {str(k): float(v) for k, v in ic.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
             if isinstance(ic, dict)
             else {}
         )
-        pl = d.get("projected_lost_us")
-        d["projected_lost_us"] = float(pl) if isinstance(pl, (int, float)) and not isinstance(pl, bool) else None
         d.pop("claim_sets", None)
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in d.items() if k in known})
@@ -110,7 +98,5 @@ class Failure:
 
 def numbered(findings) -> list[tuple[int, Finding]]:
     """The one numbering every output uses for a report's findings (text, Markdown, HTML, annotate's
-    tracks): the active findings first, 1..n in rank order, then the masked ones (next bottlenecks),
-    n+1.. in rank order."""
-    active = [f for f in findings if not f.masked_by]
-    return list(enumerate(active + [f for f in findings if f.masked_by], 1))
+    tracks): 1..n in rank order."""
+    return list(enumerate(findings, 1))

@@ -57,8 +57,11 @@ from .sections import (  # noqa: F401 (re-exported: the report model's sections)
 )
 
 # 2: findings ranked by confidence-weighted time lost; account, masked_by, idle claims. 3: the keys every
-# report of this version writes are required (a section's rows whole; see _migrate for older reports)
-SCHEMA_VERSION = 3
+# report of this version writes are required (a section's rows whole; see _migrate for older reports).
+# 4: the finding keys masked_by and projected_lost_us are gone (what a cause costs once other fixes are in
+# is the verdict's re-diagnosis, by replay); verdict.next_bottlenecks names the re-diagnosed causes
+SCHEMA_VERSION = 4
+KEYS_REQUIRED_SINCE = 3  # reports of older versions may lack keys: _migrate
 
 
 def severity(frac: float) -> str:
@@ -157,7 +160,7 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
         # a section written as null reads as absent, as {} does
         d = {k: v for k, v in d.items() if not (v is None and k in SECTIONS)}
         v = d.get("schema_version")
-        if isinstance(v, int) and not isinstance(v, bool) and v < SCHEMA_VERSION:
+        if isinstance(v, int) and not isinstance(v, bool) and v < KEYS_REQUIRED_SINCE:
             d = _migrate(d)
         try:
             r = msgspec.convert(d, cls)

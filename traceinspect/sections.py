@@ -214,11 +214,11 @@ class FixStep(Section, frozen=True, kw_only=True):
 
 class Rediagnosed(Section, frozen=True, kw_only=True):
     """A cause asked again in the predicted run (docs/whatif.md, "Next bottlenecks"): present now (a
-    masked finding, or a detector's signature below its threshold), what the replay of its fix saves
-    once the verdict's replayed fixes (`after`) are in."""
+    finding not on the fix path, or a detector's signature below its threshold), what the replay of its
+    fix saves once the verdict's replayed fixes (`after`) are in."""
 
     fix: str
-    present: str  # "masked" (a finding) | "below threshold" (the detector declined it)
+    present: str  # "reported" (a finding not on the path) | "below threshold" (the detector declined it)
     reason: str  # the finding's title, or the detector's reason for declining now
     after: list[str]  # the replayed fixes of the verdict's path it is asked after
     from_us: Num  # median step of the replay with `after`
@@ -290,7 +290,7 @@ class Verdict(Section, frozen=True, kw_only=True):
     median_step_us: Union[Num, None, _U] = UNSET
     unexplained_frac_of_step: Union[Num, _U] = UNSET
     explained_frac_of_idle: Union[Num, None, _U] = UNSET
-    next_bottlenecks: Union[list[str], _U] = UNSET  # latent causes, hidden by the active ones
+    next_bottlenecks: Union[list[str], _U] = UNSET  # the re-diagnosed causes' names (rediagnosed)
     rediagnosed: Union[list[Rediagnosed], _U] = UNSET  # causes that would cost >= 3% once the path is fixed
     top_per_step_us: Union[Num, None, _U] = UNSET  # only with a named cause
     top_frac: Union[Num, None, _U] = UNSET  # only with a named cause

@@ -50,15 +50,32 @@ class Context:
     window_us: float  # sum of analysed step durations
     # the run's batch plan (whatif/batch.py, a layer above): given by analyze, called only when needed
     batch_plan: Callable[[], Any] | None = None
+    # (kernels, per-kernel GPU saving) -> (step time given back over the window, its share of the saving):
+    # the replay's (whatif.engine.step_saving, a layer above), given by analyze
+    replayed_saving: Callable[[pd.DataFrame, np.ndarray], tuple[float, float]] | None = None
 
     @staticmethod
-    def of(trace: Trace, batch_plan: Callable[[], Any] | None = None) -> "Context":
+    def of(
+        trace: Trace,
+        batch_plan: Callable[[], Any] | None = None,
+        replayed_saving: Callable[[pd.DataFrame, np.ndarray], tuple[float, float]] | None = None,
+    ) -> "Context":
         return Context(
             framework=detect_framework(trace),
             n_steps=len(trace.steps),
             window_us=trace.window_us,
             batch_plan=batch_plan,
+            replayed_saving=replayed_saving,
         )
+
+    def step_saving(self, kin: pd.DataFrame, delta: np.ndarray) -> tuple[float, float]:
+        """What the per-kernel GPU savings `delta` of the kernels `kin` give back as step time over the
+        window, and its share of their sum: the replay's. A Context built without the replay (a detector
+        run on its own) counts the GPU saving whole."""
+        if self.replayed_saving is not None:
+            return self.replayed_saving(kin, delta)
+        total = float(np.sum(delta))
+        return total, 1.0 if total > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -131,13 +148,12 @@ class Detector:
         events: Iterable[EventRef] = (),
         upper_bound: bool = False,
         idle_claims: dict | None = None,
-        projected_lost_us: float | None = None,
     ) -> Finding:
         """idle_claims: the GPU idle time, per timeline idle part, that time_lost_us consists of (the
         explained-time account adds these up, so they must not overlap another detector's claim): per
         part, the claimed interval set, or (set, factor) when only a share factor <= 1 of it is claimed.
-        projected_lost_us: the cost once the GPU is the bottleneck, when it differs from the cost now
-        (analyze marks the finding masked, by the active causes that keep the GPU waiting)."""
+        time_lost_us is the cost now; what a cause would cost once other fixes are in is the re-diagnosis's
+        (a replay, analyze._rediagnose), never a detector's own estimate."""
         lost = float(max(0.0, min(time_lost_us, ctx.window_us)))  # never more than the window
         sets = {}
         undeclared = set(idle_claims or {}) - set(self.claims_parts)
@@ -156,7 +172,6 @@ class Detector:
             k = lost / total
             claims = {p: v * k for p, v in claims.items()}
             sets = {p: (s, e, f * k) for p, (s, e, f) in sets.items()}
-        proj = None if projected_lost_us is None else float(max(0.0, min(projected_lost_us, ctx.window_us)))
         return Finding(
             code=self.code,
             name=self.name,
@@ -170,7 +185,6 @@ class Detector:
             events=tuple(events),
             upper_bound=upper_bound,
             idle_claims_us=claims,
-            projected_lost_us=proj,
             claim_sets={p: sets[p] for p in claims},
         )
 

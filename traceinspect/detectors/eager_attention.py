@@ -8,7 +8,6 @@ import numpy as np
 import pandas as pd
 
 from ..facts import kernels as K
-from ..facts.critical_path import on_critical_path
 from ..findings import Evidence
 from ..trace import intervals as iv
 from ..trace.tables import name_flags
@@ -47,9 +46,9 @@ class EagerAttention(Detector):
         fused time = `fused_gemm_fraction` (0.5) x the time of those bmm kernels. The fused kernel
         does the same matmul FLOPs on tensor cores without writing the L x L scores, and the eager
         bmms with a head dimension of 64-128 are themselves memory-bound on that score matrix, so a
-        fused kernel typically takes a fraction of their time. That GPU-time saving counts as wall
-        time only where the GPU is on the critical path (its busy run ends with the host waiting
-        in a synchronising call, or at the end of the window; see fp32-gemm). A point estimate; the
+        fused kernel typically takes a fraction of their time. What that GPU-time saving gives
+        back as step time is the replay's, as for fp32-gemm: nothing where the GPU waits on the
+        host, up to what the host waited where it waits on the GPU. A point estimate; the
         second bmm of each backward matmul pair falls outside the block, so it errs low.
 
     How to fix
@@ -171,14 +170,14 @@ class EagerAttention(Detector):
             return
         # per kernel: the bmm keeps fused_gemm_fraction of its time, everything else in the block goes
         delta = np.where(is_gemm, (1.0 - self.fused_gemm_fraction) * dur, dur)[in_block]
-        lost, critical = on_critical_path(trace, k[in_block], delta)
+        lost, critical = ctx.step_saving(k[in_block], delta)
         # The host is the bottleneck when most of the GPU saving is off the critical path: then the
-        # block's extra launches (one fused kernel per call replaces them) cost host time now, and the
-        # GPU saving is what the fix is worth once the host keeps up (a masked cause).
+        # block's extra launches (one fused kernel per call replaces them) cost host time now. What the
+        # GPU saving is worth once the host keeps up is the re-diagnosis's replay (next bottlenecks).
         extra = int(in_block.sum()) - n_calls
         spacing = _launch_spacing(k)
-        masked = lost < 0.5 * gpu_saving
-        launch_cost = max(extra, 0) * spacing if masked else 0.0
+        host_limited = lost < 0.5 * gpu_saving
+        launch_cost = max(extra, 0) * spacing if host_limited else 0.0
         lost_now = min(lost + launch_cost, gpu_saving + launch_cost)
         n_fwd = sum(1 for s in attn if str(names[s]) in _SOFTMAX_FWD)
         shapes = _shape_summary(trace, ops, [s for s in attn if str(names[s]) in _SOFTMAX_FWD][:64])
@@ -221,13 +220,13 @@ class EagerAttention(Detector):
                 window=win,
             ),
             Evidence(
-                label="share of the eager attention time on the critical path (host waiting on the GPU)",
+                label="share of that GPU saving the replay gives back as step time (the host waits on the GPU)",
                 value=round(100 * critical, 1),
                 unit="%",
                 window=win,
             ),
         ]
-        if masked:
+        if host_limited:
             ev.append(
                 Evidence(
                     label="extra kernel launches of the eager blocks (a fused kernel launches one per call)",
@@ -283,10 +282,10 @@ class EagerAttention(Detector):
             f"{fmt_us(block_us / n)} per step, {pct(block_us / compute_us)} of GPU kernel time; "
             f"a fused kernel would save ~{fmt_us(lost_now / n)} per step"
         )
-        if masked:
+        if host_limited:
             title += (
-                f" now ({extra / n:.0f} extra launches per step), and ~{fmt_us(gpu_saving / n)} of GPU time "
-                "once the host keeps up"
+                f" now, in its {extra / n:.0f} extra launches per step: the replay gives back only {pct(critical)} "
+                f"of its {fmt_us(gpu_saving / n)} of GPU saving per step as step time"
             )
         yield self.finding(
             ctx,
@@ -294,7 +293,6 @@ class EagerAttention(Detector):
             time_lost_us=lost_now,
             confidence=conf,
             evidence=ev,
-            projected_lost_us=gpu_saving if masked else None,
             fix=_fix(ctx.framework, math_sdpa > 0).rstrip(".") + current(trace, "attn_implementation") + ".",
             events=events_from(k[in_block & (kind == K.SOFTMAX)], trace, "kernel"),
         )

@@ -9,7 +9,6 @@ import numpy as np
 import pandas as pd
 
 from ..facts import kernels as K
-from ..facts.critical_path import on_critical_path
 from ..facts.device import primary_kernels
 from ..findings import Evidence
 from ..trace.hardware import KNOWN, peaks_for
@@ -51,13 +50,13 @@ class Fp32Gemm(Detector):
         share of their peak than SIMT GEMMs do of theirs, and mixed precision keeps some work in
         fp32, so the peak ratio (8x on V100, 16x on A100/H100) is scaled by `efficiency` (0.5) and
         capped at `max_speedup` (4x), in line with the up-to-3x end-to-end speedups NVIDIA's
-        mixed-precision guide reports for convnets and transformers. That GPU-time saving is then put on the critical path: the
-        GPU works in busy runs separated by idle gaps; a run that ends because the host had nothing
-        queued (launch overhead, DataLoader, other CPU work) gains no wall time from faster kernels
-        (the gap just grows), while a run that ends with the host blocked in a synchronising call
-        waiting for it, or at the end of the window, finishes earlier by its kernels' savings (at
-        most by how long the host had waited). Time lost is that wall-time saving; the GPU-time
-        saving, which a host-bound run only gets once its host side is fixed, is given as evidence
+        mixed-precision guide reports for convnets and transformers. What that GPU-time saving gives
+        back as step time is the replay's (docs/whatif.md): the kernels run faster in a copy of the
+        trace's dependency graph, which is replayed. Where the GPU waits on the host (launch
+        overhead, DataLoader, other CPU work) faster kernels give back nothing (the idle gaps just
+        grow); where the host waits on the GPU in a synchronising call they give back up to what it
+        waited. Time lost is that wall-time saving; the GPU-time saving, which a host-bound run only
+        gets once its host side is fixed (the re-diagnosis, next bottlenecks), is given as evidence
         and decides whether the detector fires. A point estimate, not an upper bound; without
         deviceProperties the architecture comes from kernel-name prefixes (`volta_` = sm70) and
         confidence is low.
@@ -170,7 +169,7 @@ class Fp32Gemm(Detector):
                 f"{100 * self.min_saving_frac:g}% threshold"
             )
             return
-        lost, critical = on_critical_path(trace, kin[sel], delta)
+        lost, critical = ctx.step_saving(kin[sel], delta)
         conv_us = float(dur[sel & (kind == K.CONV)].sum())
         gemm_us = fp32_us - conv_us
         n = ctx.n_steps or 1
@@ -192,7 +191,7 @@ class Fp32Gemm(Detector):
                 window=win,
             ),
             Evidence(
-                label="share of that time on the critical path (host waiting on the GPU)",
+                label="share of that time the replay gives back as step time (the host waits on the GPU)",
                 value=round(100 * critical, 1),
                 unit="%",
                 window=win,
@@ -239,8 +238,8 @@ class Fp32Gemm(Detector):
             title = (
                 f"{pct(share)} of GPU compute ({fmt_us(fp32_us / n)} per step) is fp32 {what} on {hw['simt']} "
                 f"of a {hw['short']} with {hw['tc_label']}: tensor cores would save {fmt_us(gpu_saving / n)} of "
-                f"GPU time per step, but only {pct(critical)} of their time is on the critical path (after it the GPU waits "
-                f"on the host), so ~{fmt_us(lost / n)} per step now"
+                f"GPU time per step, but the replay gives back only {pct(critical)} of it as step time (the GPU then "
+                f"waits on the host), so ~{fmt_us(lost / n)} per step now"
             )
         yield self.finding(
             ctx,
@@ -250,7 +249,6 @@ class Fp32Gemm(Detector):
             evidence=ev,
             fix=_fix(ctx.framework, hw, amp_on),
             events=events_from(kin[sel], trace, "kernel"),
-            projected_lost_us=gpu_saving if lost < 0.5 * gpu_saving else None,
         )
 
     def speedup(self, hw: dict) -> float:
@@ -279,7 +277,7 @@ class Fp32Gemm(Detector):
 
     def claims(self, trace, ctx, finding):
         # the fp32 kernels themselves (this finding claims no idle time); each carries a share of time lost
-        # proportional to the GPU time it would save (its duration), as on_critical_path() adds them up
+        # proportional to the GPU time it would save (its duration)
         k = primary_kernels(trace)
         hw = _hardware(trace, k["name"])
         picked = self._select(trace, hw) if hw else None

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..facts import kernels as K
-from ..facts.critical_path import on_critical_path
 from ..findings import Evidence
 from ..trace import intervals as iv
 from ..trace.tables import name_flags
@@ -51,8 +50,8 @@ class PaddingWaste(Detector):
         only (c) the real token count is unknown: p is assumed from the batch size B as
         (B - 1) / (2B) (lengths spread evenly up to the batch's longest) or 1/2 for a pinned max
         length, the confidence is low and the estimate is flagged as an upper bound of a range
-        starting at 0; capture with traceinspect's helpers to measure it. The GPU time on pad tokens
-        counts as wall time only where the GPU is on the critical path (see fp32-gemm).
+        starting at 0; capture with traceinspect's helpers to measure it. What the GPU time on pad tokens
+        gives back as step time is the replay's (see fp32-gemm).
 
     How to fix
         HF Trainer / TRL:
@@ -217,6 +216,9 @@ class PaddingWaste(Detector):
                 ]
             else:
                 return
+        # the share the finding states (its evidence, to the digit printed) is the one the cost and the
+        # transformation both use, so that the replay of the fix is the finding's cost
+        share = round(share, 2) if upper else round(share, 3)
         if share < self.min_share:
             yield self.declined(
                 f"padding measured or assumed at {100 * share:.1f}% of the tokens, below the "
@@ -236,7 +238,7 @@ class PaddingWaste(Detector):
         per_token = np.ones(len(kin), dtype=bool)
         if unpadded_attention:
             per_token = K.classify(kin["name"])["kind"].to_numpy() != K.ATTENTION
-        lost, critical = on_critical_path(trace, kin[per_token], share * kin["dur_us"].to_numpy()[per_token])
+        lost, critical = ctx.step_saving(kin[per_token], share * kin["dur_us"].to_numpy()[per_token])
         ev += [
             Evidence(
                 label="GPU time of token-proportional kernels",
@@ -248,7 +250,7 @@ class PaddingWaste(Detector):
                 label="GPU time spent on pad tokens", value=round(gpu_saving / n / 1e3, 2), unit="ms/step", window=win
             ),
             Evidence(
-                label="share of it on the critical path (host waiting on the GPU)",
+                label="share of it the replay gives back as step time (the host waits on the GPU)",
                 value=round(100 * critical, 1),
                 unit="%",
                 window=win,
@@ -274,7 +276,6 @@ class PaddingWaste(Detector):
             evidence=ev,
             fix=_fix(ctx.framework),
             upper_bound=upper,
-            projected_lost_us=gpu_saving if lost < 0.5 * gpu_saving else None,
             events=events_from(kin, trace, "kernel"),
         )
 

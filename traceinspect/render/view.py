@@ -320,64 +320,34 @@ def account(report) -> Section | None:
 
 
 def next_bottlenecks(report) -> Section | None:
-    """Causes present now but masked: asked again in the predicted run (the re-diagnosis), and the
-    findings hidden behind the active ones, with their cost now and once those are fixed."""
-    latent = [(i, f) for i, f in numbered(report.findings) if f.masked_by]
+    """Causes present now and not on the fix path, asked again in the predicted run (the re-diagnosis,
+    analyze._rediagnose): what each would save once the path's fixes are in, by the replay."""
     again = rediagnosed(report)
-    if not latent and not again:
+    if not again:
         return None
-    blocks: list = []
-    if again:
-        blocks.append(
-            Items(
-                tuple(
-                    Item(
-                        (
-                            C(r.fix),
-                            " (",
-                            T(r.present),
-                            " now): ",
-                            T(rediagnosed_head(r)),
-                            " its fix would save ",
-                            per_step(r.saved_per_step_us),
-                            " (",
-                            pct(r.share_of_predicted),
-                            " of that step) (replay)",
-                        ),
-                        ("now: ", T(r.reason)) if r.reason else (),
-                    )
-                    for r in again
+    blocks: list = [
+        Items(
+            tuple(
+                Item(
+                    (
+                        C(r.fix),
+                        " (",
+                        T(r.present),
+                        " now): ",
+                        T(rediagnosed_head(r)),
+                        " its fix would save ",
+                        per_step(r.saved_per_step_us),
+                        " (",
+                        pct(r.share_of_predicted),
+                        " of that step) (replay)",
+                    ),
+                    ("now: ", T(r.reason)) if r.reason else (),
                 )
+                for r in again
             )
         )
-    if latent:
-        c = num(known(report.steps.count))
-        n = int(c) if c is not None and 1 <= c < 1e12 else 1
-        rows = tuple(
-            Row(
-                (
-                    (count(i),),
-                    (C(f.name),),
-                    (lost(f.time_lost_per_step_us),),
-                    (ms((num(f.projected_lost_us) or 0.0) / n),),
-                    codes(f.masked_by),
-                    (T(sev(f)),),
-                    (T(f.confidence),),
-                )
-            )
-            for i, f in latent
-        )
-        head = ("#", "finding", "lost per step now", "once fixed", "masked by", "severity", "confidence")
-        blocks.append(Table(head, rows, (0, 2, 3), narrow=(0, 1, 2, 3, 5, 6, 4)))
-        blocks.append(
-            Items(
-                tuple(
-                    Item((count(i), ". ", C(f.name), " (", T(f.code), "): ", T(f.title)), ("Fix: ", T(f.fix)))
-                    for i, f in latent
-                )
-            )
-        )
-    return Section("next-bottlenecks", ("Next bottlenecks (present, masked now)",), tuple(blocks))
+    ]
+    return Section("next-bottlenecks", ("Next bottlenecks (the predicted run, diagnosed again)",), tuple(blocks))
 
 
 def top_kernels(report) -> Section | None:
@@ -597,7 +567,7 @@ def timeline(report) -> Section | None:
 
 
 def findings(report) -> Section:
-    active = [(i, f) for i, f in numbered(report.findings) if not f.masked_by]
+    active = numbered(report.findings)
     if not active:
         return Section("findings", ("Findings",), (Para(("No findings.",)),))
     summary = Table(

@@ -379,3 +379,35 @@ def summary(trace: Trace, findings: list[Finding], fixes: tuple[str, ...]) -> Wh
         speed_of_light=speed_of_light(trace),
         notes=list(p.notes),
     )
+
+
+def step_saving(trace: Trace, kin: pd.DataFrame, delta: np.ndarray) -> tuple[float, float]:
+    """Wall time over the analysed steps that the per-kernel savings `delta` give back, and that time's
+    share of the GPU time saved (`delta`'s sum).
+
+    The model is the replay (docs/whatif.md): on a copy of the measured graph each kernel of `kin` runs
+    its duration less its saving, the graph is replayed and held at the GPU work it keeps, exactly as a
+    fix's what-if is, and the saving is the measured window less the replayed one. Faster kernels give
+    back wall time only where the host waits on them: a step in which the GPU waits for the host (launch
+    overhead, the DataLoader, other CPU work) gains nothing (the idle gaps just grow), one that ends with
+    the host blocked in a synchronising call gains up to what it waited. Without a replay graph (no
+    analysed step, no kernel of `kin` in it) the GPU saving counts whole. The cost now of fp32-gemm,
+    eager-attention and padding-waste (given to them by analyze, in Context.step_saving)."""
+    total = float(np.sum(delta))
+    if total <= 0.0 or not len(kin):
+        return 0.0, 0.0
+    base = graph_of(trace)
+    node = base.kernel_nodes(kin.index.to_numpy()) if len(base.markers) > 1 else np.zeros(0, dtype=np.int64)
+    ok = node >= 0
+    if not ok.any():
+        return total, 1.0
+    dur = kin["dur_us"].to_numpy(float)[ok]
+    keep = np.where(
+        dur > 0, np.clip(1.0 - np.asarray(delta, dtype=float)[ok] / np.where(dur > 0, dur, 1.0), 0.0, 1.0), 1.0
+    )
+    g = base.copy()
+    g.g_dur[node[ok]] *= keep
+    before = float(hold(base, identity_replay(trace))[0].sum())
+    after = float(hold(g, replay(g))[0].sum())
+    saved = float(np.clip(before - after, 0.0, total))
+    return saved, saved / total

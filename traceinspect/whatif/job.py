@@ -62,7 +62,7 @@ def rank_summary(trace: Trace, findings: list[Finding], fixes: tuple[str, ...] |
     origin = trace.meta.clock_origin_us
     if fixes is None:
         known = transforms()
-        causes = [f.name for f in findings if f.name in known and not f.masked_by and f.time_lost_us > 0]
+        causes = [f.name for f in findings if f.name in known and f.time_lost_us > 0]
         variants = {c: (c,) for c in causes[:MAX_FIXES]}
     else:
         variants = {"+".join(fixes): tuple(fixes)} if fixes else {}
