@@ -728,9 +728,9 @@ NEXT_MIN_FRAC = 0.03  # a cause asked again after the path is a next bottleneck 
 
 def _rediagnose(findings: list[Finding], skipped: Sequence[Skipped], done: tuple, replayed) -> list[Rediagnosed]:
     """Next bottlenecks as a re-diagnosis of the predicted run: after the path's replayed fixes, each
-    cause present now that is not on the path (a finding ranked below it, or a detector that saw its
-    signature and declined it: below threshold, or off the critical path now) is replayed once more on
-    top; those whose fix would then save at least NEXT_MIN_FRAC of that predicted step are listed,
+    cause present now that is not on the path (a finding not on it: one whose GPU saving is off the
+    critical path now, or one ranked below it; or a detector that saw its signature and declined it as
+    below threshold) is replayed once more on top; those whose fix would then save at least NEXT_MIN_FRAC of that predicted step are listed,
     largest first. The cost is the replay's: GPU time and launches alike (eager attention in a
     launch-bound run). The one mechanism for what a cause costs later: no detector estimates it."""
     if not done:

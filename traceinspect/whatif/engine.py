@@ -21,7 +21,7 @@ from ..trace.roofline import MATRIX_FAMILIES
 from ..trace.tables import name_flags
 from ..sections import Identity, ReplayEdges, SpeedOfLight, WhatIfRun, WhatIfStep
 from .graph import Graph
-from .hold import gpu_lag, graph_of, hold, identity_replay, replay_steps  # noqa: F401 (gpu_lag, replay_steps: re-exported)
+from .hold import gpu_lag, graph_of, hold, identity_replay, replay_steps  # noqa: F401 (gpu_lag: re-exported)
 from .replay import critical_path, replay
 
 MODEL_REPLAY = "replay"
@@ -402,12 +402,10 @@ def step_saving(trace: Trace, kin: pd.DataFrame, delta: np.ndarray) -> tuple[flo
     if not ok.any():
         return total, 1.0
     dur = kin["dur_us"].to_numpy(float)[ok]
-    keep = np.where(
-        dur > 0, np.clip(1.0 - np.asarray(delta, dtype=float)[ok] / np.where(dur > 0, dur, 1.0), 0.0, 1.0), 1.0
-    )
+    d = np.asarray(delta, dtype=float)[ok]
     g = base.copy()
-    g.g_dur[node[ok]] *= keep
+    g.g_dur[node[ok]] *= np.clip(1.0 - np.divide(d, dur, out=np.zeros_like(d), where=dur > 0), 0.0, 1.0)
     before = float(hold(base, identity_replay(trace))[0].sum())
-    after = float(hold(g, replay(g))[0].sum())
+    after = float(replay_steps(g).sum())
     saved = float(np.clip(before - after, 0.0, total))
     return saved, saved / total
