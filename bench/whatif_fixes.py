@@ -58,7 +58,7 @@ def main() -> int:
                 pr = E.predict(tr, rep.findings, (n,), with_path=False)
                 model = pr.models.get(n, "").replace("|", "/")
                 print(
-                    f"| `{p.relative_to(root)}` | {n}{' (masked)' if f.masked_by else ''} | {med / 1e3:.2f} | "
+                    f"| `{p.relative_to(root)}` | {n} | {med / 1e3:.2f} | "
                     f"{base / 1e3:.2f} | {pr.median_us / 1e3:.2f} | {sub / 1e3:.2f} | {model} |",
                     flush=True,
                 )

@@ -17,9 +17,6 @@ from traceinspect.whatif import engine as E
 from traceinspect.whatif.batch import batch_plan
 
 NOISE = 1e-3  # relative: the identity replay's largest per-step error on the shared traces is 0.04%
-# a fix moves time between steps where the window is GPU-bound (the hold of hold.hold): over a window
-# of a few steps the median may move by that much although the window's total does not
-MEDIAN_SHIFT = 0.01
 _ABOUT = re.compile(r"about (\d+(?:\.\d+)?)x")
 
 
@@ -54,19 +51,21 @@ def _violations(tr) -> tuple[list[str], int]:
     check(
         np.allclose(ident.step_us, meas, rtol=NOISE, atol=1.0), f"identity {ident.step_us[:4]} != measured {meas[:4]}"
     )
-    # 2. no single fix makes the run longer: the window's total, and its median up to MEDIAN_SHIFT
+    # 2. no single fix makes the run longer: the window's total, and its median step (the median of the
+    # per-step savings, Prediction.median_us: a fix that moves GPU work between adjacent steps of an
+    # uneven window does not read as a longer step)
     total = float(ident.step_us.sum())
     for f in rep.findings:
         if f.name not in E.transforms():
             continue
         p = E.predict(tr, rep.findings, (f.name,), with_path=False)
         check(float(p.step_us.sum()) <= total * (1 + NOISE) + 1.0, f"{f.name} lengthens the window")
-        check(p.median_us <= median * (1 + MEDIAN_SHIFT), f"{f.name} lengthens the median step")
+        check(p.median_us <= median * (1 + NOISE), f"{f.name} lengthens the median step")
         # the floor is the run with no host time: no fix's prediction sums below it
         check(float(p.step_us.sum()) >= float(p.floor_us.sum()) * (1 - NOISE), f"{f.name} below its own floor")
     saved_alone = v.get("whatif", {}).get("saved_alone_per_step_us") or {}
     for name, saved in saved_alone.items():
-        check(saved >= -MEDIAN_SHIFT * median, f"report: {name} alone saves {saved:.0f} us (< 0)")
+        check(saved >= -NOISE * median, f"report: {name} alone saves {saved:.0f} us (< 0)")
     # the finding's own "with this fix alone" number is its replay, the one the verdict's costs read
     for f in rep.findings:
         said = [e.value for e in f.evidence if e.label == ALONE_LABEL]
@@ -78,22 +77,6 @@ def _violations(tr) -> tuple[list[str], int]:
                 check(abs(median - saved_alone[f.name] - replayed) <= 1e-6, f"{f.name}: verdict's cost not its replay")
     # 3. speed of light <= expected step <= measured; the fix path never lengthens a step
     exp = v.get("expected_step_us")
-    path_fixes = tuple(s["fix"] for s in v.get("path", []) if s["model"] == "replay")
-
-    def moved_between_steps(fixes: tuple, before: tuple) -> bool:
-        """open (issue 26): the replay of `fixes` shortens the window's total against `before` while its
-        median step grows: step boundaries are host markers, and a fix moves GPU work between adjacent
-        steps of an uneven window (HTA trace_diff/test: steps of 82-166 ms). Named, printed, not hidden."""
-        after_total = float(E.predict(tr, rep.findings, fixes, with_path=False).step_us.sum())
-        before_total = float(E.predict(tr, rep.findings, before, with_path=False).step_us.sum())
-        if after_total <= before_total * (1 + NOISE):
-            KNOWN_OPEN.append(f"{'+'.join(fixes)}: median up, window total {before_total:.0f} -> {after_total:.0f}")
-            return True
-        return False
-
-    if exp is not None:
-        if exp > median * (1 + NOISE) and path_fixes and moved_between_steps(path_fixes, ()):
-            exp = None
     if exp is not None:
         check(exp <= median * (1 + NOISE), f"expected step {exp:.0f} above measured {median:.0f}")
         sol = (v.get("whatif", {}).get("speed_of_light") or {}).get("sol_us")
@@ -111,14 +94,8 @@ def _violations(tr) -> tuple[list[str], int]:
             f"speed of light {sol_['sol_us']:.0f} below its efficiency rows' floor {implied:.0f}",
         )
         check(sol_["sol_us"] <= median * (1 + NOISE), f"speed of light {sol_['sol_us']:.0f} above the median step")
-    for i, s in enumerate(v.get("path", [])):
-        if s["to_us"] > s["from_us"] * (1 + MEDIAN_SHIFT) and s["model"] == "replay":
-            done = tuple(x["fix"] for x in v["path"][: i + 1] if x["model"] == "replay")
-            if moved_between_steps(done, done[:-1]):
-                continue
-        check(
-            s["to_us"] <= s["from_us"] * (1 + MEDIAN_SHIFT), f"path: {s['fix']} {s['from_us']:.0f} -> {s['to_us']:.0f}"
-        )
+    for s in v.get("path", []):
+        check(s["to_us"] <= s["from_us"] * (1 + NOISE), f"path: {s['fix']} {s['from_us']:.0f} -> {s['to_us']:.0f}")
     # the re-diagnosis of the predicted run is the replay of each listed fix on top of the path's
     for r in v.get("rediagnosed", []):
         to = E.predict(tr, rep.findings, tuple(r["after"]) + (r["fix"],), with_path=False).median_us

@@ -305,3 +305,36 @@ def test_whatif_cli(tmp_path):
     assert "predicted" in r.output and "Critical path" in r.output
     r = CliRunner().invoke(cli, ["whatif", str(p), "--fix", "no-such-fix"])
     assert r.exit_code == 2 and "no-such-fix" in r.output and "Traceback" not in r.output
+
+
+def test_the_predicted_step_reads_a_shift_between_steps_as_none():
+    """Prediction.median_us is the measured median less the mean per-step saving. A fix that moves GPU
+    work from one step into the next of an uneven window (HTA trace_diff/test: the 82 ms step took 38 ms
+    of the 166 ms one before it, the window 5% shorter) must not read as a longer typical step, which
+    the median of the predicted steps did (114.7 -> 119.7 ms there); a saving in every step is that
+    saving; the identity replay's own error cancels; the floor still holds."""
+    meas = np.array([100.0, 120.0, 166.0, 82.0, 107.0, 166.0])
+    base = meas + 1.0  # an identity replay 1 us off in every step
+
+    def pred(step, floor=None):
+        n = len(step)
+        return E.Prediction(
+            fixes=("x",),
+            step_us=np.asarray(step, float),
+            replay_us=np.asarray(step, float),
+            floor_us=np.zeros(n) if floor is None else np.asarray(floor, float),
+            work_us=np.zeros(n),
+            models={},
+            path={},
+            base_us=base,
+            measured_us=meas,
+        )
+
+    shifted = base.copy()
+    shifted[2] -= 38.0
+    shifted[3] += 38.0  # the same work, cut at another marker
+    assert float(np.median(shifted)) > float(np.median(meas)) + 5.0  # what the median of the steps reads
+    assert pred(shifted).median_us == pytest.approx(float(np.median(meas)))
+    assert pred(base - 10.0).median_us == pytest.approx(float(np.median(meas)) - 10.0)
+    assert pred(base - 10.0, floor=meas).median_us == pytest.approx(float(np.median(meas)))
+    assert pred(base).median_us == pytest.approx(float(np.median(meas)))
