@@ -43,6 +43,7 @@ def main() -> int:
     import importlib
 
     an = importlib.import_module("traceinspect.analyze")  # the module (the package exports the function)
+    from traceinspect.verdict import fix_path
     from traceinspect.trace.model import load_trace
     from traceinspect.whatif import engine as E
 
@@ -71,7 +72,7 @@ def main() -> int:
             os.environ["TRACEINSPECT_PURE_REPLAY"] = "1"
         try:
             s = time.perf_counter()
-            an._fix_path(trace, rep.findings, fixable, median)
+            fix_path(trace, rep.findings, fixable, median)
             return time.perf_counter() - s
         finally:
             os.environ.pop("TRACEINSPECT_PURE_REPLAY", None)

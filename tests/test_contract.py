@@ -110,6 +110,9 @@ _LAYER_OF = {
     "facts": 0.5,
     "detectors": 1,
     "analyze": 2,
+    "causes": 2,  # analyze's parts: running the causes, the explained-time account, the verdict
+    "account": 2,
+    "verdict": 2,
     "multirank": 2.5,  # the folder of rank files: reduces analyze()s reports into the job's
     "report": 2,
     "diff": 3,

@@ -6,7 +6,8 @@ import pytest
 
 import builders_compute as B
 from builders import TraceBuilder, build_healthy
-from traceinspect.analyze import MIN_WINDOW_US, analyze
+from traceinspect.analyze import analyze
+from traceinspect.causes import MIN_WINDOW_US
 from traceinspect.facts import kernels as K
 from traceinspect.detectors.base import Context
 from traceinspect.detectors.eager_attention import EagerAttention

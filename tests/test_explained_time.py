@@ -11,7 +11,9 @@ import pytest
 import builders
 import builders_host as bh
 from conftest import SHARED, shared_available
-from traceinspect.analyze import ALONE_LABEL, _verdict, analyze, rank
+from traceinspect.analyze import analyze
+from traceinspect.causes import ALONE_LABEL, rank
+from traceinspect.verdict import build_verdict
 from traceinspect.findings import Finding
 from traceinspect.report import Report
 from traceinspect.sections import Account, UnexplainedReason
@@ -171,7 +173,7 @@ def _account(**kw) -> Account:
 def test_verdict_names_the_same_causes_and_never_a_zero_time_finding():
     t = _Steps([100e3, 100e3])
     zero = _f("fp32-gemm", 0.0, "low")
-    v = _verdict(
+    v = build_verdict(
         t,
         rank([zero]),
         _account(
@@ -185,7 +187,7 @@ def test_verdict_names_the_same_causes_and_never_a_zero_time_finding():
     )
     assert v["top"] is None
     assert "No significant slowdown" not in v["headline"] and "50%" in v["headline"]
-    v = _verdict(t, rank([zero]), _account(idle_us=5e3, unexplained_frac_of_step=0.05))
+    v = build_verdict(t, rank([zero]), _account(idle_us=5e3, unexplained_frac_of_step=0.05))
     assert v["headline"].startswith("No significant slowdown")
     fs = rank(
         [
@@ -194,7 +196,7 @@ def test_verdict_names_the_same_causes_and_never_a_zero_time_finding():
             _f("dataloader-stall", 10.0, "high"),
         ]
     )
-    v = _verdict(t, fs, Account())
+    v = build_verdict(t, fs, Account())
     assert v["top"] == "fp32-gemm" == v["expected_from"][0]
     assert v["top_title"] == "fp32-gemm title" and v["headline"].startswith("fp32-gemm title. Also: dataloader-stall")
     assert "padding-waste" not in v["expected_from"]

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from test_whatif import _gpu_traces
-from traceinspect.analyze import ALONE_LABEL, analyze
+from traceinspect.analyze import analyze
+from traceinspect.causes import ALONE_LABEL
 from traceinspect.whatif import engine as E
 from traceinspect.whatif.batch import batch_plan
 

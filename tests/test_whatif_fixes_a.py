@@ -202,7 +202,7 @@ def test_a_declined_cause_is_a_next_bottleneck_once_the_path_is_replayed(tmp_pat
 
 
 def test_a_cause_worth_under_3_percent_after_the_path_is_not_listed(tmp_path):
-    from traceinspect.analyze import NEXT_MIN_FRAC, _rediagnose
+    from traceinspect.verdict import NEXT_MIN_FRAC, rediagnose
     from traceinspect.findings import Skipped
 
     tr = _load(build_attention_host_work(cpu_us=100000.0), tmp_path, "before")
@@ -215,9 +215,9 @@ def test_a_cause_worth_under_3_percent_after_the_path_is_not_listed(tmp_path):
         return memo[fixes]
 
     declined = [Skipped(code="TI0", name="eager-attention", reason="r", checked=True)]
-    assert _rediagnose(rep.findings, declined, (), replayed) == []  # nothing fixed first: nothing to ask
+    assert rediagnose(rep.findings, declined, (), replayed) == []  # nothing fixed first: nothing to ask
     # a cause whose fix changes nothing after the path (pageable-memcpy: no copies here) is not listed
     none = [Skipped(code="TI0", name="pageable-memcpy", reason="r", checked=True)]
-    assert _rediagnose(rep.findings, none, ("host-bound",), replayed) == []
-    got = _rediagnose(rep.findings, declined, ("host-bound",), replayed)
+    assert rediagnose(rep.findings, none, ("host-bound",), replayed) == []
+    got = rediagnose(rep.findings, declined, ("host-bound",), replayed)
     assert got and got[0].share_of_predicted >= NEXT_MIN_FRAC

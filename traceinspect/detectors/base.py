@@ -153,7 +153,7 @@ class Detector:
         explained-time account adds these up, so they must not overlap another detector's claim): per
         part, the claimed interval set, or (set, factor) when only a share factor <= 1 of it is claimed.
         time_lost_us is the cost now; what a cause would cost once other fixes are in is the re-diagnosis's
-        (a replay, analyze._rediagnose), never a detector's own estimate."""
+        (a replay, verdict.rediagnose), never a detector's own estimate."""
         lost = float(max(0.0, min(time_lost_us, ctx.window_us)))  # never more than the window
         sets = {}
         undeclared = set(idle_claims or {}) - set(self.claims_parts)

@@ -321,7 +321,7 @@ def account(report) -> Section | None:
 
 def next_bottlenecks(report) -> Section | None:
     """Causes present now and not on the fix path, asked again in the predicted run (the re-diagnosis,
-    analyze._rediagnose): what each would save once the path's fixes are in, by the replay."""
+    verdict.rediagnose): what each would save once the path's fixes are in, by the replay."""
     again = rediagnosed(report)
     if not again:
         return None
